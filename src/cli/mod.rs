@@ -1,0 +1,120 @@
+//! The `moge` command line. Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal
+//! error (weights that do not load, an output that cannot be written), 130 interrupted.
+
+mod predict;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_SOME_FAILED: i32 = 1;
+pub const EXIT_FATAL: i32 = 2;
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+#[derive(Parser, Debug)]
+#[command(name = "moge", version, about = "Metric 3D geometry from photos with MoGe-2", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Predict geometry for image files.
+    Predict(predict::PredictArgs),
+}
+
+/// Where the weights come from.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it.
+    #[arg(long, value_name = "PATH", conflicts_with = "model")]
+    pub weights: Option<PathBuf>,
+    /// A published model, fetched from the Hugging Face hub on first use.
+    #[arg(long, value_name = "NAME", default_value = "vitl-normal", value_parser = model_names())]
+    pub model: String,
+    /// Compute precision.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
+}
+
+fn model_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crate::hub::MODELS.iter().map(|(n, _)| *n))
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+}
+
+/// The options of upstream `infer()`.
+#[derive(Args, Debug, Clone)]
+pub struct InferArgs {
+    /// Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500.
+    #[arg(long, value_name = "N", default_value_t = 1800, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub num_tokens: u32,
+    /// Upstream's resolution level 0..9 (1200..3600 tokens); replaces --num-tokens.
+    #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(0..=30))]
+    pub resolution_level: Option<u32>,
+    /// Known horizontal field of view in degrees (otherwise it is recovered).
+    #[arg(long, value_name = "DEG", value_parser = parse_fov)]
+    pub fov_x: Option<f32>,
+    /// Keep invalid pixels (no inf / zero normals outside the mask).
+    #[arg(long)]
+    pub no_mask: bool,
+    /// Keep the predicted x, y instead of re-projecting the depth through the intrinsics.
+    #[arg(long)]
+    pub no_force_projection: bool,
+}
+
+fn parse_fov(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if v > 0.0 && v < 180.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a field of view in (0, 180) degrees"))
+    }
+}
+
+impl InferArgs {
+    pub fn options(&self) -> crate::InferOptions {
+        crate::InferOptions {
+            num_tokens: if self.resolution_level.is_some() { None } else { Some(self.num_tokens) },
+            resolution_level: self.resolution_level.unwrap_or(9),
+            fov_x: self.fov_x,
+            force_projection: !self.no_force_projection,
+            apply_mask: !self.no_mask,
+        }
+    }
+}
+
+impl ModelArgs {
+    /// The checkpoint path: `--weights`, or the hub model (cached or downloaded).
+    pub fn checkpoint(&self) -> anyhow::Result<PathBuf> {
+        match &self.weights {
+            Some(p) => Ok(p.clone()),
+            None => crate::hub::resolve(&self.model),
+        }
+    }
+
+    pub fn load(&self, device: &crate::Device) -> anyhow::Result<crate::Model> {
+        let path = self.checkpoint()?;
+        crate::Model::load(&path, device)
+    }
+}
+
+/// Runs the command line; returns the exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Predict(a) => predict::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("moge: {e:#}");
+            EXIT_FATAL
+        }
+    }
+}

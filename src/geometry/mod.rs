@@ -1,0 +1,6 @@
+//! Host-side numerics that must match PyTorch's float32 kernels closely: resizes, the UV plane,
+//! `linspace`, and the focal/shift solve of `recover_focal_shift`.
+
+pub mod focal_shift;
+pub mod resize;
+pub mod uv;

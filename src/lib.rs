@@ -1,0 +1,31 @@
+//! `moge`: metric 3D geometry from photos with Microsoft's MoGe-2.
+//!
+//! The crate is laid out as the data flows:
+//! - [`model`]: the network, one module per upstream module (`moge/model/*.py`), over candle.
+//! - [`geometry`]: PyTorch-faithful resizes, the UV plane, the focal/shift solve.
+//! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
+//! - [`image_io`]: reading photos as the upstream CLI reads them.
+//! - [`outputs`]: writing predictions (npz, ...).
+//! - [`cli`]: the `moge` command line.
+//!
+//! ```no_run
+//! use moge::{Model, InferOptions};
+//! let model = Model::load("model.pt".as_ref(), &moge::Device::Cpu)?;
+//! let image = moge::image_io::load_rgb("photo.jpg".as_ref(), true)?;
+//! let prediction = model.infer(&image, &InferOptions::default())?;
+//! println!("{}", prediction.summary());
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+pub mod cli;
+pub mod geometry;
+pub mod hub;
+pub mod image_io;
+pub mod infer;
+pub mod model;
+pub mod outputs;
+pub mod pipeline;
+
+pub use candle_core::Device;
+pub use infer::{InferOptions, Prediction};
+pub use model::{Model, RawOutput};

@@ -1,0 +1,173 @@
+//! `model_config` of an upstream checkpoint: the constructor arguments of `MoGeModel`
+//! (`moge/model/v2.py`), read from the pickle or from a JSON file beside a safetensors file.
+
+use serde::{Deserialize, Serialize};
+
+/// `MoGeModel(**model_config)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub encoder: EncoderConfig,
+    pub neck: ConvStackConfig,
+    #[serde(default)]
+    pub points_head: Option<ConvStackConfig>,
+    #[serde(default)]
+    pub mask_head: Option<ConvStackConfig>,
+    #[serde(default)]
+    pub normal_head: Option<ConvStackConfig>,
+    #[serde(default)]
+    pub scale_head: Option<MlpConfig>,
+    #[serde(default = "default_remap")]
+    pub remap_output: RemapOutput,
+    #[serde(default = "default_num_tokens_range")]
+    pub num_tokens_range: [u32; 2],
+}
+
+fn default_remap() -> RemapOutput {
+    RemapOutput::Linear
+}
+fn default_num_tokens_range() -> [u32; 2] {
+    [1200, 3600]
+}
+
+/// `DINOv2Encoder(backbone, intermediate_layers, dim_out)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EncoderConfig {
+    pub backbone: String,
+    pub intermediate_layers: IntermediateLayers,
+    pub dim_out: usize,
+}
+
+/// Either the indices of the tapped blocks, or "the last n blocks".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IntermediateLayers {
+    Last(usize),
+    Indices(Vec<usize>),
+}
+
+impl IntermediateLayers {
+    /// The 0-based block indices whose outputs are tapped, for a backbone of `depth` blocks.
+    pub fn indices(&self, depth: usize) -> Vec<usize> {
+        match self {
+            IntermediateLayers::Last(n) => (depth.saturating_sub(*n)..depth).collect(),
+            IntermediateLayers::Indices(v) => v.clone(),
+        }
+    }
+}
+
+/// `ConvStack(dim_in, dim_res_blocks, dim_out, resamplers, ...)` (`moge/model/modules.py`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvStackConfig {
+    pub dim_in: PerLevel<Option<usize>>,
+    pub dim_res_blocks: Vec<usize>,
+    #[serde(default)]
+    pub dim_out: PerLevel<Option<usize>>,
+    pub resamplers: PerLevel<String>,
+    #[serde(default = "default_one")]
+    pub dim_times_res_block_hidden: usize,
+    #[serde(default = "default_num_res_blocks")]
+    pub num_res_blocks: PerLevel<usize>,
+    #[serde(default = "default_in_norm")]
+    pub res_block_in_norm: String,
+    #[serde(default = "default_hidden_norm")]
+    pub res_block_hidden_norm: String,
+    #[serde(default = "default_activation")]
+    pub activation: String,
+}
+
+fn default_one() -> usize {
+    1
+}
+fn default_num_res_blocks() -> PerLevel<usize> {
+    PerLevel::All(1)
+}
+fn default_in_norm() -> String {
+    "layer_norm".into()
+}
+fn default_hidden_norm() -> String {
+    "group_norm".into()
+}
+fn default_activation() -> String {
+    "relu".into()
+}
+
+/// Upstream accepts one value for every level or a list with one per level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PerLevel<T> {
+    Each(Vec<T>),
+    All(T),
+}
+
+impl<T: Clone> PerLevel<T> {
+    pub fn get(&self, i: usize) -> Option<T> {
+        match self {
+            PerLevel::Each(v) => v.get(i).cloned(),
+            PerLevel::All(x) => Some(x.clone()),
+        }
+    }
+}
+
+impl<T: Default> Default for PerLevel<T> {
+    fn default() -> Self {
+        PerLevel::All(T::default())
+    }
+}
+
+/// `MLP(dims)`: Linear/ReLU pairs, no activation after the last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MlpConfig {
+    pub dims: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemapOutput {
+    Linear,
+    Sinh,
+    Exp,
+    SinhExp,
+}
+
+/// The DINOv2 variants MoGe uses (`moge/model/dinov2/hub/backbones.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackboneSpec {
+    pub embed_dim: usize,
+    pub depth: usize,
+    pub num_heads: usize,
+}
+
+impl BackboneSpec {
+    /// Published backbones have fixed shapes. `dinov2_vitt14` is the project's own tiny test
+    /// backbone (made by `tests/make_fixtures.py`): its width and depth come from the
+    /// checkpoint, with DINOv2's head width of 64.
+    pub fn from_name(name: &str, embed_dim_in_ckpt: usize, depth_in_ckpt: usize) -> Result<Self, String> {
+        let fixed = match name {
+            "dinov2_vits14" => Some((384, 12, 6)),
+            "dinov2_vitb14" => Some((768, 12, 12)),
+            "dinov2_vitl14" => Some((1024, 24, 16)),
+            "dinov2_vitt14" => None,
+            other => {
+                return Err(format!(
+                    "unsupported backbone '{other}' (expected dinov2_vits14, dinov2_vitb14 or dinov2_vitl14)"
+                ))
+            }
+        };
+        let spec = match fixed {
+            Some((embed_dim, depth, num_heads)) => BackboneSpec { embed_dim, depth, num_heads },
+            None => {
+                if embed_dim_in_ckpt == 0 || embed_dim_in_ckpt % 64 != 0 {
+                    return Err(format!("backbone width {embed_dim_in_ckpt} is not a multiple of 64"));
+                }
+                BackboneSpec { embed_dim: embed_dim_in_ckpt, depth: depth_in_ckpt, num_heads: embed_dim_in_ckpt / 64 }
+            }
+        };
+        Ok(spec)
+    }
+}
+
+impl ConvStackConfig {
+    pub fn levels(&self) -> usize {
+        self.dim_res_blocks.len()
+    }
+}

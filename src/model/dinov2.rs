@@ -1,0 +1,164 @@
+//! DINOv2 ViT (`moge/model/dinov2/models/vision_transformer.py` and `layers/`), inference path
+//! only: no registers, no block chunking, LayerScale on, exact-erf GELU, LayerNorm eps 1e-6.
+//! Tokens are kept as a (N, D) matrix: the batch is one image.
+
+use anyhow::Result;
+use candle_core::{Module, Tensor};
+
+use super::weights::Weights;
+
+pub const PATCH_SIZE: usize = 14;
+/// Position embeddings are trained for a 37x37 grid (518 / 14).
+pub const POS_GRID: usize = 37;
+const LN_EPS: f64 = 1e-6;
+
+pub struct Linear {
+    weight_t: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    pub fn load(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize) -> Result<Self> {
+        let weight = w.get(&format!("{prefix}.weight"), &[d_out, d_in])?;
+        let bias = w.get(&format!("{prefix}.bias"), &[d_out])?;
+        // Stored transposed once so each forward is a plain (N, in) x (in, out) product.
+        Ok(Self { weight_t: weight.t()?.contiguous()?, bias })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.matmul(&self.weight_t)?.broadcast_add(&self.bias)?)
+    }
+}
+
+pub struct LayerNorm {
+    inner: candle_nn::LayerNorm,
+}
+
+impl LayerNorm {
+    pub fn load(w: &mut Weights, prefix: &str, dim: usize) -> Result<Self> {
+        let weight = w.get(&format!("{prefix}.weight"), &[dim])?;
+        let bias = w.get(&format!("{prefix}.bias"), &[dim])?;
+        Ok(Self { inner: candle_nn::LayerNorm::new(weight, bias, LN_EPS) })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.inner.forward(x)?)
+    }
+}
+
+/// `layers/attention.py`: fused qkv projection, softmax(q kᵀ / √64) v per head, output projection.
+pub struct Attention {
+    qkv: Linear,
+    proj: Linear,
+    num_heads: usize,
+}
+
+impl Attention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (n, d) = x.dims2()?;
+        let hd = d / self.num_heads;
+        let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let q = (qkv.get(0)?.contiguous()? * scale)?;
+        let k = qkv.get(1)?.contiguous()?;
+        let v = qkv.get(2)?.contiguous()?;
+        let att = q.matmul(&k.t()?)?;
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let out = att.matmul(&v)?; // (heads, n, hd)
+        let out = out.permute((1, 0, 2))?.reshape((n, d))?;
+        self.proj.forward(&out)
+    }
+}
+
+/// `layers/block.py` eval path: x + ls1·attn(norm1 x), then x + ls2·mlp(norm2 x).
+pub struct Block {
+    norm1: LayerNorm,
+    attn: Attention,
+    ls1: Tensor,
+    norm2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    ls2: Tensor,
+}
+
+impl Block {
+    fn load(w: &mut Weights, p: &str, dim: usize, num_heads: usize) -> Result<Self> {
+        Ok(Self {
+            norm1: LayerNorm::load(w, &format!("{p}.norm1"), dim)?,
+            attn: Attention {
+                qkv: Linear::load(w, &format!("{p}.attn.qkv"), dim, 3 * dim)?,
+                proj: Linear::load(w, &format!("{p}.attn.proj"), dim, dim)?,
+                num_heads,
+            },
+            ls1: w.get(&format!("{p}.ls1.gamma"), &[dim])?,
+            norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
+            fc1: Linear::load(w, &format!("{p}.mlp.fc1"), dim, 4 * dim)?,
+            fc2: Linear::load(w, &format!("{p}.mlp.fc2"), 4 * dim, dim)?,
+            ls2: w.get(&format!("{p}.ls2.gamma"), &[dim])?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let a = self.attn.forward(&self.norm1.forward(x)?)?;
+        let x = (x + a.broadcast_mul(&self.ls1)?)?;
+        let h = self.fc1.forward(&self.norm2.forward(&x)?)?.gelu_erf()?;
+        let m = self.fc2.forward(&h)?;
+        Ok((x + m.broadcast_mul(&self.ls2)?)?)
+    }
+}
+
+pub struct DinoVisionTransformer {
+    pub embed_dim: usize,
+    patch_weight_t: Tensor,
+    patch_bias: Tensor,
+    cls_token: Tensor,
+    /// (1 + 37·37, D), kept on the host side for the bicubic resize.
+    pub pos_embed: Tensor,
+    blocks: Vec<Block>,
+    norm: LayerNorm,
+}
+
+impl DinoVisionTransformer {
+    pub fn load(w: &mut Weights, p: &str, dim: usize, depth: usize, num_heads: usize) -> Result<Self> {
+        let patch_weight = w.get(&format!("{p}.patch_embed.proj.weight"), &[dim, 3, PATCH_SIZE, PATCH_SIZE])?;
+        let patch_bias = w.get(&format!("{p}.patch_embed.proj.bias"), &[dim])?;
+        let cls_token = w.get(&format!("{p}.cls_token"), &[1, 1, dim])?.reshape((1, dim))?;
+        let pos_embed = w.get(&format!("{p}.pos_embed"), &[1, 1 + POS_GRID * POS_GRID, dim])?.reshape((1 + POS_GRID * POS_GRID, dim))?;
+        // Only used for masked pre-training; bound so that the key check stays strict.
+        let _mask_token = w.get(&format!("{p}.mask_token"), &[1, dim])?;
+        let blocks = (0..depth)
+            .map(|i| Block::load(w, &format!("{p}.blocks.{i}"), dim, num_heads))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = LayerNorm::load(w, &format!("{p}.norm"), dim)?;
+        let patch_weight_t = patch_weight.reshape((dim, 3 * PATCH_SIZE * PATCH_SIZE))?.t()?.contiguous()?;
+        Ok(Self { embed_dim: dim, patch_weight_t, patch_bias, cls_token, pos_embed, blocks, norm })
+    }
+
+    pub fn depth(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// `prepare_tokens_with_masks`: 14x14/14 patch embedding (as one matrix product over the
+    /// unfolded patches), class token, position embedding. `image` is (3, 14h, 14w).
+    pub fn prepare_tokens(&self, image: &Tensor, h: usize, w: usize, pos_embed: &Tensor) -> Result<Tensor> {
+        let patches = image
+            .reshape((3, h, PATCH_SIZE, w, PATCH_SIZE))?
+            .permute((1, 3, 0, 2, 4))?
+            .reshape((h * w, 3 * PATCH_SIZE * PATCH_SIZE))?;
+        let x = patches.matmul(&self.patch_weight_t)?.broadcast_add(&self.patch_bias)?;
+        let x = Tensor::cat(&[&self.cls_token, &x], 0)?;
+        Ok((x + pos_embed)?)
+    }
+
+    /// `get_intermediate_layers(norm=True)`: the final-norm'd tokens (cls first) after each
+    /// block in `taps`, in order.
+    pub fn intermediate_layers(&self, mut x: Tensor, taps: &[usize]) -> Result<Vec<Tensor>> {
+        let last = taps.iter().copied().max().unwrap_or(0);
+        let mut out = Vec::with_capacity(taps.len());
+        for (i, blk) in self.blocks.iter().enumerate().take(last + 1) {
+            x = blk.forward(&x)?;
+            if taps.contains(&i) {
+                out.push(self.norm.forward(&x)?);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,286 @@
+//! `moge/model/modules.py`: the DINOv2 encoder wrapper and the convolutional decoder pieces.
+//! Feature maps are (C, H, W) tensors (batch of one); 3x3 convolutions use replicate padding.
+
+use anyhow::{bail, Result};
+use candle_core::Tensor;
+
+use super::config::{ConvStackConfig, EncoderConfig};
+use super::dinov2::{DinoVisionTransformer, Linear};
+use super::weights::Weights;
+
+/// `nn.Conv2d(cin, cout, 1)` as a matrix product over pixels.
+pub struct Conv1x1 {
+    weight: Tensor, // (cout, cin)
+    bias: Tensor,   // (cout, 1)
+}
+
+impl Conv1x1 {
+    pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
+        let weight = w.get(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
+        let bias = w.get(&format!("{p}.bias"), &[cout])?.reshape((cout, 1))?;
+        Ok(Self { weight, bias })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (c, h, wd) = x.dims3()?;
+        let y = self.weight.matmul(&x.reshape((c, h * wd))?)?.broadcast_add(&self.bias)?;
+        Ok(y.reshape((self.weight.dim(0)?, h, wd))?)
+    }
+}
+
+/// `nn.Conv2d(cin, cout, 3, padding=1, padding_mode='replicate')`.
+pub struct Conv3x3 {
+    weight: Tensor, // (cout, cin, 3, 3)
+    bias: Tensor,   // (1, cout, 1, 1)
+}
+
+impl Conv3x3 {
+    pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
+        let weight = w.get(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
+        let bias = w.get(&format!("{p}.bias"), &[cout])?.reshape((1, cout, 1, 1))?;
+        Ok(Self { weight, bias })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?.unsqueeze(0)?;
+        let y = x.conv2d(&self.weight, 0, 1, 1, 1)?.broadcast_add(&self.bias)?;
+        Ok(y.squeeze(0)?)
+    }
+}
+
+/// `nn.ConvTranspose2d(cin, cout, 2, stride=2)`: each input pixel writes a 2x2 output block,
+/// so it is one (4·cout, cin) x (cin, H·W) product followed by an interleave.
+pub struct ConvTranspose2x2 {
+    weight: Tensor, // (cout·2·2, cin)
+    bias: Tensor,   // (cout, 1, 1, 1, 1)
+    cout: usize,
+}
+
+impl ConvTranspose2x2 {
+    pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
+        let weight = w.get(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
+        let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
+        let bias = w.get(&format!("{p}.bias"), &[cout])?.reshape((cout, 1, 1, 1, 1))?;
+        Ok(Self { weight, bias, cout })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (c, h, wd) = x.dims3()?;
+        let y = self.weight.matmul(&x.reshape((c, h * wd))?)?; // (cout·4, h·w) as (o, di, dj, i, j)
+        let y = y.reshape((self.cout, 2, 2, h, wd))?.permute((0, 3, 1, 4, 2))?; // (o, i, di, j, dj)
+        let y = y.broadcast_add(&self.bias)?;
+        Ok(y.reshape((self.cout, 2 * h, 2 * wd))?)
+    }
+}
+
+/// `ResidualConvBlock` with norms 'none' and ReLU: x + conv_b(relu(conv_a(relu(x)))).
+/// Keys: `layers.2` (conv a), `layers.5` (conv b).
+pub struct ResidualConvBlock {
+    conv_a: Conv3x3,
+    conv_b: Conv3x3,
+}
+
+impl ResidualConvBlock {
+    pub fn load(w: &mut Weights, p: &str, c: usize, hidden: usize) -> Result<Self> {
+        Ok(Self { conv_a: Conv3x3::load(w, &format!("{p}.layers.2"), c, hidden)?, conv_b: Conv3x3::load(w, &format!("{p}.layers.5"), hidden, c)? })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.conv_a.forward(&x.relu()?)?;
+        let y = self.conv_b.forward(&y.relu()?)?;
+        Ok((x + y)?)
+    }
+}
+
+/// `Resampler` (x2 up): transposed conv or bilinear upsample, then a 3x3 conv.
+pub enum Resampler {
+    ConvTranspose(ConvTranspose2x2, Conv3x3),
+    Bilinear(Conv3x3),
+}
+
+impl Resampler {
+    pub fn load(w: &mut Weights, p: &str, kind: &str, cin: usize, cout: usize) -> Result<Self> {
+        Ok(match kind {
+            "conv_transpose" => Resampler::ConvTranspose(
+                ConvTranspose2x2::load(w, &format!("{p}.0"), cin, cout)?,
+                Conv3x3::load(w, &format!("{p}.1"), cout, cout)?,
+            ),
+            "bilinear" => Resampler::Bilinear(Conv3x3::load(w, &format!("{p}.1"), cin, cout)?),
+            other => bail!("unsupported resampler '{other}' (MoGe-2 uses conv_transpose and bilinear)"),
+        })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Resampler::ConvTranspose(up, conv) => conv.forward(&up.forward(x)?),
+            Resampler::Bilinear(conv) => {
+                let (_, h, w) = x.dims3()?;
+                // align_corners=False at exactly 2x: weights 1/4, 3/4 with edge clamping.
+                let up = x.unsqueeze(0)?.upsample_bilinear2d(2 * h, 2 * w, false)?.squeeze(0)?;
+                conv.forward(&up)
+            }
+        }
+    }
+}
+
+/// `ConvStack`: per level, add the level's input (through a 1x1 conv), run the residual blocks,
+/// emit the output (1x1 conv or identity), then upsample for the next level.
+pub struct ConvStack {
+    input_blocks: Vec<Option<Conv1x1>>,
+    res_blocks: Vec<Vec<ResidualConvBlock>>,
+    output_blocks: Vec<Option<Conv1x1>>,
+    resamplers: Vec<Resampler>,
+}
+
+impl ConvStack {
+    pub fn load(w: &mut Weights, p: &str, cfg: &ConvStackConfig) -> Result<Self> {
+        if cfg.res_block_in_norm != "none" || cfg.res_block_hidden_norm != "none" || cfg.activation != "relu" {
+            bail!(
+                "{p}: unsupported residual block (norms '{}'/'{}', activation '{}'); MoGe-2 uses 'none'/'none'/'relu'",
+                cfg.res_block_in_norm,
+                cfg.res_block_hidden_norm,
+                cfg.activation
+            );
+        }
+        let n = cfg.levels();
+        let dims = &cfg.dim_res_blocks;
+        let mut input_blocks = Vec::with_capacity(n);
+        let mut res_blocks = Vec::with_capacity(n);
+        let mut output_blocks = Vec::with_capacity(n);
+        let mut resamplers = Vec::with_capacity(n.saturating_sub(1));
+        for i in 0..n {
+            input_blocks.push(match cfg.dim_in.get(i).flatten() {
+                Some(cin) => Some(Conv1x1::load(w, &format!("{p}.input_blocks.{i}"), cin, dims[i])?),
+                None => None,
+            });
+            let k = cfg.num_res_blocks.get(i).unwrap_or(0);
+            res_blocks.push(
+                (0..k)
+                    .map(|j| ResidualConvBlock::load(w, &format!("{p}.res_blocks.{i}.{j}"), dims[i], cfg.dim_times_res_block_hidden * dims[i]))
+                    .collect::<Result<Vec<_>>>()?,
+            );
+            output_blocks.push(match cfg.dim_out.get(i).flatten() {
+                Some(cout) => Some(Conv1x1::load(w, &format!("{p}.output_blocks.{i}"), dims[i], cout)?),
+                None => None,
+            });
+            if i + 1 < n {
+                let kind = cfg.resamplers.get(i).unwrap_or_default();
+                resamplers.push(Resampler::load(w, &format!("{p}.resamplers.{i}"), &kind, dims[i], dims[i + 1])?);
+            }
+        }
+        Ok(Self { input_blocks, res_blocks, output_blocks, resamplers })
+    }
+
+    /// `inputs[i]` feeds level i (None where the level has no input). Returns every level's output.
+    pub fn forward(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let n = self.res_blocks.len();
+        let mut outs = Vec::with_capacity(n);
+        let mut x: Option<Tensor> = None;
+        for i in 0..n {
+            let feature = match (inputs.get(i).copied().flatten(), &self.input_blocks[i]) {
+                (Some(t), Some(conv)) => Some(conv.forward(t)?),
+                (Some(t), None) => Some(t.clone()),
+                (None, _) => None,
+            };
+            let mut cur = match (x.take(), feature) {
+                (None, Some(f)) => f,
+                (Some(prev), Some(f)) => (prev + f)?,
+                (Some(prev), None) => prev,
+                (None, None) => bail!("ConvStack level {i} has no input"),
+            };
+            for rb in &self.res_blocks[i] {
+                cur = rb.forward(&cur)?;
+            }
+            outs.push(match &self.output_blocks[i] {
+                Some(conv) => conv.forward(&cur)?,
+                None => cur.clone(),
+            });
+            if i + 1 < n {
+                x = Some(self.resamplers[i].forward(&cur)?);
+            }
+        }
+        Ok(outs)
+    }
+}
+
+/// `MLP`: Linear, ReLU, ..., Linear (keys `.0`, `.2`, `.4`, ...).
+pub struct Mlp {
+    layers: Vec<Linear>,
+}
+
+impl Mlp {
+    pub fn load(w: &mut Weights, p: &str, dims: &[usize]) -> Result<Self> {
+        if dims.len() < 2 {
+            bail!("{p}: an MLP needs at least two dims, got {dims:?}");
+        }
+        let layers = dims
+            .windows(2)
+            .enumerate()
+            .map(|(i, d)| Linear::load(w, &format!("{p}.{}", 2 * i), d[0], d[1]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { layers })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut x = x.clone();
+        for (i, l) in self.layers.iter().enumerate() {
+            x = l.forward(&x)?;
+            if i + 1 < self.layers.len() {
+                x = x.relu()?;
+            }
+        }
+        Ok(x)
+    }
+}
+
+/// `DINOv2Encoder`: backbone taps, each projected by a 1x1 conv, summed. The input resize
+/// and normalisation happen on the host (see `crate::model::Model::prepare`).
+pub struct Dinov2Encoder {
+    pub backbone: DinoVisionTransformer,
+    pub taps: Vec<usize>,
+    output_projections: Vec<Conv1x1>,
+    pub image_mean: [f32; 3],
+    pub image_std: [f32; 3],
+}
+
+/// What the encoder produced, kept for per-stage comparisons.
+pub struct EncoderOutput {
+    /// Normed tokens (1 + h·w, D) after each tapped block.
+    pub taps: Vec<Tensor>,
+    /// (dim_out, h, w)
+    pub features: Tensor,
+    /// (1, D): class token of the last tap.
+    pub cls_token: Tensor,
+}
+
+impl Dinov2Encoder {
+    pub fn load(w: &mut Weights, cfg: &EncoderConfig, dim: usize, depth: usize, heads: usize) -> Result<Self> {
+        let buf3 = |w: &mut Weights, k: &str| -> Result<[f32; 3]> {
+            let v = w.get(k, &[1, 3, 1, 1])?.flatten_all()?.to_vec1::<f32>()?;
+            Ok([v[0], v[1], v[2]])
+        };
+        let image_mean = buf3(w, "encoder.image_mean")?;
+        let image_std = buf3(w, "encoder.image_std")?;
+        let backbone = DinoVisionTransformer::load(w, "encoder.backbone", dim, depth, heads)?;
+        let taps = cfg.intermediate_layers.indices(depth);
+        if let Some(bad) = taps.iter().find(|&&t| t >= depth) {
+            bail!("intermediate layer {bad} does not exist in a {depth}-block backbone");
+        }
+        let output_projections = (0..taps.len())
+            .map(|k| Conv1x1::load(w, &format!("encoder.output_projections.{k}"), dim, cfg.dim_out))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { backbone, taps, output_projections, image_mean, image_std })
+    }
+
+    /// `image` is the normalised (3, 14h, 14w) input; `pos_embed` the embedding for (h, w).
+    pub fn forward(&self, image: &Tensor, h: usize, w: usize, pos_embed: &Tensor) -> Result<EncoderOutput> {
+        let x = self.backbone.prepare_tokens(image, h, w, pos_embed)?;
+        let taps = self.backbone.intermediate_layers(x, &self.taps)?;
+        let mut features: Option<Tensor> = None;
+        for (proj, t) in self.output_projections.iter().zip(&taps) {
+            let patches = t.narrow(0, 1, h * w)?.t()?.reshape((self.backbone.embed_dim, h, w))?;
+            let y = proj.forward(&patches)?;
+            features = Some(match features {
+                None => y,
+                Some(f) => (f + y)?,
+            });
+        }
+        let features = features.ok_or_else(|| anyhow::anyhow!("the encoder taps no layer"))?;
+        let cls_token = taps.last().unwrap().narrow(0, 0, 1)?;
+        Ok(EncoderOutput { taps, features, cls_token })
+    }
+}

@@ -1,0 +1,246 @@
+//! `MoGeModel` (`moge/model/v2.py`): encoder, UV-conditioned neck, heads, scale head.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+
+use super::checkpoint::Checkpoint;
+use super::config::{BackboneSpec, ModelConfig};
+use super::dinov2::{PATCH_SIZE, POS_GRID};
+use super::modules::{ConvStack, Dinov2Encoder, Mlp};
+use super::token_grid;
+use super::weights::Weights;
+use crate::geometry::resize::{resize_bicubic_scaled, resize_bilinear_antialias};
+use crate::geometry::uv::view_plane_uv_planar;
+use crate::infer::{forward_maps, postprocess, InferOptions, Prediction};
+
+/// A loaded MoGe-2 model on one device.
+pub struct Model {
+    pub config: ModelConfig,
+    pub device: Device,
+    encoder: Dinov2Encoder,
+    neck: ConvStack,
+    points_head: Option<ConvStack>,
+    normal_head: Option<ConvStack>,
+    mask_head: Option<ConvStack>,
+    scale_head: Option<Mlp>,
+    /// Interpolated position embeddings per token grid, on the device.
+    pos_cache: Mutex<HashMap<(usize, usize), Tensor>>,
+    /// Host copy of the 37x37 embedding as (D, 37, 37) planes, for the bicubic resize.
+    pos_planes: Vec<f32>,
+    pos_cls: Vec<f32>,
+}
+
+/// A decoded image made ready for the network (host work, any thread).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub width: usize,
+    pub height: usize,
+    /// ViT token grid (rows, cols).
+    pub grid: (usize, usize),
+    /// Normalised (3, 14·rows, 14·cols) input.
+    pub input: Vec<f32>,
+}
+
+/// Head outputs before the resize to the input size, planar on the host.
+#[derive(Debug, Clone)]
+pub struct RawOutput {
+    /// (16·rows, 16·cols) for the MoGe-2 heads.
+    pub size: (usize, usize),
+    pub points: Vec<f32>,
+    pub normal: Option<Vec<f32>>,
+    pub mask: Option<Vec<f32>>,
+    /// Scale head output before `exp`.
+    pub metric_scale: Option<f32>,
+}
+
+/// Every intermediate of one forward, for per-stage parity checks.
+pub struct Stages {
+    pub pos_embed: Tensor,
+    pub taps: Vec<Tensor>,
+    pub features: Tensor,
+    pub cls_token: Tensor,
+    pub neck: Vec<Tensor>,
+    pub heads: Vec<(&'static str, Vec<Tensor>)>,
+    pub raw: RawOutput,
+}
+
+impl Model {
+    /// Loads a checkpoint (`model.pt`, or `.safetensors` + JSON config) onto `device`.
+    pub fn load(path: &Path, device: &Device) -> Result<Self> {
+        let ck = Checkpoint::read(path)?;
+        Self::from_checkpoint(ck, device)
+    }
+
+    pub fn from_checkpoint(ck: Checkpoint, device: &Device) -> Result<Self> {
+        let path = ck.path.clone();
+        Self::build(ck.config, ck.tensors, device).with_context(|| format!("{}: wrong checkpoint", path.display()))
+    }
+
+    pub fn build(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Self> {
+        let mut w = Weights::new(tensors, device, DType::F32);
+        // Width and depth are read off the state dict and checked against the backbone name.
+        let dim = w.shape_of("encoder.backbone.cls_token").and_then(|s| s.last().copied()).unwrap_or(0);
+        let depth = w
+            .keys()
+            .filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok())
+            .max()
+            .map_or(0, |d| d + 1);
+        let spec = BackboneSpec::from_name(&config.encoder.backbone, dim, depth).map_err(anyhow::Error::msg)?;
+        let encoder = Dinov2Encoder::load(&mut w, &config.encoder, spec.embed_dim, spec.depth, spec.num_heads)?;
+        let neck = ConvStack::load(&mut w, "neck", &config.neck)?;
+        let head = |w: &mut Weights, name: &str, cfg: &Option<super::config::ConvStackConfig>| -> Result<Option<ConvStack>> {
+            cfg.as_ref().map(|c| ConvStack::load(w, name, c)).transpose()
+        };
+        let points_head = head(&mut w, "points_head", &config.points_head)?;
+        let normal_head = head(&mut w, "normal_head", &config.normal_head)?;
+        let mask_head = head(&mut w, "mask_head", &config.mask_head)?;
+        let scale_head = config.scale_head.as_ref().map(|c| Mlp::load(&mut w, "scale_head", &c.dims)).transpose()?;
+        w.finish()?;
+        if points_head.is_none() {
+            bail!("the model has no points head");
+        }
+
+        let pe = encoder.backbone.pos_embed.to_device(&Device::Cpu)?;
+        let pos_cls = pe.get(0)?.to_vec1::<f32>()?;
+        let pos_planes = pe.narrow(0, 1, POS_GRID * POS_GRID)?.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        Ok(Self {
+            config,
+            device: device.clone(),
+            encoder,
+            neck,
+            points_head,
+            normal_head,
+            mask_head,
+            scale_head,
+            pos_cache: Mutex::new(HashMap::new()),
+            pos_planes,
+            pos_cls,
+        })
+    }
+
+    pub fn has_normal(&self) -> bool {
+        self.normal_head.is_some()
+    }
+
+    /// Host preprocessing: u8 RGB (H, W, 3) → [0,1] float → antialiased bilinear resize to the
+    /// ViT input → ImageNet normalisation.
+    pub fn prepare(&self, rgb: &[u8], width: usize, height: usize, num_tokens: u32) -> Prepared {
+        assert_eq!(rgb.len(), width * height * 3);
+        let n = width * height;
+        let mut planar = vec![0f32; 3 * n];
+        for (i, px) in rgb.chunks_exact(3).enumerate() {
+            for c in 0..3 {
+                // numpy `image / 255` in float64, then cast to float32, as the upstream CLI.
+                planar[c * n + i] = (px[c] as f64 / 255.0) as f32;
+            }
+        }
+        self.prepare_float(&planar, width, height, num_tokens)
+    }
+
+    /// As [`Model::prepare`] for a planar (3, H, W) float image in [0, 1].
+    pub fn prepare_float(&self, planar: &[f32], width: usize, height: usize, num_tokens: u32) -> Prepared {
+        let grid = token_grid(width, height, num_tokens);
+        let (ih, iw) = (grid.0 * PATCH_SIZE, grid.1 * PATCH_SIZE);
+        let mut input = resize_bilinear_antialias(planar, 3, height, width, ih, iw);
+        let plane = ih * iw;
+        for c in 0..3 {
+            let (m, s) = (self.encoder.image_mean[c], self.encoder.image_std[c]);
+            input[c * plane..(c + 1) * plane].iter_mut().for_each(|v| *v = (*v - m) / s);
+        }
+        Prepared { width, height, grid, input }
+    }
+
+    /// `interpolate_pos_encoding`: the 37x37 table as is for a 37x37 grid, else bicubic with
+    /// DINOv2's 0.1 offset in the scale factor. Cached per grid.
+    pub fn pos_embed(&self, rows: usize, cols: usize) -> Result<Tensor> {
+        if let Some(t) = self.pos_cache.lock().unwrap().get(&(rows, cols)) {
+            return Ok(t.clone());
+        }
+        let dim = self.pos_cls.len();
+        let t = if rows == POS_GRID && cols == POS_GRID {
+            self.encoder.backbone.pos_embed.clone()
+        } else {
+            let sy = (rows as f64 + 0.1) / POS_GRID as f64;
+            let sx = (cols as f64 + 0.1) / POS_GRID as f64;
+            let planes = resize_bicubic_scaled(&self.pos_planes, dim, POS_GRID, POS_GRID, rows, cols, sy, sx);
+            let patch = Tensor::from_vec(planes, (dim, rows * cols), &Device::Cpu)?.t()?;
+            let cls = Tensor::from_slice(&self.pos_cls, (1, dim), &Device::Cpu)?;
+            Tensor::cat(&[&cls, &patch], 0)?.contiguous()?.to_device(&self.device)?
+        };
+        self.pos_cache.lock().unwrap().insert((rows, cols), t.clone());
+        Ok(t)
+    }
+
+    /// The network on one prepared image.
+    pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
+        Ok(self.forward_stages(prep)?.raw)
+    }
+
+    /// The network, keeping every intermediate.
+    pub fn forward_stages(&self, prep: &Prepared) -> Result<Stages> {
+        let (rows, cols) = prep.grid;
+        let aspect = prep.width as f64 / prep.height as f64;
+        let image = Tensor::from_slice(&prep.input, (3, rows * PATCH_SIZE, cols * PATCH_SIZE), &self.device)?;
+        let pos_embed = self.pos_embed(rows, cols)?;
+        let enc = self.encoder.forward(&image, rows, cols, &pos_embed)?;
+
+        // UV conditioning per level: the aspect is the input image's, not the grid's.
+        let mut levels = Vec::with_capacity(5);
+        for level in 0..5 {
+            let (h, w) = (rows << level, cols << level);
+            let uv = Tensor::from_vec(view_plane_uv_planar(w, h, aspect), (2, h, w), &self.device)?;
+            levels.push(if level == 0 { Tensor::cat(&[&enc.features, &uv], 0)? } else { uv });
+        }
+        let inputs: Vec<Option<&Tensor>> = levels.iter().map(Some).collect();
+        let neck = self.neck.forward(&inputs)?;
+        let neck_in: Vec<Option<&Tensor>> = neck.iter().map(Some).collect();
+
+        let mut heads = Vec::new();
+        let mut last = |name: &'static str, head: &Option<ConvStack>| -> Result<Option<Vec<f32>>> {
+            let Some(h) = head else { return Ok(None) };
+            let outs = h.forward(&neck_in)?;
+            let v = outs.last().unwrap().to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+            heads.push((name, outs));
+            Ok(Some(v))
+        };
+        let points = last("points_head", &self.points_head)?.unwrap();
+        let normal = last("normal_head", &self.normal_head)?;
+        let mask = last("mask_head", &self.mask_head)?;
+        let size = {
+            let t = heads[0].1.last().unwrap();
+            (t.dim(1)?, t.dim(2)?)
+        };
+        let metric_scale = match &self.scale_head {
+            Some(m) => Some(m.forward(&enc.cls_token)?.flatten_all()?.to_vec1::<f32>()?[0]),
+            None => None,
+        };
+        Ok(Stages {
+            pos_embed,
+            taps: enc.taps,
+            features: enc.features,
+            cls_token: enc.cls_token,
+            neck,
+            heads,
+            raw: RawOutput { size, points, normal, mask, metric_scale },
+        })
+    }
+
+    /// Host post-processing of one forward (any thread).
+    pub fn postprocess(&self, raw: &RawOutput, prep_meta: (usize, usize, (usize, usize)), opts: &InferOptions) -> Prediction {
+        let (width, height, grid) = prep_meta;
+        let maps = forward_maps(raw, self.config.remap_output, width, height);
+        postprocess(maps, width, height, grid, opts)
+    }
+
+    /// `infer()` on one 8-bit RGB image: prepare, forward, post-process.
+    pub fn infer(&self, image: &image::RgbImage, opts: &InferOptions) -> Result<Prediction> {
+        let (w, h) = (image.width() as usize, image.height() as usize);
+        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range));
+        let raw = self.forward(&prep)?;
+        Ok(self.postprocess(&raw, (w, h, prep.grid), opts))
+    }
+}

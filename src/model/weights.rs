@@ -1,0 +1,77 @@
+//! Strict weight binding: every tensor the network asks for must be in the checkpoint with the
+//! right shape, and every tensor in the checkpoint must be used. Problems are collected, not
+//! thrown one at a time, so a single error lists everything that is wrong.
+
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::{bail, Result};
+use candle_core::{DType, Device, Tensor};
+
+pub struct Weights {
+    tensors: HashMap<String, Tensor>,
+    used: BTreeSet<String>,
+    missing: Vec<String>,
+    mismatched: Vec<String>,
+    device: Device,
+    dtype: DType,
+}
+
+impl Weights {
+    pub fn new(tensors: HashMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
+        Self { tensors, used: BTreeSet::new(), missing: vec![], mismatched: vec![], device: device.clone(), dtype }
+    }
+
+    /// The tensor `key` moved to the model device, checked against `shape`. A missing or
+    /// misshapen tensor is recorded and replaced by zeros so that binding can go on.
+    pub fn get(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
+        match self.tensors.get(key) {
+            None => {
+                self.missing.push(format!("{key} {shape:?}"));
+                Ok(Tensor::zeros(shape, self.dtype, &self.device)?)
+            }
+            Some(t) if t.dims() != shape => {
+                self.mismatched.push(format!("{key}: checkpoint {:?}, model {shape:?}", t.dims()));
+                self.used.insert(key.to_owned());
+                Ok(Tensor::zeros(shape, self.dtype, &self.device)?)
+            }
+            Some(t) => {
+                self.used.insert(key.to_owned());
+                Ok(t.to_device(&self.device)?.to_dtype(self.dtype)?)
+            }
+        }
+    }
+
+    /// The shape of `key` in the checkpoint, if present (to read architecture from it).
+    pub fn shape_of(&self, key: &str) -> Option<Vec<usize>> {
+        self.tensors.get(key).map(|t| t.dims().to_vec())
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.tensors.keys()
+    }
+
+    /// Fails, listing every problem, unless the checkpoint matched the network exactly.
+    pub fn finish(self) -> Result<()> {
+        let mut unexpected: Vec<&String> = self.tensors.keys().filter(|k| !self.used.contains(*k)).collect();
+        unexpected.sort();
+        if self.missing.is_empty() && self.mismatched.is_empty() && unexpected.is_empty() {
+            return Ok(());
+        }
+        let mut msg = String::from("the state dict does not match the architecture in its model_config");
+        let list = |msg: &mut String, title: &str, items: &[String]| {
+            if !items.is_empty() {
+                msg.push_str(&format!("\n  {title} ({}):", items.len()));
+                for it in items.iter().take(40) {
+                    msg.push_str(&format!("\n    {it}"));
+                }
+                if items.len() > 40 {
+                    msg.push_str(&format!("\n    ... and {} more", items.len() - 40));
+                }
+            }
+        };
+        list(&mut msg, "missing keys", &self.missing);
+        list(&mut msg, "unexpected keys", &unexpected.into_iter().cloned().collect::<Vec<_>>());
+        list(&mut msg, "shape mismatches", &self.mismatched);
+        bail!(msg)
+    }
+}

@@ -1,0 +1,1 @@
+//! The streaming batch pipeline (decode threads → one device worker → encode threads).

@@ -1,0 +1,2 @@
+//! Shared helpers for the integration tests (`mod common;`): `synth` regenerates the synthetic test weights.
+pub mod synth;
