@@ -327,7 +327,9 @@ def make_cases(models: dict) -> list:
             "grid": [int(x) for x in r["grid"]],
         })
     with open(FIX / "cases.json", "w") as f:
-        json.dump({"seed": SEED, "cases": listing}, f, indent=1)
+        checkpoints = {f"{k}.pt": {"embed_dim": v["embed_dim"], "depth": v["depth"], "num_heads": v["embed_dim"] // 64,
+                                   "shaped": v["shaped"], "seed": SEED} for k, v in CHECKPOINTS.items()}
+        json.dump({"seed": SEED, "checkpoints": checkpoints, "cases": listing}, f, indent=1)
         f.write("\n")
     return summaries
 

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 
 use super::checkpoint::Checkpoint;
-use super::config::{BackboneSpec, ModelConfig};
+use super::config::{BackboneSpec, ConvStackConfig, ModelConfig};
 use super::dinov2::{PATCH_SIZE, POS_GRID};
 use super::modules::{ConvStack, Dinov2Encoder, Mlp};
 use super::token_grid;
@@ -32,6 +32,42 @@ pub struct Model {
     /// Host copy of the 37x37 embedding as (D, 37, 37) planes, for the bicubic resize.
     pos_planes: Vec<f32>,
     pos_cls: Vec<f32>,
+}
+
+/// The modules of `MoGeModel`, bound to a state dict.
+struct Parts {
+    encoder: Dinov2Encoder,
+    neck: ConvStack,
+    points_head: Option<ConvStack>,
+    normal_head: Option<ConvStack>,
+    mask_head: Option<ConvStack>,
+    scale_head: Option<Mlp>,
+}
+
+impl Parts {
+    fn bind(config: &ModelConfig, w: &mut Weights) -> Result<Self> {
+        // Width and depth are read off the state dict and checked against the backbone name.
+        let dim = w.shape_of("encoder.backbone.cls_token").and_then(|s| s.last().copied()).unwrap_or(0);
+        let depth = w
+            .keys()
+            .filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok())
+            .max()
+            .map_or(0, |d| d + 1);
+        let spec = BackboneSpec::from_name(&config.encoder.backbone, dim, depth).map_err(anyhow::Error::msg)?;
+        let encoder = Dinov2Encoder::load(w, &config.encoder, spec.embed_dim, spec.depth, spec.num_heads)?;
+        let neck = ConvStack::load(w, "neck", &config.neck)?;
+        let head = |w: &mut Weights, name: &str, cfg: &Option<ConvStackConfig>| -> Result<Option<ConvStack>> {
+            cfg.as_ref().map(|c| ConvStack::load(w, name, c)).transpose()
+        };
+        Ok(Self {
+            encoder,
+            neck,
+            points_head: head(w, "points_head", &config.points_head)?,
+            normal_head: head(w, "normal_head", &config.normal_head)?,
+            mask_head: head(w, "mask_head", &config.mask_head)?,
+            scale_head: config.scale_head.as_ref().map(|c| Mlp::load(w, "scale_head", &c.dims)).transpose()?,
+        })
+    }
 }
 
 /// A decoded image made ready for the network (host work, any thread).
@@ -82,28 +118,12 @@ impl Model {
 
     pub fn build(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Self> {
         let mut w = Weights::new(tensors, device, DType::F32);
-        // Width and depth are read off the state dict and checked against the backbone name.
-        let dim = w.shape_of("encoder.backbone.cls_token").and_then(|s| s.last().copied()).unwrap_or(0);
-        let depth = w
-            .keys()
-            .filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok())
-            .max()
-            .map_or(0, |d| d + 1);
-        let spec = BackboneSpec::from_name(&config.encoder.backbone, dim, depth).map_err(anyhow::Error::msg)?;
-        let encoder = Dinov2Encoder::load(&mut w, &config.encoder, spec.embed_dim, spec.depth, spec.num_heads)?;
-        let neck = ConvStack::load(&mut w, "neck", &config.neck)?;
-        let head = |w: &mut Weights, name: &str, cfg: &Option<super::config::ConvStackConfig>| -> Result<Option<ConvStack>> {
-            cfg.as_ref().map(|c| ConvStack::load(w, name, c)).transpose()
-        };
-        let points_head = head(&mut w, "points_head", &config.points_head)?;
-        let normal_head = head(&mut w, "normal_head", &config.normal_head)?;
-        let mask_head = head(&mut w, "mask_head", &config.mask_head)?;
-        let scale_head = config.scale_head.as_ref().map(|c| Mlp::load(&mut w, "scale_head", &c.dims)).transpose()?;
+        let parts = Parts::bind(&config, &mut w)?;
         w.finish()?;
+        let Parts { encoder, neck, points_head, normal_head, mask_head, scale_head } = parts;
         if points_head.is_none() {
             bail!("the model has no points head");
         }
-
         let pe = encoder.backbone.pos_embed.to_device(&Device::Cpu)?;
         let pos_cls = pe.get(0)?.to_vec1::<f32>()?;
         let pos_planes = pe.narrow(0, 1, POS_GRID * POS_GRID)?.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
@@ -120,6 +140,14 @@ impl Model {
             pos_planes,
             pos_cls,
         })
+    }
+
+    /// The state-dict keys and shapes `config` needs (published backbones only, whose width and
+    /// depth are fixed by name).
+    pub fn state_dict_shapes(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>> {
+        let mut w = Weights::new(HashMap::new(), &Device::Cpu, DType::F32);
+        Parts::bind(config, &mut w)?;
+        Ok(w.requested().to_vec())
     }
 
     pub fn has_normal(&self) -> bool {

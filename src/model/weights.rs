@@ -10,6 +10,8 @@ use candle_core::{DType, Device, Tensor};
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
     used: BTreeSet<String>,
+    /// Every (key, shape) the network asked for, in order.
+    requested: Vec<(String, Vec<usize>)>,
     missing: Vec<String>,
     mismatched: Vec<String>,
     device: Device,
@@ -18,12 +20,13 @@ pub struct Weights {
 
 impl Weights {
     pub fn new(tensors: HashMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
-        Self { tensors, used: BTreeSet::new(), missing: vec![], mismatched: vec![], device: device.clone(), dtype }
+        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], device: device.clone(), dtype }
     }
 
     /// The tensor `key` moved to the model device, checked against `shape`. A missing or
     /// misshapen tensor is recorded and replaced by zeros so that binding can go on.
     pub fn get(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
+        self.requested.push((key.to_owned(), shape.to_vec()));
         match self.tensors.get(key) {
             None => {
                 self.missing.push(format!("{key} {shape:?}"));
@@ -48,6 +51,11 @@ impl Weights {
 
     pub fn keys(&self) -> impl Iterator<Item = &String> {
         self.tensors.keys()
+    }
+
+    /// The keys and shapes the network asked for.
+    pub fn requested(&self) -> &[(String, Vec<usize>)] {
+        &self.requested
     }
 
     /// Fails, listing every problem, unless the checkpoint matched the network exactly.
