@@ -24,7 +24,7 @@ fn check_stages(ckpt: &str) {
     assert_eq!(prep.grid, (grid[[0]] as usize, grid[[1]] as usize), "token grid");
     assert_close("vit_input", &prep.input, &z.vec_f32("vit_input"), 1e-6);
 
-    let st = model.forward_stages(&prep).unwrap();
+    let st = model.forward_stages(&prep, None).unwrap();
     assert_close("pos_embed", &tensor_vec(&st.pos_embed), &z.vec_f32("pos_embed"), 1e-6);
     let taps = z.i64("intermediate_layers");
     assert_eq!(st.taps.len(), taps.len());

@@ -1,6 +1,7 @@
 //! The `moge` command line. Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal
 //! error (weights that do not load, an output that cannot be written), 130 interrupted.
 
+mod bench;
 mod predict;
 
 use std::path::PathBuf;
@@ -23,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Predict geometry for image files.
     Predict(predict::PredictArgs),
+    /// Time the model: cold start, warm per-image time, stages, peak memory.
+    Bench(bench::BenchArgs),
 }
 
 /// Where the weights come from.
@@ -109,6 +112,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(code) => code,

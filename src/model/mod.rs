@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod cpu;
 pub mod dinov2;
 pub mod modules;
 pub mod v2;

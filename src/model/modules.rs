@@ -4,6 +4,7 @@
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 
+use super::cpu::conv3x3::Conv3x3Op;
 use super::config::{ConvStackConfig, EncoderConfig};
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
@@ -31,15 +32,36 @@ impl Conv1x1 {
 pub struct Conv3x3 {
     weight: Tensor, // (cout, cin, 3, 3)
     bias: Tensor,   // (1, cout, 1, 1)
+    /// The CPU kernel (weights kept on the host), used when the model lives on the CPU.
+    cpu: Option<[Conv3x3Op; 2]>,
 }
 
 impl Conv3x3 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
-        let bias = w.get(&format!("{p}.bias"), &[cout])?.reshape((1, cout, 1, 1))?;
-        Ok(Self { weight, bias })
+        let bias = w.get(&format!("{p}.bias"), &[cout])?;
+        let cpu = if weight.device().is_cpu() {
+            let wv = weight.flatten_all()?.to_vec1::<f32>()?;
+            let bv = bias.to_vec1::<f32>()?;
+            let op = |relu_input| Conv3x3Op { weight: wv.clone(), bias: bv.clone(), cin, cout, relu_input };
+            Some([op(false), op(true)])
+        } else {
+            None
+        };
+        Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_impl(x, false)
+    }
+    /// conv(relu(x)), with the ReLU fused into the CPU kernel.
+    pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_impl(x, true)
+    }
+    fn forward_impl(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+        if let (Some(ops), true) = (&self.cpu, x.device().is_cpu()) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&ops[relu as usize])?);
+        }
+        let x = if relu { x.relu()? } else { x.clone() };
         let x = x.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?.unsqueeze(0)?;
         let y = x.conv2d(&self.weight, 0, 1, 1, 1)?.broadcast_add(&self.bias)?;
         Ok(y.squeeze(0)?)
@@ -82,8 +104,8 @@ impl ResidualConvBlock {
         Ok(Self { conv_a: Conv3x3::load(w, &format!("{p}.layers.2"), c, hidden)?, conv_b: Conv3x3::load(w, &format!("{p}.layers.5"), hidden, c)? })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.conv_a.forward(&x.relu()?)?;
-        let y = self.conv_b.forward(&y.relu()?)?;
+        let y = self.conv_a.forward_relu(x)?;
+        let y = self.conv_b.forward_relu(&y)?;
         Ok((x + y)?)
     }
 }

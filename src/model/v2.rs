@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -205,16 +206,28 @@ impl Model {
 
     /// The network on one prepared image.
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
-        Ok(self.forward_stages(prep)?.raw)
+        Ok(self.forward_stages(prep, None)?.raw)
     }
 
-    /// The network, keeping every intermediate.
-    pub fn forward_stages(&self, prep: &Prepared) -> Result<Stages> {
+    /// The network, keeping every intermediate; with `timings`, the wall time of each part
+    /// (encoder, neck, each head, scale head) is appended. Timings are exact on the CPU, where
+    /// every op completes before it returns; an asynchronous device needs a sync per part.
+    pub fn forward_stages(&self, prep: &Prepared, mut timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Stages> {
+        let mut clock = Instant::now();
+        let mut lap = |name: &'static str, timings: &mut Option<&mut Vec<(&'static str, Duration)>>| {
+            if let Some(t) = timings.as_mut() {
+                let _ = self.device.synchronize();
+                let now = Instant::now();
+                t.push((name, now - clock));
+                clock = now;
+            }
+        };
         let (rows, cols) = prep.grid;
         let aspect = prep.width as f64 / prep.height as f64;
         let image = Tensor::from_slice(&prep.input, (3, rows * PATCH_SIZE, cols * PATCH_SIZE), &self.device)?;
         let pos_embed = self.pos_embed(rows, cols)?;
         let enc = self.encoder.forward(&image, rows, cols, &pos_embed)?;
+        lap("encoder", &mut timings);
 
         // UV conditioning per level: the aspect is the input image's, not the grid's.
         let mut levels = Vec::with_capacity(5);
@@ -225,19 +238,21 @@ impl Model {
         }
         let inputs: Vec<Option<&Tensor>> = levels.iter().map(Some).collect();
         let neck = self.neck.forward(&inputs)?;
+        lap("neck", &mut timings);
         let neck_in: Vec<Option<&Tensor>> = neck.iter().map(Some).collect();
 
         let mut heads = Vec::new();
-        let mut last = |name: &'static str, head: &Option<ConvStack>| -> Result<Option<Vec<f32>>> {
+        let mut last = |name: &'static str, head: &Option<ConvStack>, timings: &mut Option<&mut Vec<(&'static str, Duration)>>| -> Result<Option<Vec<f32>>> {
             let Some(h) = head else { return Ok(None) };
             let outs = h.forward(&neck_in)?;
             let v = outs.last().unwrap().to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
             heads.push((name, outs));
+            lap(name, timings);
             Ok(Some(v))
         };
-        let points = last("points_head", &self.points_head)?.unwrap();
-        let normal = last("normal_head", &self.normal_head)?;
-        let mask = last("mask_head", &self.mask_head)?;
+        let points = last("points_head", &self.points_head, &mut timings)?.unwrap();
+        let normal = last("normal_head", &self.normal_head, &mut timings)?;
+        let mask = last("mask_head", &self.mask_head, &mut timings)?;
         let size = {
             let t = heads[0].1.last().unwrap();
             (t.dim(1)?, t.dim(2)?)
@@ -246,6 +261,7 @@ impl Model {
             Some(m) => Some(m.forward(&enc.cls_token)?.flatten_all()?.to_vec1::<f32>()?[0]),
             None => None,
         };
+        lap("scale_head", &mut timings);
         Ok(Stages {
             pos_embed,
             taps: enc.taps,

@@ -1,0 +1,253 @@
+//! `moge bench`: cold start, warm per-image time (median, p90, min over N runs), a breakdown by
+//! stage and peak memory, with the conditions stated beside every number.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+
+use super::{InferArgs, ModelArgs, EXIT_OK};
+use crate::Device;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// An image file to time (default: a synthetic photo-like JPEG of --size).
+    #[arg(value_name = "IMAGE")]
+    pub input: Option<PathBuf>,
+    /// Size of the synthetic image, WxH.
+    #[arg(long, default_value = "640x480", value_parser = parse_size)]
+    pub size: (u32, u32),
+    /// Timed runs after the warm-up.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+    /// Untimed warm-up runs.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub infer: InferArgs,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("'{s}' is not WxH"))?;
+    let w: u32 = w.parse().map_err(|_| format!("'{s}' is not WxH"))?;
+    let h: u32 = h.parse().map_err(|_| format!("'{s}' is not WxH"))?;
+    if w < crate::image_io::MIN_SIDE || h < crate::image_io::MIN_SIDE || (w as u64 * h as u64) > crate::image_io::MAX_PIXELS {
+        return Err(format!("{w}x{h} is outside the supported image sizes"));
+    }
+    Ok((w, h))
+}
+
+/// A smooth, textured test picture (so JPEG decoding and resizing do real work).
+fn synthetic(w: u32, h: u32) -> image::RgbImage {
+    image::RgbImage::from_fn(w, h, |x, y| {
+        let (fx, fy) = (x as f32 / w as f32, y as f32 / h as f32);
+        let n = ((x.wrapping_mul(73_856_093) ^ y.wrapping_mul(19_349_663)) % 32) as f32;
+        image::Rgb([(200.0 * fx + n) as u8, (180.0 * fy + n) as u8, (120.0 * (1.0 - fx * fy) + n) as u8])
+    })
+}
+
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn secs(&self) -> Vec<f64> {
+        let mut v: Vec<f64> = self.0.iter().map(Duration::as_secs_f64).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+    fn median(&self) -> f64 {
+        let v = self.secs();
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            0.5 * (v[n / 2 - 1] + v[n / 2])
+        }
+    }
+    /// Nearest-rank 90th percentile.
+    fn p90(&self) -> f64 {
+        let v = self.secs();
+        v[((0.9 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+    }
+    fn min(&self) -> f64 {
+        self.secs()[0]
+    }
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), in bytes.
+pub fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_owned()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+pub fn threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+pub fn run(args: BenchArgs) -> Result<i32> {
+    let tmp = tempdir()?;
+    let input: PathBuf = match &args.input {
+        Some(p) => p.clone(),
+        None => {
+            let p = tmp.join("synthetic.jpg");
+            synthetic(args.size.0, args.size.1).save(&p).context("cannot write the synthetic image")?;
+            p
+        }
+    };
+    let weights = args.model.checkpoint()?;
+    let t0 = Instant::now();
+    let model = crate::Model::load(&weights, &Device::Cpu)?;
+    let cold = t0.elapsed();
+    let opts = args.infer.options();
+    let tokens = opts.tokens(model.config.num_tokens_range);
+
+    let stage_names = ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "resize+remap", "focal/shift+projection", "write npz"];
+    let mut per_stage: Vec<Vec<Duration>> = vec![vec![]; stage_names.len()];
+    let mut totals = Vec::new();
+    let mut size = (0, 0);
+    let mut grid = (0, 0);
+    for run in 0..args.warmup + args.runs {
+        let mut laps: Vec<(&'static str, Duration)> = Vec::new();
+        let start = Instant::now();
+        let mut t = Instant::now();
+        let mut lap = |name: &'static str, laps: &mut Vec<(&'static str, Duration)>| {
+            let now = Instant::now();
+            laps.push((name, now - t));
+            t = now;
+        };
+        let img = crate::image_io::load_rgb(&input, true)?;
+        lap("decode", &mut laps);
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        let prep = model.prepare(img.as_raw(), w, h, tokens);
+        lap("preprocess", &mut laps);
+        let mut fwd_laps = Vec::new();
+        let stages = model.forward_stages(&prep, Some(&mut fwd_laps))?;
+        laps.extend(fwd_laps);
+        t = Instant::now();
+        let maps = crate::infer::forward_maps(&stages.raw, model.config.remap_output, w, h);
+        let mut lap2 = |name: &'static str, laps: &mut Vec<(&'static str, Duration)>| {
+            let now = Instant::now();
+            laps.push((name, now - t));
+            t = now;
+        };
+        lap2("resize+remap", &mut laps);
+        let pred = crate::infer::postprocess(maps, w, h, prep.grid, &opts);
+        lap2("focal/shift+projection", &mut laps);
+        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, true)?;
+        lap2("write npz", &mut laps);
+        let total = start.elapsed();
+        if run >= args.warmup {
+            totals.push(total);
+            for (name, d) in laps {
+                if let Some(i) = stage_names.iter().position(|n| *n == name) {
+                    per_stage[i].push(d);
+                }
+            }
+        }
+        size = (w, h);
+        grid = prep.grid;
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    let totals = Samples(totals);
+    let peak = peak_rss();
+    let source = match &args.input {
+        Some(p) => p.display().to_string(),
+        None => "synthetic JPEG".to_owned(),
+    };
+    let conditions = json!({
+        "weights": weights.display().to_string(),
+        "backbone": model.config.encoder.backbone,
+        "num_tokens": tokens,
+        "grid": [grid.0, grid.1],
+        "image": source,
+        "image_size": [size.0, size.1],
+        "precision": "f32",
+        "device": "cpu",
+        "threads": threads(),
+        "cpu": cpu_name(),
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let stages: Vec<(&str, Samples)> = stage_names
+        .iter()
+        .zip(per_stage)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| (*n, Samples(v)))
+        .collect();
+    if args.json {
+        let st: serde_json::Map<String, serde_json::Value> = stages
+            .iter()
+            .map(|(n, s)| (n.to_string(), json!({"median_s": s.median(), "min_s": s.min(), "p90_s": s.p90()})))
+            .collect();
+        let out = json!({
+            "conditions": conditions,
+            "cold_start_s": cold.as_secs_f64(),
+            "per_image_s": {"median": totals.median(), "p90": totals.p90(), "min": totals.min(), "all": totals.0.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()},
+            "stages": st,
+            "peak_rss_bytes": peak,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(EXIT_OK);
+    }
+    println!(
+        "moge bench: {} ({}), {} tokens (grid {}x{}), {} {}x{}, f32, CPU, {} threads, {}",
+        model.config.encoder.backbone,
+        weights.display(),
+        tokens,
+        grid.0,
+        grid.1,
+        source,
+        size.0,
+        size.1,
+        threads(),
+        cpu_name()
+    );
+    println!("cold start (load weights): {:.3} s", cold.as_secs_f64());
+    println!(
+        "per image, warm, {} runs after {} warm-up: median {:.3} s, p90 {:.3} s, min {:.3} s",
+        args.runs,
+        args.warmup,
+        totals.median(),
+        totals.p90(),
+        totals.min()
+    );
+    let sum: f64 = stages.iter().map(|(_, s)| s.median()).sum();
+    println!("{:<24} {:>10} {:>10} {:>7}", "stage", "median s", "min s", "share");
+    for (name, s) in &stages {
+        println!("{:<24} {:>10.4} {:>10.4} {:>6.1}%", name, s.median(), s.min(), 100.0 * s.median() / sum);
+    }
+    if let Some(p) = peak {
+        println!("peak memory (RSS high-water mark): {:.0} MiB", p as f64 / (1024.0 * 1024.0));
+    }
+    Ok(EXIT_OK)
+}
+
+fn tempdir() -> Result<PathBuf> {
+    let p = std::env::temp_dir().join(format!("moge-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&p).with_context(|| format!("{}: cannot create", p.display()))?;
+    if !p.is_dir() {
+        bail!("{}: not a directory", p.display());
+    }
+    Ok(p)
+}
+
