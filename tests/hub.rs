@@ -410,3 +410,42 @@ fn info_verify_finds_a_damaged_cached_file() {
     let list: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(entry(&list, MODEL)["verified"], false);
 }
+
+#[test]
+fn the_cache_location_follows_the_huggingface_variables() {
+    let env = Env::new();
+    let home = env.dir.path();
+    let cache_line = |vars: &[(&str, &str)]| {
+        let out = env.run("http://127.0.0.1:9", &["info"], vars);
+        assert_eq!(out.code, 0, "{out:?}");
+        out.stdout.lines().next().unwrap().to_string()
+    };
+    let elsewhere = home.join("elsewhere");
+    let xdg = home.join("xdg");
+    let expect = |p: PathBuf| format!("Hugging Face cache: {}", p.display());
+    assert_eq!(cache_line(&[]), expect(env.cache()));
+    assert_eq!(cache_line(&[("HF_HUB_CACHE", elsewhere.to_str().unwrap())]), expect(elsewhere.clone()));
+    // An empty HF_HOME counts as unset.
+    assert_eq!(cache_line(&[("HF_HOME", ""), ("XDG_CACHE_HOME", xdg.to_str().unwrap())]), expect(xdg.join("huggingface/hub")));
+    assert_eq!(cache_line(&[("HF_HOME", "")]), expect(home.join(".cache/huggingface/hub")));
+
+    // And downloads go there.
+    let hub = FakeHub::start(REPO, Behaviour::default());
+    let out = env.run(&hub.url, &["download", "--model", MODEL], &[("HF_HUB_CACHE", elsewhere.to_str().unwrap())]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(fs::read(elsewhere.join(REPO_DIR).join("blobs").join(&hub.sha256)).unwrap(), hub.payload);
+    assert!(!env.cache().exists());
+}
+
+#[test]
+fn several_models_are_fetched_and_one_failure_fails_the_command() {
+    // The fake hub only has vits-normal: vitl answers 404.
+    let hub = FakeHub::start(REPO, Behaviour::default());
+    let env = Env::new();
+    let out = env.run(&hub.url, &["download", "--model", MODEL, "--model", "vitl", "--model", MODEL], &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_eq!(out.stdout.lines().filter(|l| l.starts_with("vits-normal:")).count(), 1, "once each: {out:?}");
+    let last = out.stderr.trim().lines().last().unwrap();
+    assert!(last.contains("Ruicheng/moge-2-vitl ") && last.contains("HTTP 404"), "{out:?}");
+    assert_eq!(fs::read(env.pointer(COMMIT)).unwrap(), hub.payload);
+}

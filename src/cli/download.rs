@@ -18,11 +18,15 @@ pub struct DownloadArgs {
 
 pub fn run(args: DownloadArgs) -> Result<i32> {
     let hub = Hub::from_env()?;
-    let mut names = args.models;
+    let mut names: Vec<String> = Vec::new();
+    for n in args.models {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
     if names.is_empty() {
         names.push(DEFAULT_MODEL.to_string());
     }
-    names.dedup();
     let mut failed = 0usize;
     for name in &names {
         let target = Target::new(name, &args.revision)?;
@@ -47,7 +51,7 @@ fn get(hub: &Hub, target: &Target) -> Result<(Cached, &'static str), HubError> {
     if hub.offline {
         return hub.cached(target).map(|c| (c, "cached; HF_HUB_OFFLINE is set, the hub was not asked")).ok_or_else(|| hub.not_cached(target));
     }
-    match hub.fetch(target, true) {
+    match hub.fetch(target) {
         Ok(f) => Ok((f.cached, if f.downloaded { "downloaded" } else { "already cached" })),
         // A copy we have is still usable when the hub cannot be asked whether it is the latest.
         Err(e) if e.kind == ErrorKind::Unreachable => match hub.cached(target) {

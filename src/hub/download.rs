@@ -14,7 +14,7 @@ use hf_hub::Cache;
 use indicatif::{ProgressBar, ProgressStyle};
 use ureq::config::RedirectAuthHeaders;
 
-use super::{is_sha256, sha256_file, ErrorKind, Fetched, Hub, HubError, Target, FILENAME};
+use super::{is_sha256, sha256_file, Cached, ErrorKind, Fetched, Hub, HubError, Target, FILENAME};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A stalled transfer (no byte for this long) counts as interrupted.
@@ -64,7 +64,7 @@ fn join_origin(url: &str, path: &str) -> String {
     format!("{}{path}", &url[..origin_end])
 }
 
-pub(super) fn fetch(hub: &Hub, target: &Target, progress: bool) -> Result<Fetched, HubError> {
+pub(super) fn fetch(hub: &Hub, target: &Target) -> Result<Fetched, HubError> {
     let remote = metadata(hub, target)?;
     let cache = Cache::new(hub.cache_dir.clone()).repo(target.hf_repo());
     let blob = cache.blob_path(&remote.etag);
@@ -76,7 +76,7 @@ pub(super) fn fetch(hub: &Hub, target: &Target, progress: bool) -> Result<Fetche
         let lock_path = hub.cache_dir.join(".locks").join(target.hf_repo().folder_name()).join(format!("{}.lock", remote.etag));
         let _lock = lock(&lock_path, target).map_err(|e| io_error(hub, &lock_path, e))?;
         if !blob.is_file() {
-            download(hub, target, &remote, &blob, progress)?;
+            download(hub, target, &remote, &blob)?;
             downloaded = true;
         }
     }
@@ -86,10 +86,8 @@ pub(super) fn fetch(hub: &Hub, target: &Target, progress: bool) -> Result<Fetche
     if target.revision != remote.commit {
         cache.create_ref(&remote.commit).map_err(|e| io_error(hub, &hub.repo_dir(target.repo).join("refs"), e))?;
     }
-    let cached = hub.cached(&super::Target { revision: remote.commit.clone(), ..target.clone() }).ok_or_else(|| {
-        HubError::new(ErrorKind::Io, format!("{} did not appear in the cache after the download", pointer.display()))
-    })?;
-    Ok(Fetched { cached, downloaded })
+    let sha256 = is_sha256(&remote.etag).then(|| remote.etag.to_lowercase());
+    Ok(Fetched { cached: Cached { path: pointer, commit: remote.commit, size: remote.size, sha256 }, downloaded })
 }
 
 /// A HEAD request, as `huggingface_hub` makes it. Relative redirects (a renamed repo) are
@@ -141,26 +139,25 @@ enum Stop {
     Fatal(HubError),
 }
 
-fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path, progress: bool) -> Result<(), HubError> {
+fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path) -> Result<(), HubError> {
     let incomplete = blob.with_file_name(format!("{}.incomplete", remote.etag));
     let io = |e: std::io::Error| io_error(hub, &incomplete, e);
     // Partial data from an earlier run (or from huggingface_hub) is a prefix to resume from.
     let mut file = OpenOptions::new().create(true).append(true).open(&incomplete).map_err(io)?;
-    let bar = if progress { ProgressBar::new(remote.size) } else { ProgressBar::hidden() };
+    // Drawn on stderr, and only when that is a terminal.
+    let bar = ProgressBar::new(remote.size);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ({eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(target.name.clone());
-    if progress {
-        eprintln!(
-            "moge: downloading {} ({}, {}) into {}",
-            target.name,
-            target.describe(),
-            indicatif::HumanBytes(remote.size),
-            hub.cache_dir.display()
-        );
-    }
+    eprintln!(
+        "moge: downloading {} ({}, {}) into {}",
+        target.name,
+        target.describe(),
+        indicatif::HumanBytes(remote.size),
+        hub.cache_dir.display()
+    );
     let agent = agent(MAX_REDIRECTS);
     let mut last_stop = String::from("no data");
     for attempt in 0..ATTEMPTS {

@@ -47,7 +47,7 @@ pub fn resolve_revision(name: &str, revision: &str) -> anyhow::Result<PathBuf> {
     if let Some(cached) = hub.cached(&target) {
         return Ok(cached.path);
     }
-    Ok(hub.fetch(&target, true)?.cached.path)
+    Ok(hub.fetch(&target)?.cached.path)
 }
 
 /// The repo of a published model name.
@@ -163,13 +163,13 @@ impl Hub {
         Some(Cached { path, commit, size: meta.len(), sha256 })
     }
 
-    /// Asks the hub for `target` and makes sure the cache holds it, downloading when the cache
-    /// lacks that file. `progress` draws a bar on a terminal.
-    pub fn fetch(&self, target: &Target, progress: bool) -> Result<Fetched, HubError> {
+    /// Asks the hub for `target` and makes sure the cache holds it, downloading (with a progress
+    /// bar on a terminal) when the cache lacks that file.
+    pub fn fetch(&self, target: &Target) -> Result<Fetched, HubError> {
         if self.offline {
             return Err(self.not_cached(target));
         }
-        download::fetch(self, target, progress)
+        download::fetch(self, target)
     }
 
     /// The error for a file that is neither cached nor downloadable because HF_HUB_OFFLINE is set.
