@@ -449,3 +449,32 @@ fn several_models_are_fetched_and_one_failure_fails_the_command() {
     assert!(last.contains("Ruicheng/moge-2-vitl ") && last.contains("HTTP 404"), "{out:?}");
     assert_eq!(fs::read(env.pointer(COMMIT)).unwrap(), hub.payload);
 }
+
+#[test]
+fn more_bytes_than_announced_are_rejected() {
+    let hub = FakeHub::start(REPO, Behaviour { short_size: true, ..Default::default() });
+    let env = Env::new();
+    let out = env.run(&hub.url, &["download", "--model", MODEL], &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    let last = out.stderr.trim().lines().last().unwrap();
+    let sizes = format!("is {} bytes but the hub announced {}", hub.payload.len(), hub.payload.len() - 100);
+    assert!(last.contains(&sizes) && last.contains("deleted"), "{out:?}");
+    assert!(env.blob_names().is_empty() && !env.pointer(COMMIT).exists());
+    assert_eq!(hub.gets().len(), 1, "no point retrying");
+}
+
+#[test]
+fn a_partial_file_longer_than_the_file_is_started_over() {
+    let hub = FakeHub::start(REPO, Behaviour::default());
+    let env = Env::new();
+    let blobs = env.repo_dir().join("blobs");
+    fs::create_dir_all(&blobs).unwrap();
+    let mut stale = hub.payload.clone();
+    stale.extend_from_slice(b"junk");
+    fs::write(blobs.join(format!("{}.incomplete", hub.sha256)), stale).unwrap();
+    let out = env.run(&hub.url, &["download", "--model", MODEL], &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(hub.gets().len(), 1);
+    assert_eq!(hub.gets()[0].range, None, "a fresh start, not a resume");
+    assert_eq!(fs::read(env.pointer(COMMIT)).unwrap(), hub.payload);
+}

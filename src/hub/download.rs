@@ -159,15 +159,15 @@ fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path) -> Result<
         hub.cache_dir.display()
     );
     let agent = agent(MAX_REDIRECTS);
+    if file.metadata().map_err(io)?.len() > remote.size {
+        // A partial file longer than the file is not a prefix of it.
+        file.set_len(0).map_err(io)?;
+    }
     let mut last_stop = String::from("no data");
     for attempt in 0..ATTEMPTS {
-        let mut have = file.metadata().map_err(io)?.len();
-        if have > remote.size {
-            // Longer than the file: not a prefix of it.
-            file.set_len(0).map_err(io)?;
-            have = 0;
-        }
-        if have == remote.size {
+        let have = file.metadata().map_err(io)?.len();
+        // Complete, or longer than announced (rejected below).
+        if have >= remote.size {
             break;
         }
         if attempt > 0 {
