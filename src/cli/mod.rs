@@ -2,6 +2,8 @@
 //! error (weights that do not load, an output that cannot be written), 130 interrupted.
 
 mod bench;
+mod download;
+mod info;
 mod predict;
 
 use std::path::PathBuf;
@@ -26,6 +28,11 @@ pub enum Command {
     Predict(predict::PredictArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
     Bench(bench::BenchArgs),
+    /// Fetch published models into the Hugging Face cache ahead of time.
+    Download(download::DownloadArgs),
+    /// List the published models: which are cached, where, their size and sha256.
+    #[command(visible_alias = "models")]
+    Info(info::InfoArgs),
 }
 
 /// Where the weights come from.
@@ -35,8 +42,11 @@ pub struct ModelArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "model")]
     pub weights: Option<PathBuf>,
     /// A published model, fetched from the Hugging Face hub on first use.
-    #[arg(long, value_name = "NAME", default_value = "vitl-normal", value_parser = model_names())]
+    #[arg(long, value_name = "NAME", default_value = crate::hub::DEFAULT_MODEL, value_parser = model_names())]
     pub model: String,
+    /// Branch, tag or commit of the published model's repo.
+    #[arg(long, value_name = "REV", default_value = crate::hub::DEFAULT_REVISION, conflicts_with = "weights")]
+    pub revision: String,
     /// Compute precision.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
@@ -97,7 +107,7 @@ impl ModelArgs {
     pub fn checkpoint(&self) -> anyhow::Result<PathBuf> {
         match &self.weights {
             Some(p) => Ok(p.clone()),
-            None => crate::hub::resolve(&self.model),
+            None => crate::hub::resolve_revision(&self.model, &self.revision),
         }
     }
 
@@ -113,6 +123,8 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Download(a) => download::run(a),
+        Command::Info(a) => info::run(a),
     };
     match result {
         Ok(code) => code,
