@@ -5,6 +5,8 @@
 use anyhow::Result;
 use candle_core::{Module, Tensor};
 
+use super::cpu::attention::AttentionOp;
+use super::cpu::linear::{Epilogue, LinearOp, ScaledResidualOp};
 use super::weights::Weights;
 
 pub const PATCH_SIZE: usize = 14;
@@ -15,6 +17,7 @@ const LN_EPS: f64 = 1e-6;
 pub struct Linear {
     weight_t: Tensor,
     bias: Tensor,
+    cpu: Option<[LinearOp; 2]>,
 }
 
 impl Linear {
@@ -22,11 +25,40 @@ impl Linear {
         let weight = w.get(&format!("{prefix}.weight"), &[d_out, d_in])?;
         let bias = w.get(&format!("{prefix}.bias"), &[d_out])?;
         // Stored transposed once so each forward is a plain (N, in) x (in, out) product.
-        Ok(Self { weight_t: weight.t()?.contiguous()?, bias })
+        let weight_t = weight.t()?.contiguous()?;
+        let cpu = if weight.device().is_cpu() {
+            let (wt, b): (Vec<f32>, Vec<f32>) = (weight_t.flatten_all()?.to_vec1()?, bias.to_vec1()?);
+            let op = |epilogue| LinearOp { weight_t: wt.clone(), bias: b.clone(), d_in, d_out, epilogue };
+            Some([op(Epilogue::Bias), op(Epilogue::BiasGelu)])
+        } else {
+            None
+        };
+        Ok(Self { weight_t, bias, cpu })
+    }
+    fn cpu_op(&self, x: &Tensor, gelu: bool) -> Option<&LinearOp> {
+        self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled()).map(|ops| &ops[gelu as usize])
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.cpu_op(x, false) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        }
         Ok(x.matmul(&self.weight_t)?.broadcast_add(&self.bias)?)
     }
+    /// GELU(linear(x)), exact erf.
+    pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.cpu_op(x, true) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        }
+        Ok(self.forward(x)?.gelu_erf()?)
+    }
+}
+
+/// x + gamma ⊙ y: LayerScale and the residual add.
+fn scaled_residual(x: &Tensor, y: &Tensor, gamma: &(Tensor, ScaledResidualOp)) -> Result<Tensor> {
+    if x.device().is_cpu() && super::cpu::enabled() {
+        return Ok(x.contiguous()?.apply_op2_no_bwd(&y.contiguous()?, &gamma.1)?);
+    }
+    Ok((x + y.broadcast_mul(&gamma.0)?)?)
 }
 
 pub struct LayerNorm {
@@ -55,6 +87,11 @@ impl Attention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
         let hd = d / self.num_heads;
+        if x.device().is_cpu() && super::cpu::enabled() {
+            let qkv = self.qkv.forward(x)?.contiguous()?;
+            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads })?;
+            return self.proj.forward(&out);
+        }
         let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
         let scale = 1.0 / (hd as f64).sqrt();
         let q = (qkv.get(0)?.contiguous()? * scale)?;
@@ -72,11 +109,17 @@ impl Attention {
 pub struct Block {
     norm1: LayerNorm,
     attn: Attention,
-    ls1: Tensor,
+    ls1: (Tensor, ScaledResidualOp),
     norm2: LayerNorm,
     fc1: Linear,
     fc2: Linear,
-    ls2: Tensor,
+    ls2: (Tensor, ScaledResidualOp),
+}
+
+fn layer_scale(w: &mut Weights, key: &str, dim: usize) -> Result<(Tensor, ScaledResidualOp)> {
+    let g = w.get(key, &[dim])?;
+    let host = g.to_device(&candle_core::Device::Cpu)?.to_vec1()?;
+    Ok((g, ScaledResidualOp { gamma: host }))
 }
 
 impl Block {
@@ -88,20 +131,20 @@ impl Block {
                 proj: Linear::load(w, &format!("{p}.attn.proj"), dim, dim)?,
                 num_heads,
             },
-            ls1: w.get(&format!("{p}.ls1.gamma"), &[dim])?,
+            ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
             fc1: Linear::load(w, &format!("{p}.mlp.fc1"), dim, 4 * dim)?,
             fc2: Linear::load(w, &format!("{p}.mlp.fc2"), 4 * dim, dim)?,
-            ls2: w.get(&format!("{p}.ls2.gamma"), &[dim])?,
+            ls2: layer_scale(w, &format!("{p}.ls2.gamma"), dim)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let a = self.attn.forward(&self.norm1.forward(x)?)?;
-        let x = (x + a.broadcast_mul(&self.ls1)?)?;
-        let h = self.fc1.forward(&self.norm2.forward(&x)?)?.gelu_erf()?;
+        let x = scaled_residual(x, &a, &self.ls1)?;
+        let h = self.fc1.forward_gelu(&self.norm2.forward(&x)?)?;
         let m = self.fc2.forward(&h)?;
-        Ok((x + m.broadcast_mul(&self.ls2)?)?)
+        scaled_residual(&x, &m, &self.ls2)
     }
 }
 

@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 use candle_core::Tensor;
 
 use super::cpu::conv3x3::Conv3x3Op;
+use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op};
 use super::config::{ConvStackConfig, EncoderConfig};
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
@@ -13,15 +14,34 @@ use super::weights::Weights;
 pub struct Conv1x1 {
     weight: Tensor, // (cout, cin)
     bias: Tensor,   // (cout, 1)
+    cpu: Option<Conv1x1Op>,
 }
 
 impl Conv1x1 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
-        let bias = w.get(&format!("{p}.bias"), &[cout])?.reshape((cout, 1))?;
-        Ok(Self { weight, bias })
+        let bias = w.get(&format!("{p}.bias"), &[cout])?;
+        let cpu = if weight.device().is_cpu() {
+            Some(Conv1x1Op { weight: weight.flatten_all()?.to_vec1()?, bias: bias.to_vec1()?, cin, cout })
+        } else {
+            None
+        };
+        Ok(Self { weight, bias: bias.reshape((cout, 1))?, cpu })
+    }
+    fn cpu_op(&self, x: &Tensor) -> Option<&Conv1x1Op> {
+        self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
+    }
+    /// `residual + conv(x)`, fused on the CPU.
+    pub fn forward_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.cpu_op(x) {
+            return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, op)?);
+        }
+        Ok((residual + self.forward(x)?)?)
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.cpu_op(x) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        }
         let (c, h, wd) = x.dims3()?;
         let y = self.weight.matmul(&x.reshape((c, h * wd))?)?.broadcast_add(&self.bias)?;
         Ok(y.reshape((self.weight.dim(0)?, h, wd))?)
@@ -58,7 +78,7 @@ impl Conv3x3 {
         self.forward_impl(x, true)
     }
     fn forward_impl(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
-        if let (Some(ops), true) = (&self.cpu, x.device().is_cpu()) {
+        if let (Some(ops), true) = (&self.cpu, x.device().is_cpu() && super::cpu::enabled()) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&ops[relu as usize])?);
         }
         let x = if relu { x.relu()? } else { x.clone() };
@@ -74,16 +94,25 @@ pub struct ConvTranspose2x2 {
     weight: Tensor, // (cout·2·2, cin)
     bias: Tensor,   // (cout, 1, 1, 1, 1)
     cout: usize,
+    cpu: Option<ConvTranspose2x2Op>,
 }
 
 impl ConvTranspose2x2 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
-        let bias = w.get(&format!("{p}.bias"), &[cout])?.reshape((cout, 1, 1, 1, 1))?;
-        Ok(Self { weight, bias, cout })
+        let bias = w.get(&format!("{p}.bias"), &[cout])?;
+        let cpu = if weight.device().is_cpu() {
+            Some(ConvTranspose2x2Op { weight: weight.flatten_all()?.to_vec1()?, bias: bias.to_vec1()?, cin, cout })
+        } else {
+            None
+        };
+        Ok(Self { weight, bias: bias.reshape((cout, 1, 1, 1, 1))?, cout, cpu })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let (Some(op), true) = (&self.cpu, x.device().is_cpu() && super::cpu::enabled()) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        }
         let (c, h, wd) = x.dims3()?;
         let y = self.weight.matmul(&x.reshape((c, h * wd))?)?; // (cout·4, h·w) as (o, di, dj, i, j)
         let y = y.reshape((self.cout, 2, 2, h, wd))?.permute((0, 3, 1, 4, 2))?; // (o, i, di, j, dj)
@@ -194,16 +223,14 @@ impl ConvStack {
         let mut outs = Vec::with_capacity(n);
         let mut x: Option<Tensor> = None;
         for i in 0..n {
-            let feature = match (inputs.get(i).copied().flatten(), &self.input_blocks[i]) {
-                (Some(t), Some(conv)) => Some(conv.forward(t)?),
-                (Some(t), None) => Some(t.clone()),
-                (None, _) => None,
-            };
-            let mut cur = match (x.take(), feature) {
-                (None, Some(f)) => f,
-                (Some(prev), Some(f)) => (prev + f)?,
-                (Some(prev), None) => prev,
-                (None, None) => bail!("ConvStack level {i} has no input"),
+            let input = inputs.get(i).copied().flatten();
+            let mut cur = match (x.take(), input, &self.input_blocks[i]) {
+                (Some(prev), Some(t), Some(conv)) => conv.forward_add(t, &prev)?,
+                (Some(prev), Some(t), None) => (prev + t)?,
+                (Some(prev), None, _) => prev,
+                (None, Some(t), Some(conv)) => conv.forward(t)?,
+                (None, Some(t), None) => t.clone(),
+                (None, None, _) => bail!("ConvStack level {i} has no input"),
             };
             for rb in &self.res_blocks[i] {
                 cur = rb.forward(&cur)?;

@@ -1,0 +1,82 @@
+//! The ViT's linear layers with their epilogues fused: bias (written before the GEMM
+//! accumulates), exact-erf GELU after fc1, and LayerScale + residual after attn.proj and fc2.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
+use rayon::prelude::*;
+
+use super::planes::gemm_into;
+
+fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
+    Ok(&v[a..b])
+}
+
+/// What follows the GEMM.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Epilogue {
+    Bias,
+    BiasGelu,
+}
+
+/// y (n × out) = x (n × in) · Wᵀ + b, W given as PyTorch's (out, in).
+pub struct LinearOp {
+    /// (in, out) row-major: Wᵀ.
+    pub weight_t: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub d_in: usize,
+    pub d_out: usize,
+    pub epilogue: Epilogue,
+}
+
+/// Exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)), with the same `libm` erf candle's `gelu_erf` uses.
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+impl CustomOp1 for LinearOp {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (n, d_in) = l.shape().dims2()?;
+        if d_in != self.d_in {
+            candle_core::bail!("linear: input width {d_in}, weight expects {}", self.d_in);
+        }
+        let x = contiguous(s, l, "linear")?;
+        let mut y = vec![0f32; n * self.d_out];
+        y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
+        gemm_into(&mut y, x, &self.weight_t, n, d_in, self.d_out);
+        if self.epilogue == Epilogue::BiasGelu {
+            y.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|v| *v = gelu(*v)));
+        }
+        Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))))
+    }
+}
+
+/// `x + gamma ⊙ y` (LayerScale then the residual add), rows of width `gamma.len()`.
+pub struct ScaledResidualOp {
+    pub gamma: Vec<f32>,
+}
+
+impl CustomOp2 for ScaledResidualOp {
+    fn name(&self) -> &'static str {
+        "layerscale-residual"
+    }
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous(s1, l1, "layerscale")?;
+        let y = contiguous(s2, l2, "layerscale")?;
+        let d = self.gamma.len();
+        if l1.shape() != l2.shape() || x.len() % d != 0 {
+            candle_core::bail!("layerscale: shapes {:?} / {:?} vs width {d}", l1.shape(), l2.shape());
+        }
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(d).zip(x.par_chunks(d)).zip(y.par_chunks(d)).for_each(|((o, xr), yr)| {
+            for i in 0..d {
+                o[i] = xr[i] + yr[i] * self.gamma[i];
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
