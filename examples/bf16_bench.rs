@@ -1,0 +1,101 @@
+//! GFLOP/s of the bf16 GEMM (`moge::model::cpu::bf16`) next to the `gemm` crate's f32 GEMM on
+//! the same shapes, measured interleaved (the machine is shared: compare the ratio).
+//!
+//! `cargo run --release --example bf16_bench [reps]`
+//!
+//! ViT shapes (tokens × weightsᵀ) go through `gemm_bf16` (A = f32 tokens, converted per call;
+//! B = `PackedB`, packed once and timed separately); conv shapes (weights × im2col) through
+//! `gemm_bf16_packed_a` (A = `PackedA`, once; B = f32 columns, converted per call).
+
+use moge::model::cpu::bf16::{self, PackedA, PackedB};
+use std::time::Instant;
+
+fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn f32_gemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    unsafe {
+        gemm::gemm(
+            m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), 1, n as isize, 0.0, 1.0, false,
+            false, false, par,
+        )
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let reps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(7);
+    println!("bf16 fast path available: {}", bf16::available());
+    // (M, K, N, conv?) — conv: A = weights (M = cout), B = im2col (K = cin·9, N = pixels).
+    let shapes: &[(usize, usize, usize, bool)] = &[
+        (120, 256, 512, false), // everything L2-resident: close to the microkernel's own speed
+        (1800, 384, 1152, false),
+        (1800, 1536, 384, false),
+        (1800, 1024, 4096, false),
+        (1800, 4096, 1024, false),
+        (64, 576, 4096, true),
+        (32, 576, 16384, true),
+        (256, 2304, 2048, true),
+    ];
+    println!(
+        "{:>18} {:>3} | {:>9} {:>9} | {:>9} {:>9} | {:>6} | {:>8}",
+        "M×K×N", "thr", "bf16 med", "bf16 best", "f32 med", "f32 best", "ratio", "pack ms"
+    );
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for &(m, k, n, conv) in shapes {
+        let a = rand_vec(m * k, &mut seed);
+        let b = rand_vec(k * n, &mut seed);
+        let mut c = vec![0f32; m * n];
+        let flop = 2.0 * (m * n * k) as f64;
+        // One-time weight packing (not part of the per-call numbers).
+        let t = Instant::now();
+        let (pa, pb) = if conv { (Some(PackedA::from_f32(&a, m, k)), None) } else { (None, Some(PackedB::from_f32_kn(&b, k, n))) };
+        let pack_ms = t.elapsed().as_secs_f64() * 1e3;
+        for threads in [2usize, 1] {
+            let run_bf16 = |c: &mut [f32]| {
+                if let Some(pa) = &pa {
+                    bf16::gemm_bf16_packed_a(pa, &b, n, n, c, n, false, threads);
+                } else {
+                    bf16::gemm_bf16(&a, m, k, k, pb.as_ref().unwrap(), c, n, false, threads);
+                }
+            };
+            run_bf16(&mut c);
+            f32_gemm(&a, &b, &mut c, m, k, n, threads);
+            let (mut tb, mut tf) = (Vec::new(), Vec::new());
+            for _ in 0..reps {
+                let t = Instant::now();
+                run_bf16(&mut c);
+                tb.push(flop / t.elapsed().as_secs_f64() / 1e9);
+                let t = Instant::now();
+                f32_gemm(&a, &b, &mut c, m, k, n, threads);
+                tf.push(flop / t.elapsed().as_secs_f64() / 1e9);
+            }
+            let (bb, fb) = (tb.iter().cloned().fold(0.0, f64::max), tf.iter().cloned().fold(0.0, f64::max));
+            let (bm, fm) = (median(&mut tb), median(&mut tf));
+            println!(
+                "{:>18} {:>3} | {:>9.1} {:>9.1} | {:>9.1} {:>9.1} | {:>5.2}× | {:>8.2}",
+                format!("{m}×{k}×{n}"),
+                threads,
+                bm,
+                bb,
+                fm,
+                fb,
+                bm / fm,
+                pack_ms
+            );
+        }
+    }
+}
