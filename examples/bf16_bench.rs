@@ -31,6 +31,14 @@ fn f32_gemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, t
     }
 }
 
+/// CPU seconds used by this process (all threads). On a shared machine, flop / CPU-second is the
+/// per-core speed whatever share of the cores we were given (rayon's spinning counts against us).
+fn cpu_s() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -50,9 +58,11 @@ fn main() {
         (32, 576, 16384, true),
         (256, 2304, 2048, true),
     ];
+    println!("GFLOP/s: wall-clock median and best of the reps; 'core' = flop per CPU-second of the");
+    println!("process (per-core speed, robust to other load). ratio = bf16/f32 wall medians.");
     println!(
-        "{:>18} {:>3} | {:>9} {:>9} | {:>9} {:>9} | {:>6} | {:>8}",
-        "M×K×N", "thr", "bf16 med", "bf16 best", "f32 med", "f32 best", "ratio", "pack ms"
+        "{:>15} {:>3} | {:>8} {:>8} {:>6} | {:>8} {:>8} {:>6} | {:>6} | {:>7}",
+        "M×K×N", "thr", "bf16 med", "best", "core", "f32 med", "best", "core", "ratio", "pack ms"
     );
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for &(m, k, n, conv) in shapes {
@@ -74,25 +84,30 @@ fn main() {
             };
             run_bf16(&mut c);
             f32_gemm(&a, &b, &mut c, m, k, n, threads);
-            let (mut tb, mut tf) = (Vec::new(), Vec::new());
+            let (mut tb, mut tf, mut cb, mut cf) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
-                let t = Instant::now();
+                let (t, u) = (Instant::now(), cpu_s());
                 run_bf16(&mut c);
                 tb.push(flop / t.elapsed().as_secs_f64() / 1e9);
-                let t = Instant::now();
+                cb.push(flop / (cpu_s() - u) / 1e9);
+                let (t, u) = (Instant::now(), cpu_s());
                 f32_gemm(&a, &b, &mut c, m, k, n, threads);
                 tf.push(flop / t.elapsed().as_secs_f64() / 1e9);
+                cf.push(flop / (cpu_s() - u) / 1e9);
             }
+            let (cbm, cfm) = (median(&mut cb), median(&mut cf));
             let (bb, fb) = (tb.iter().cloned().fold(0.0, f64::max), tf.iter().cloned().fold(0.0, f64::max));
             let (bm, fm) = (median(&mut tb), median(&mut tf));
             println!(
-                "{:>18} {:>3} | {:>9.1} {:>9.1} | {:>9.1} {:>9.1} | {:>5.2}× | {:>8.2}",
+                "{:>15} {:>3} | {:>8.1} {:>8.1} {:>6.1} | {:>8.1} {:>8.1} {:>6.1} | {:>5.2}× | {:>7.2}",
                 format!("{m}×{k}×{n}"),
                 threads,
                 bm,
                 bb,
+                cbm,
                 fm,
                 fb,
+                cfm,
                 bm / fm,
                 pack_ms
             );
