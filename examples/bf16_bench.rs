@@ -1,7 +1,7 @@
 //! GFLOP/s of the bf16 GEMM (`moge::model::cpu::bf16`) next to the `gemm` crate's f32 GEMM on
 //! the same shapes, measured interleaved (the machine is shared: compare the ratio).
 //!
-//! `cargo run --release --example bf16_bench [reps]`
+//! `cargo run --release --example bf16_bench [reps] [shape filter, e.g. 1800×1024]`
 //!
 //! ViT shapes (tokens × weightsᵀ) go through `gemm_bf16` (A = f32 tokens, converted per call;
 //! B = `PackedB`, packed once and timed separately); conv shapes (weights × im2col) through
@@ -46,6 +46,8 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let reps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(7);
+    // Optional second argument: only shapes whose "M×K×N" contains it.
+    let filter = std::env::args().nth(2).unwrap_or_default();
     println!("bf16 fast path available: {}", bf16::available());
     // (M, K, N, conv?) — conv: A = weights (M = cout), B = im2col (K = cin·9, N = pixels).
     let shapes: &[(usize, usize, usize, bool)] = &[
@@ -57,6 +59,9 @@ fn main() {
         (64, 576, 4096, true),
         (32, 576, 16384, true),
         (256, 2304, 2048, true),
+        // conv3x3.rs tiles: im2col of ~1 MiB per call (L2-resident, as when just unfolded).
+        (64, 576, 448, true),
+        (256, 2304, 112, true),
     ];
     println!("GFLOP/s: wall-clock median and best of the reps; 'core' = flop per CPU-second of the");
     println!("process (per-core speed, robust to other load). ratio = bf16/f32 wall medians.");
@@ -66,6 +71,9 @@ fn main() {
     );
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for &(m, k, n, conv) in shapes {
+        if !format!("{m}×{k}×{n}").contains(&filter) {
+            continue;
+        }
         let a = rand_vec(m * k, &mut seed);
         let b = rand_vec(k * n, &mut seed);
         let mut c = vec![0f32; m * n];

@@ -37,8 +37,10 @@ pub const NR: usize = 32;
 /// while the operands stream well from L2: so no K blocking up to K = 4096. The B micro-panel
 /// (≤ 4096 × 32 bf16 = 256 KiB) and the A block (MC × KC bf16 ≤ 384 KiB) share the 1 MiB L2.
 const KC: usize = 4096;
-/// Rows of A per block (A converted per call is converted MC rows at a time).
-const MC: usize = 48;
+/// Bytes of A per row block (MC × KC bf16), so it stays in L2 beside the B micro-panel. The
+/// rows are split into equal blocks (in whole MR panels) under this: M = 64, K = 576 is one
+/// block of 64 rows, not 48 + 16 (a 16-row block is two latency-bound 8-row tiles).
+const A_BLOCK_BYTES: usize = 384 * 1024;
 /// Columns of B packed per block when B (im2col) is converted per call: small, so the freshly
 /// packed block is still in L2 when the kernels read it.
 const NC: usize = 128;
@@ -371,6 +373,25 @@ fn portable_gemm(a: &[f32], lda: usize, b: &[f32], ldb: usize, m: usize, n: usiz
 // Blocked driver (fast path).
 // ---------------------------------------------------------------------------------------------
 
+thread_local! {
+    /// Per-thread packing buffers, kept between calls (up to ~1 MiB): no allocation, zeroing
+    /// or page faults per call, which matters for the small per-tile calls of a convolution.
+    static SCRATCH: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len {
+                v.resize(len, 0);
+            }
+            f(&mut v[..len])
+        }
+        // Re-entered on this thread (cannot happen today: nothing inside waits on rayon).
+        Err(_) => f(&mut vec![0u32; len]),
+    })
+}
+
 #[derive(Clone, Copy)]
 enum Operand<'a> {
     /// Whole K, ceil(k/2) pairs: A as rows (`convert_rows`), B as NR-column panels.
@@ -421,16 +442,10 @@ impl Job<'_> {
         // A converted per call: pack MC rows at a time; pre-packed: use it in place, all rows.
         // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512).
         let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(KC / 2)).max(1);
-        let mc = MC;
+        let rows = m1 - m0;
+        let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
+        let mc = rows.div_ceil(rows.div_ceil(cap)).next_multiple_of(MR).max(MR);
         let nc = if matches!(self.b, Operand::F32 { .. }) { NC } else { n1 - n0 };
-        let mut abuf = match self.a {
-            Operand::F32 { .. } => vec![0u32; mc * kc_pairs],
-            _ => Vec::new(),
-        };
-        let mut bbuf = match self.b {
-            Operand::F32 { .. } => vec![0u32; nc.div_ceil(NR) * NR * kc_pairs],
-            _ => Vec::new(),
-        };
         if self.k == 0 {
             if !self.accumulate {
                 for i in m0..m1 {
@@ -439,6 +454,17 @@ impl Job<'_> {
             }
             return;
         }
+        let alen = if matches!(self.a, Operand::F32 { .. }) { mc * kc_pairs } else { 0 };
+        let blen = if matches!(self.b, Operand::F32 { .. }) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
+        with_scratch(alen + blen, |buf| {
+            let (abuf, bbuf) = buf.split_at_mut(alen);
+            self.run_blocks(m0, m1, n0, n1, kc_pairs, mc, nc, abuf, bbuf)
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_blocks(&self, m0: usize, m1: usize, n0: usize, n1: usize, kc_pairs: usize, mc: usize, nc: usize, abuf: &mut [u32], bbuf: &mut [u32]) {
+        let kps_total = self.k.div_ceil(2);
         for jc in (n0..n1).step_by(nc) {
             let jc1 = (jc + nc).min(n1);
             for kp0 in (0..kps_total).step_by(kc_pairs) {
@@ -447,7 +473,7 @@ impl Job<'_> {
                 let (bptr, bstride) = match self.b {
                     Operand::Packed(p) => (p[(jc / NR) * kps_total * NR + kp0 * NR..].as_ptr(), kps_total * NR),
                     Operand::F32 { data, ld } => {
-                        pack_cols(data, ld, jc, jc1, self.k, 2 * kp0, kps, NR, &mut bbuf);
+                        pack_cols(data, ld, jc, jc1, self.k, 2 * kp0, kps, NR, bbuf);
                         (bbuf.as_ptr(), kps * NR)
                     }
                 };
@@ -457,7 +483,7 @@ impl Job<'_> {
                     let (aptr, astride) = match self.a {
                         Operand::Packed(p) => (p[ic * kps_total + kp0..].as_ptr(), kps_total),
                         Operand::F32 { data, ld } => {
-                            convert_rows(data, ld, ic, ic1, self.k, 2 * kp0, kps, &mut abuf);
+                            convert_rows(data, ld, ic, ic1, self.k, 2 * kp0, kps, abuf);
                             (abuf.as_ptr(), kps)
                         }
                     };
