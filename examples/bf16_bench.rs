@@ -22,11 +22,32 @@ fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
 }
 
 fn f32_gemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
     unsafe {
         gemm::gemm(
-            m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), 1, n as isize, 0.0, 1.0, false,
-            false, false, par,
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
         )
     }
 }
@@ -80,7 +101,11 @@ fn main() {
         let flop = 2.0 * (m * n * k) as f64;
         // One-time weight packing (not part of the per-call numbers).
         let t = Instant::now();
-        let (pa, pb) = if conv { (Some(PackedA::from_f32(&a, m, k)), None) } else { (None, Some(PackedB::from_f32_kn(&b, k, n))) };
+        let (pa, pb) = if conv {
+            (Some(PackedA::from_f32(&a, m, k)), None)
+        } else {
+            (None, Some(PackedB::from_f32_kn(&b, k, n)))
+        };
         let pack_ms = t.elapsed().as_secs_f64() * 1e3;
         for threads in [2usize, 1] {
             let run_bf16 = |c: &mut [f32]| {

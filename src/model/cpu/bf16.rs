@@ -98,6 +98,7 @@ fn pair(lo: f32, hi: f32) -> u32 {
 // ---------------------------------------------------------------------------------------------
 
 /// Pack lines [l0, l1) (rows of `src`, stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
+#[allow(clippy::too_many_arguments)]
 fn pack_rows(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
     let panels = (l1 - l0).div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
@@ -128,6 +129,7 @@ fn pack_rows(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, 
 /// `kps` words per row: dst[(r − r0)·kps + kp] for k in [k0, min(k0 + 2·kps, k)), zero past k.
 /// The microkernel broadcasts from R row streams directly, so A needs no transposition: this
 /// is a straight vector conversion (A is converted on every call).
+#[allow(clippy::too_many_arguments)]
 fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
     let dst = &mut dst[..(r1 - r0) * kps];
     #[cfg(target_arch = "x86_64")]
@@ -140,12 +142,17 @@ fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usiz
         let row = &src[r * ld..];
         for kp in 0..kps {
             let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
-            dst[(r - r0) * kps + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
+            dst[(r - r0) * kps + kp] = if ka < k1 {
+                pair(row[ka], if kb < k1 { row[kb] } else { 0.0 })
+            } else {
+                0
+            };
         }
     }
 }
 
 /// Pack lines [l0, l1) (columns of `src`, row stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
+#[allow(clippy::too_many_arguments)]
 fn pack_cols(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
     let panels = (l1 - l0).div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
@@ -290,7 +297,9 @@ pub fn gemm_bf16(a: &[f32], m: usize, k: usize, lda: usize, b: &PackedB, c: &mut
     }
     match &b.store {
         Store::Rounded(bb) => {
-            let ar: Vec<f32> = (0..m).flat_map(|i| a[i * lda..i * lda + k].iter().map(|&x| round_bf16(x))).collect();
+            let ar: Vec<f32> = (0..m)
+                .flat_map(|i| a[i * lda..i * lda + k].iter().map(|&x| round_bf16(x)))
+                .collect();
             portable_gemm(&ar, k, bb, n, m, n, k, c, ldc, accumulate, threads);
         }
         Store::Panels(bp) => {
@@ -315,8 +324,14 @@ pub fn gemm_bf16(a: &[f32], m: usize, k: usize, lda: usize, b: &PackedB, c: &mut
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_bf16_packed_a(a: &PackedA, b: &[f32], n: usize, ldb: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
     let (m, k) = (a.m, a.k);
-    assert!(ldb >= n && (k == 0 || b.len() >= (k - 1) * ldb + n), "gemm_bf16_packed_a: B too short");
-    assert!(ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n), "gemm_bf16_packed_a: C too short");
+    assert!(
+        ldb >= n && (k == 0 || b.len() >= (k - 1) * ldb + n),
+        "gemm_bf16_packed_a: B too short"
+    );
+    assert!(
+        ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n),
+        "gemm_bf16_packed_a: C too short"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -353,18 +368,51 @@ fn check_dims(alen: usize, m: usize, k: usize, lda: usize, clen: usize, n: usize
 }
 
 #[allow(clippy::too_many_arguments)]
-fn portable_gemm(a: &[f32], lda: usize, b: &[f32], ldb: usize, m: usize, n: usize, k: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
+fn portable_gemm(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) {
     if k == 0 {
         if !accumulate {
             (0..m).for_each(|i| c[i * ldc..i * ldc + n].fill(0.0));
         }
         return;
     }
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
     unsafe {
         gemm::gemm(
-            m, n, k, c.as_mut_ptr(), 1, ldc as isize, accumulate, a.as_ptr(), 1, lda as isize, b.as_ptr(), 1, ldb as isize, 1.0,
-            1.0, false, false, false, par,
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            ldc as isize,
+            accumulate,
+            a.as_ptr(),
+            1,
+            lda as isize,
+            b.as_ptr(),
+            1,
+            ldb as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
         );
     }
 }
@@ -425,8 +473,9 @@ impl Job<'_> {
             return;
         }
         // Equal contiguous ranges, in whole panels so only the last range has a tail.
-        let bounds: Vec<(usize, usize)> =
-            (0..parts).map(|t| ((units * t / parts * unit).min(len), (units * (t + 1) / parts * unit).min(len))).collect();
+        let bounds: Vec<(usize, usize)> = (0..parts)
+            .map(|t| ((units * t / parts * unit).min(len), (units * (t + 1) / parts * unit).min(len)))
+            .collect();
         bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| {
             if split_m {
                 self.run_rect(lo, hi, 0, self.n)
@@ -455,7 +504,11 @@ impl Job<'_> {
             return;
         }
         let alen = if matches!(self.a, Operand::F32 { .. }) { mc * kc_pairs } else { 0 };
-        let blen = if matches!(self.b, Operand::F32 { .. }) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
+        let blen = if matches!(self.b, Operand::F32 { .. }) {
+            nc.div_ceil(NR) * NR * kc_pairs
+        } else {
+            0
+        };
         with_scratch(alen + blen, |buf| {
             let (abuf, bbuf) = buf.split_at_mut(alen);
             self.run_blocks(m0, m1, n0, n1, kc_pairs, mc, nc, abuf, bbuf)
@@ -463,7 +516,18 @@ impl Job<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn run_blocks(&self, m0: usize, m1: usize, n0: usize, n1: usize, kc_pairs: usize, mc: usize, nc: usize, abuf: &mut [u32], bbuf: &mut [u32]) {
+    fn run_blocks(
+        &self,
+        m0: usize,
+        m1: usize,
+        n0: usize,
+        n1: usize,
+        kc_pairs: usize,
+        mc: usize,
+        nc: usize,
+        abuf: &mut [u32],
+        bbuf: &mut [u32],
+    ) {
         let kps_total = self.k.div_ceil(2);
         for jc in (n0..n1).step_by(nc) {
             let jc1 = (jc + nc).min(n1);
@@ -495,7 +559,19 @@ impl Job<'_> {
 
     /// All microkernel tiles of rows [ic, ic1) × columns [jc, jc1) for one k block.
     #[allow(clippy::too_many_arguments)]
-    fn block(&self, a: *const u32, lda: usize, ic: usize, ic1: usize, b: *const u32, bstride: usize, jc: usize, jc1: usize, kps: usize, load_c: bool) {
+    fn block(
+        &self,
+        a: *const u32,
+        lda: usize,
+        ic: usize,
+        ic1: usize,
+        b: *const u32,
+        bstride: usize,
+        jc: usize,
+        jc1: usize,
+        kps: usize,
+        load_c: bool,
+    ) {
         // Row panels of equal height (≤ MR): 64 rows → 6 × 10-11 rather than 5 × 12 + 4, since a
         // 4-row tile has too few accumulators to hide the `vdpbf16ps` latency.
         let rows = ic1 - ic;
@@ -521,7 +597,10 @@ impl Job<'_> {
 // AVX512-BF16 code.
 // ---------------------------------------------------------------------------------------------
 
+// AVX-512 intrinsics and `__m512bh` are stable since Rust 1.89: Cargo.toml's rust-version
+// (1.88) has to be raised to 1.89 with this module.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::incompatible_msrv)]
 mod x86 {
     use super::NR;
     use core::arch::x86_64::*;
@@ -530,7 +609,17 @@ mod x86 {
     /// tile instead of wasted multiply-adds on zero rows).
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(super) unsafe fn kernel(mv: usize, kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
+    pub(super) unsafe fn kernel(
+        mv: usize,
+        kps: usize,
+        a: *const u32,
+        lda: usize,
+        b: *const u32,
+        c: *mut f32,
+        ldc: usize,
+        nv: usize,
+        load_c: bool,
+    ) {
         macro_rules! go {
             ($($r:literal)*) => {
                 match mv { $($r => kern::<$r>(kps, a, lda, b, c, ldc, nv, load_c),)* _ => unreachable!() }
@@ -545,7 +634,13 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
     unsafe fn kern<const R: usize>(kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
         let m0: __mmask16 = if nv >= 16 { 0xffff } else { (1u32 << nv) as u16 - 1 };
-        let m1: __mmask16 = if nv >= 32 { 0xffff } else if nv > 16 { (1u32 << (nv - 16)) as u16 - 1 } else { 0 };
+        let m1: __mmask16 = if nv >= 32 {
+            0xffff
+        } else if nv > 16 {
+            (1u32 << (nv - 16)) as u16 - 1
+        } else {
+            0
+        };
         // C is added after the k loop, not loaded into the accumulators before it: the rows of
         // C are usually far apart (ldc of thousands) and not cached, so they are prefetched
         // here and arrive while the loop runs (~12 cycles per k pair) instead of stalling it.
@@ -596,7 +691,17 @@ mod x86 {
     /// 16 consecutive kp slots of the panel (stride w).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub(super) unsafe fn pack_rows(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+    pub(super) unsafe fn pack_rows(
+        src: &[f32],
+        ld: usize,
+        l0: usize,
+        l1: usize,
+        k: usize,
+        k0: usize,
+        kps: usize,
+        w: usize,
+        dst: &mut [u32],
+    ) {
         let k1 = (k0 + 2 * kps).min(k);
         let panels = (l1 - l0).div_ceil(w);
         let d = dst.as_mut_ptr();
@@ -683,8 +788,16 @@ mod x86 {
                     let cc = l0 + p * NR + 16 * h;
                     let nvalid = l1.saturating_sub(cc).min(16);
                     let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { ((1u32 << nvalid) - 1) as u16 };
-                    let ra = if has_a { _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc)) } else { zero };
-                    let rb = if has_b { _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc)) } else { zero };
+                    let ra = if has_a {
+                        _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc))
+                    } else {
+                        zero
+                    };
+                    let rb = if has_b {
+                        _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc))
+                    } else {
+                        zero
+                    };
                     let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
                     _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
                 }
@@ -762,7 +875,7 @@ mod tests {
         (130, 17, 64),
         (400, 100, 96),
         (5, 600, 9),
-        (5, 40, 4099), // K blocking: 2 blocks
+        (5, 40, 4099),  // K blocking: 2 blocks
         (61, 33, 8201), // 3 k blocks, 2 row blocks
     ];
 
@@ -785,12 +898,21 @@ mod tests {
                     }
                     let c0 = rng.vec(m * ldc);
                     let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
-                    for (ti, pb) in [PackedB::build(&bkn, k, n, false, portable), PackedB::build(&bnk, k, n, true, portable)].iter().enumerate() {
+                    for (ti, pb) in [
+                        PackedB::build(&bkn, k, n, false, portable),
+                        PackedB::build(&bnk, k, n, true, portable),
+                    ]
+                    .iter()
+                    .enumerate()
+                    {
                         let mut c = c0.clone();
                         gemm_bf16(&a, m, k, lda, pb, &mut c, ldc, accumulate, threads);
                         let e = rel_err(&c, ldc, &want, m, n, k);
                         worst = worst.max(e);
-                        assert!(e <= 1e-5, "gemm_bf16 portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}");
+                        assert!(
+                            e <= 1e-5,
+                            "gemm_bf16 portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}"
+                        );
                         // Padding between rows of C is untouched.
                         for i in 0..m {
                             assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
@@ -820,7 +942,10 @@ mod tests {
                     gemm_bf16_packed_a(&pa, &b, n, ldb, &mut c, ldc, accumulate, threads);
                     let e = rel_err(&c, ldc, &want, m, n, k);
                     worst = worst.max(e);
-                    assert!(e <= 1e-5, "packed_a portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}");
+                    assert!(
+                        e <= 1e-5,
+                        "packed_a portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}"
+                    );
                     for i in 0..m {
                         assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
                     }
@@ -888,7 +1013,12 @@ mod tests {
             return;
         }
         let mut rng = Rng(99);
-        for &(rows, k, ld_pad, k0, kps) in &[(5usize, 37usize, 3usize, 0usize, 19usize), (33, 100, 0, 32, 30), (40, 64, 1, 0, 40), (3, 7, 0, 4, 8)] {
+        for &(rows, k, ld_pad, k0, kps) in &[
+            (5usize, 37usize, 3usize, 0usize, 19usize),
+            (33, 100, 0, 32, 30),
+            (40, 64, 1, 0, 40),
+            (3, 7, 0, 4, 8),
+        ] {
             let ld = k + ld_pad;
             let src = rng.vec(rows * ld);
             let mut want = vec![7u32; rows * kps];
@@ -897,7 +1027,11 @@ mod tests {
             for r in 0..rows {
                 for kp in 0..kps {
                     let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
-                    want[r * kps + kp] = if ka < k1 { pair(src[r * ld + ka], if kb < k1 { src[r * ld + kb] } else { 0.0 }) } else { 0 };
+                    want[r * kps + kp] = if ka < k1 {
+                        pair(src[r * ld + ka], if kb < k1 { src[r * ld + kb] } else { 0.0 })
+                    } else {
+                        0
+                    };
                 }
             }
             convert_rows(&src, ld, 0, rows, k, k0, kps, &mut got);
@@ -913,7 +1047,11 @@ mod tests {
                 for kp in 0..kps_b {
                     for i in 0..NR {
                         let l = l0 + p * NR + i;
-                        let w = if l < l1 { pair(src[2 * kp * ld + l], if 2 * kp + 1 < kk { src[(2 * kp + 1) * ld + l] } else { 0.0 }) } else { 0 };
+                        let w = if l < l1 {
+                            pair(src[2 * kp * ld + l], if 2 * kp + 1 < kk { src[(2 * kp + 1) * ld + l] } else { 0.0 })
+                        } else {
+                            0
+                        };
                         assert_eq!(got[p * kps_b * NR + kp * NR + i], w, "pack_cols p={p} kp={kp} i={i}");
                     }
                 }
@@ -926,7 +1064,16 @@ mod tests {
     #[test]
     fn conversion_matches_hardware() {
         let mut vals: Vec<f32> = vec![
-            0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN_POSITIVE, 1e-40, -1e-40,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-40,
+            -1e-40,
             f32::from_bits(0x3f80_8000), // tie, even → down
             f32::from_bits(0x3f81_8000), // tie, odd → up
             f32::from_bits(0x7f7f_ffff), // rounds to inf
