@@ -733,6 +733,9 @@ mod x86 {
         }
     }
 
+    /// Source rows prefetched ahead by `pack_cols_nr` (an even number).
+    const PF_ROWS: usize = 8;
+
     /// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
@@ -782,6 +785,15 @@ mod x86 {
             // wrapping: rows past k are never loaded from (their mask/flag is off).
             let (sa, sb) = (s.wrapping_add(ka * ld), s.wrapping_add((ka + 1) * ld));
             let (has_a, has_b) = (ka < k1, ka + 1 < k1);
+            // Each source row contributes only a short segment (NC columns) per block, too short
+            // for the hardware prefetcher to lock on: fetch the rows PF_ROWS ahead ourselves.
+            if ka + PF_ROWS + 1 < k1 {
+                let (pa, pb) = (sa.wrapping_add(PF_ROWS * ld + l0), sb.wrapping_add(PF_ROWS * ld + l0));
+                for off in (0..l1 - l0).step_by(16) {
+                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(off) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(off) as *const i8);
+                }
+            }
             for p in 0..panels {
                 let pd = d.add(p * kps * NR + kp * NR);
                 for h in 0..2 {
