@@ -84,6 +84,28 @@ fn main() {
         (64, 576, 448, true),
         (256, 2304, 112, true),
     ];
+    // What bf16 inputs cost in accuracy (vs the exact product of the f32 inputs), U(-1,1) data.
+    {
+        let (m, k, n) = (64, 1024, 256);
+        let a = rand_vec(m * k, &mut 12345u64.clone());
+        let b = rand_vec(k * n, &mut 67890u64.clone());
+        let mut c = vec![0f32; m * n];
+        bf16::gemm_bf16(&a, m, k, k, &PackedB::from_f32_kn(&b, k, n), &mut c, n, false, 1);
+        let (mut emax, mut e2, mut r2, mut rmax) = (0f64, 0f64, 0f64, 0f64);
+        for i in 0..m {
+            for j in 0..n {
+                let r: f64 = (0..k).map(|t| a[i * k + t] as f64 * b[t * n + j] as f64).sum();
+                let e = c[i * n + j] as f64 - r;
+                (emax, rmax) = (emax.max(e.abs()), rmax.max(r.abs()));
+                (e2, r2) = (e2 + e * e, r2 + r * r);
+            }
+        }
+        println!(
+            "bf16 vs exact f32 inputs, {m}×{k}×{n}: max |err| / max |C| = {:.2e}, rms err / rms C = {:.2e}",
+            emax / rmax,
+            (e2 / r2).sqrt()
+        );
+    }
     println!("GFLOP/s: wall-clock median and best of the reps; 'core' = flop per CPU-second of the");
     println!("process (per-core speed, robust to other load). ratio = bf16/f32 wall medians.");
     println!(

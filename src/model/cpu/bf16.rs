@@ -995,6 +995,31 @@ mod tests {
         check_packed_a(true);
     }
 
+    /// A ViT-sized problem (several row blocks per thread, all 32-column panels full but the
+    /// last, a K that is not a multiple of anything) against the f64 reference.
+    #[test]
+    fn large_matches_reference() {
+        let mut rng = Rng(2024);
+        let (m, n, k) = (301, 390, 1537);
+        let a = rng.vec(m * k);
+        let b = rng.vec(k * n);
+        let want = reference(&a, k, &b, m, n, k, None);
+        for portable in [false, true] {
+            if !portable && !available() {
+                continue;
+            }
+            let mut c = vec![0f32; m * n];
+            gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, portable), &mut c, n, false, 2);
+            let e = rel_err(&c, n, &want, m, n, k);
+            eprintln!("large {m}×{n}×{k} portable={portable}: rel err {e:e}");
+            assert!(e <= 1e-5, "large portable={portable}: rel err {e:e}");
+            let mut c = vec![0f32; m * n];
+            gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, false, 2);
+            let e = rel_err(&c, n, &want, m, n, k);
+            assert!(e <= 1e-5, "large packed_a portable={portable}: rel err {e:e}");
+        }
+    }
+
     #[test]
     fn fast_matches_portable() {
         if !available() {
