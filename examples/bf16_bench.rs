@@ -21,7 +21,10 @@ fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
         .collect()
 }
 
-fn f32_gemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
+/// `gemm` crate f32: C = A · B, B read with strides (column `b_cs`, row `b_rs`), as candle does
+/// for a Linear's transposed weight.
+#[allow(clippy::too_many_arguments)]
+fn f32_gemm(a: &[f32], b: &[f32], b_cs: usize, b_rs: usize, c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
     let par = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
@@ -40,8 +43,8 @@ fn f32_gemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, t
             1,
             k as isize,
             b.as_ptr(),
-            1,
-            n as isize,
+            b_cs as isize,
+            b_rs as isize,
             0.0,
             1.0,
             false,
@@ -118,7 +121,10 @@ fn main() {
             continue;
         }
         let a = rand_vec(m * k, &mut seed);
+        // ViT: b is a Linear weight (out = N, in = K) → `PackedB::from_f32_nk`; conv: b is the
+        // K×N im2col.
         let b = rand_vec(k * n, &mut seed);
+        let (b_cs, b_rs) = if conv { (1, n) } else { (k, 1) };
         let mut c = vec![0f32; m * n];
         let flop = 2.0 * (m * n * k) as f64;
         // One-time weight packing (not part of the per-call numbers).
@@ -126,7 +132,7 @@ fn main() {
         let (pa, pb) = if conv {
             (Some(PackedA::from_f32(&a, m, k)), None)
         } else {
-            (None, Some(PackedB::from_f32_kn(&b, k, n)))
+            (None, Some(PackedB::from_f32_nk(&b, n, k)))
         };
         let pack_ms = t.elapsed().as_secs_f64() * 1e3;
         for threads in [2usize, 1] {
@@ -138,7 +144,7 @@ fn main() {
                 }
             };
             run_bf16(&mut c);
-            f32_gemm(&a, &b, &mut c, m, k, n, threads);
+            f32_gemm(&a, &b, b_cs, b_rs, &mut c, m, k, n, threads);
             let (mut tb, mut tf, mut cb, mut cf) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
                 let (t, u) = (Instant::now(), cpu_s());
@@ -146,7 +152,7 @@ fn main() {
                 tb.push(flop / t.elapsed().as_secs_f64() / 1e9);
                 cb.push(flop / (cpu_s() - u) / 1e9);
                 let (t, u) = (Instant::now(), cpu_s());
-                f32_gemm(&a, &b, &mut c, m, k, n, threads);
+                f32_gemm(&a, &b, b_cs, b_rs, &mut c, m, k, n, threads);
                 tf.push(flop / t.elapsed().as_secs_f64() / 1e9);
                 cf.push(flop / (cpu_s() - u) / 1e9);
             }
