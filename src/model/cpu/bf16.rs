@@ -224,7 +224,7 @@ impl PackedB {
             let panels = n.div_ceil(NR);
             let mut p = vec![0u32; panels * kps * NR];
             // Pack panel by panel in parallel (one-time cost, but ViT-L has 96 such matrices).
-            p.par_chunks_mut(kps * NR).enumerate().for_each(|(pi, dst)| {
+            p.par_chunks_mut((kps * NR).max(1)).enumerate().for_each(|(pi, dst)| {
                 let (l0, l1) = (pi * NR, ((pi + 1) * NR).min(n));
                 if transposed {
                     pack_rows(data, k, l0, l1, k, 0, kps, NR, dst);
@@ -490,7 +490,7 @@ impl Job<'_> {
         let kps_total = self.k.div_ceil(2);
         // A converted per call: pack MC rows at a time; pre-packed: use it in place, all rows.
         // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512).
-        let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(KC / 2)).max(1);
+        let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(KC / 2).max(1)).max(1);
         let rows = m1 - m0;
         let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
         let mc = rows.div_ceil(rows.div_ceil(cap)).next_multiple_of(MR).max(MR);
@@ -1017,6 +1017,32 @@ mod tests {
             gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
             assert!(e <= 1e-5, "large packed_a portable={portable}: rel err {e:e}");
+        }
+    }
+
+    /// Zero-sized dimensions: nothing to do (k = 0: C = 0, or C unchanged when accumulating).
+    #[test]
+    fn empty_dims() {
+        for portable in [false, true] {
+            for &(m, n, k) in &[(0usize, 5usize, 3usize), (4, 0, 3), (4, 5, 0), (0, 0, 0)] {
+                for accumulate in [false, true] {
+                    let a = vec![1f32; m * k];
+                    let b = vec![1f32; k * n];
+                    let mut c = vec![7f32; m * n];
+                    gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, portable), &mut c, n, accumulate, 2);
+                    let want = if accumulate { 7.0 } else { 0.0 } + k as f32;
+                    assert!(
+                        c.iter().all(|&x| x == want),
+                        "gemm_bf16 {m}×{n}×{k} acc={accumulate} portable={portable}"
+                    );
+                    let mut c = vec![7f32; m * n];
+                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, accumulate, 2);
+                    assert!(
+                        c.iter().all(|&x| x == want),
+                        "packed_a {m}×{n}×{k} acc={accumulate} portable={portable}"
+                    );
+                }
+            }
         }
     }
 
