@@ -103,10 +103,16 @@ fn pack_rows(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, 
     let panels = (l1 - l0).div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        unsafe { x86::pack_rows(src, ld, l0, l1, k, k0, kps, w, dst) };
+    if available() && w == NR {
+        unsafe { x86::pack_rows_nr(src, ld, l0, l1, k, k0, kps, dst) };
         return;
     }
+    pack_rows_scalar(src, ld, l0, l1, k, k0, kps, w, dst);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pack_rows_scalar(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+    let panels = (l1 - l0).div_ceil(w);
     let k1 = (k0 + 2 * kps).min(k);
     for p in 0..panels {
         let panel = &mut dst[p * kps * w..(p + 1) * kps * w];
@@ -687,48 +693,70 @@ mod x86 {
         core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo))
     }
 
-    /// See `super::pack_rows`. Each line converts 32 k at a time; the 16 resulting pairs go to
-    /// 16 consecutive kp slots of the panel (stride w).
+    /// 16×16 transpose of u32: out[c] lane r = r_in[r] lane c. Three shuffle stages (pairs of
+    /// rows, then quads, then 128-bit lanes), 64 shuffles per 256 words.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    #[inline]
+    unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            // (a0 b0 a1 b1 | a4 b4 a5 b5 | …), (a2 b2 a3 b3 | …)
+            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = [_mm512_setzero_si512(); 16];
+        for i in 0..4 {
+            // u[4i + j]: columns j, j+4, j+8, j+12 (one per 128-bit lane) of rows 4i..4i+3.
+            u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+            u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+        }
+        let mut o = [_mm512_setzero_si512(); 16];
+        for j in 0..4 {
+            let (u0, u1, u2, u3) = (u[j], u[4 + j], u[8 + j], u[12 + j]);
+            let s0 = _mm512_shuffle_i32x4::<0x44>(u0, u1); // u0.L0 u0.L1 u1.L0 u1.L1
+            let s1 = _mm512_shuffle_i32x4::<0xee>(u0, u1); // u0.L2 u0.L3 u1.L2 u1.L3
+            let s2 = _mm512_shuffle_i32x4::<0x44>(u2, u3);
+            let s3 = _mm512_shuffle_i32x4::<0xee>(u2, u3);
+            o[j] = _mm512_shuffle_i32x4::<0x88>(s0, s2); // lane 0 of u0..u3
+            o[j + 4] = _mm512_shuffle_i32x4::<0xdd>(s0, s2);
+            o[j + 8] = _mm512_shuffle_i32x4::<0x88>(s1, s3);
+            o[j + 12] = _mm512_shuffle_i32x4::<0xdd>(s1, s3);
+        }
+        o
+    }
+
+    /// See `super::pack_rows`, for w = NR = 32: per 16 k pairs, convert the panel's 32 rows
+    /// (32 zmm of 16 pairs), transpose the two 16×16 halves, store 16 × 32 contiguous words.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub(super) unsafe fn pack_rows(
-        src: &[f32],
-        ld: usize,
-        l0: usize,
-        l1: usize,
-        k: usize,
-        k0: usize,
-        kps: usize,
-        w: usize,
-        dst: &mut [u32],
-    ) {
+    pub(super) unsafe fn pack_rows_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
         let k1 = (k0 + 2 * kps).min(k);
-        let panels = (l1 - l0).div_ceil(w);
+        let panels = (l1 - l0).div_ceil(NR);
         let d = dst.as_mut_ptr();
-        let mut tmp = [0u32; 16];
+        let zero = _mm512_setzero_si512();
         for p in 0..panels {
-            let pd = d.add(p * kps * w);
-            for i in 0..w {
-                let l = l0 + p * w + i;
-                if l >= l1 {
-                    for kp in 0..kps {
-                        *pd.add(kp * w + i) = 0;
+            let pd = d.add(p * kps * NR);
+            let mut kp = 0;
+            while kp < kps {
+                let kk = k0 + 2 * kp;
+                let avail = k1.saturating_sub(kk).min(32);
+                let cnt = (kps - kp).min(16);
+                for h in 0..2 {
+                    let mut r = [zero; 16];
+                    for (i, ri) in r.iter_mut().enumerate() {
+                        let l = l0 + p * NR + 16 * h + i;
+                        if l < l1 {
+                            *ri = cvt32(src.as_ptr().wrapping_add(l * ld + kk), avail);
+                        }
                     }
-                    continue;
-                }
-                let row = src.as_ptr().add(l * ld);
-                let mut kp = 0;
-                while kp < kps {
-                    let kk = k0 + 2 * kp;
-                    let avail = k1.saturating_sub(kk);
-                    let v = cvt32(row.wrapping_add(kk), avail.min(32));
-                    _mm512_storeu_si512(tmp.as_mut_ptr() as *mut _, v);
-                    let cnt = (kps - kp).min(16);
-                    for (t, &x) in tmp[..cnt].iter().enumerate() {
-                        *pd.add((kp + t) * w + i) = x;
+                    let o = transpose16(&r);
+                    for (t, ot) in o[..cnt].iter().enumerate() {
+                        _mm512_storeu_si512(pd.add((kp + t) * NR + 16 * h) as *mut _, *ot);
                     }
-                    kp += 16;
                 }
+                kp += 16;
             }
         }
     }
@@ -1099,6 +1127,14 @@ mod tests {
             }
             convert_rows(&src, ld, 0, rows, k, k0, kps, &mut got);
             assert_eq!(got, want, "convert_rows {rows}×{k} k0={k0} kps={kps}");
+            // B from rows (`pack_rows`, a Linear weight) against the scalar packer.
+            let kps_r = kps;
+            let panels_r = rows.div_ceil(NR);
+            let mut got = vec![1u32; panels_r * kps_r * NR];
+            let mut want = vec![2u32; panels_r * kps_r * NR];
+            pack_rows(&src, ld, 0, rows, k, k0, kps_r, NR, &mut got);
+            pack_rows_scalar(&src, ld, 0, rows, k, k0, kps_r, NR, &mut want);
+            assert_eq!(got, want, "pack_rows {rows}×{k} k0={k0} kps={kps}");
             // B as K×N (`pack_cols`): lines = columns of src viewed as k×ld.
             let (kk, n) = (rows, ld);
             let panels = (n - 1).div_ceil(NR).max(1);
