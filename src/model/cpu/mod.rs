@@ -3,6 +3,7 @@
 //! candle `CustomOp`, so models stay device-generic: other devices take candle's own ops.
 
 pub mod attention;
+pub mod bf16;
 pub mod conv3x3;
 pub mod linear;
 pub mod planes;

@@ -1,0 +1,1201 @@
+//! BF16 matrix multiply with f32 accumulation, for the GEMM-bound layers (runtime.md §2.4: no
+//! Rust crate has a bf16 GEMM, and `vdpbf16ps` retires 2× the multiply-adds of f32 FMA).
+//! Measured on this VM's CPU (AMD EPYC family 26 = Zen 5, full-width AVX-512; runtime.md says
+//! Zen 4): `vdpbf16ps` ≈ 420 GFLOP/s per core with ≥ 24 independent chains (≈ 250 with 8,
+//! which is latency-bound), zmm f32 FMA ≈ 190; the `gemm` crate (AVX2 kernels) ≈ 120.
+//!
+//! `C (M×N, f32) = [C +] A (M×K) · B (K×N)`, inputs rounded to bf16 (round-to-nearest-even),
+//! products summed in f32. One operand is pre-packed once (the weights), the other is f32 and
+//! converted on the fly, on every call:
+//! * [`gemm_bf16`]: A = f32 activations (tokens × K), B = [`PackedB`] (Linear weights).
+//! * [`gemm_bf16_packed_a`]: A = [`PackedA`] (conv weights, cout × cin·9), B = f32 (im2col).
+//!
+//! Fast path (AVX512-BF16): a 12×32 register-blocked microkernel. Per k pair (k, k+1) it
+//! broadcasts one u32 = two bf16 from each of the 12 rows of A, loads 32 columns × one pair of
+//! B as two zmm, and issues 24 `vdpbf16ps` (16 lanes × 2 multiply-adds each). Word layout
+//! everywhere: `bf16(x[k]) | bf16(x[k+1]) << 16`, K padded to even with a zero.
+//! * A: rows of pairs, row-major (no transposition: the kernel reads 12 row streams), so
+//!   converting A per call is a straight vector conversion.
+//! * B: panels of NR = 32 columns; within a panel, for each k pair, the 32 columns' words
+//!   side by side (the two zmm the kernel loads).
+//!
+//! Portable fallback (no AVX512-BF16): the same maths (bf16-rounded inputs, f32 accumulation)
+//! through the `gemm` crate's f32 kernels on rounded copies; the packed types then hold plain
+//! rounded f32, so a non-bf16 machine pays the weight conversion once, like the fast path.
+
+use rayon::prelude::*;
+
+/// Microkernel rows (broadcast operand). 12 rows × 2 zmm = 24 accumulators, + 2 B vectors +
+/// a broadcast register = 27 of the 32 zmm: no spills, and 24 independent `vdpbf16ps` chains
+/// cover its latency × throughput (2 per cycle here; 8 chains reach only ~60 % of peak).
+pub const MR: usize = 12;
+/// Microkernel columns (vector operand): two zmm of 16 f32 lanes.
+pub const NR: usize = 32;
+/// K block, in elements (even); K is split into equal blocks of at most this. Measured (1
+/// core, ViT shapes): 256 → ~310, 1024 → ~440, 4096 → ~480 GFLOP/s. Each k block costs a
+/// read-modify-write pass over the C tile, and C (1800 × 4096 f32 = 29 MB) lives in L3/DRAM,
+/// while the operands stream well from L2: so no K blocking up to K = 4096. The B micro-panel
+/// (≤ 4096 × 32 bf16 = 256 KiB) and the A block (MC × KC bf16 ≤ 384 KiB) share the 1 MiB L2.
+const KC: usize = 4096;
+/// Bytes of A per row block (MC × KC bf16), so it stays in L2 beside the B micro-panel. The
+/// rows are split into equal blocks (in whole MR panels) under this: M = 64, K = 576 is one
+/// block of 64 rows, not 48 + 16 (a 16-row block is two latency-bound 8-row tiles).
+const A_BLOCK_BYTES: usize = 384 * 1024;
+/// Columns of B packed per block when B (im2col) is converted per call: small, so the freshly
+/// packed block is still in L2 when the kernels read it.
+const NC: usize = 128;
+
+/// True when the AVX512-BF16 fast path runs on this CPU.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// f32 → bf16 bits, round-to-nearest-even, denormals flushed to signed zero and NaN kept quiet:
+/// bit-for-bit what `vcvtne2ps2bf16` does (it ignores MXCSR and treats denormal inputs as 0).
+#[inline]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    if b & 0x7f80_0000 == 0 {
+        return ((b >> 16) & 0x8000) as u16;
+    }
+    let round = 0x7fff + ((b >> 16) & 1);
+    (b.wrapping_add(round) >> 16) as u16
+}
+
+/// `x` rounded to the nearest bf16 value (as the fast path sees it), as f32.
+#[inline]
+pub fn round_bf16(x: f32) -> f32 {
+    f32::from_bits((f32_to_bf16(x) as u32) << 16)
+}
+
+#[inline]
+fn pair(lo: f32, hi: f32) -> u32 {
+    f32_to_bf16(lo) as u32 | (f32_to_bf16(hi) as u32) << 16
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing. B panels (width w = NR) come from two shapes of source:
+// * "rows": the panel's w lines are rows of a row-major matrix whose k runs along the row
+//   (a Linear weight as out × in). Pairs are adjacent in memory already.
+// * "cols": the panel's w lines are columns of a row-major K × lines matrix (im2col, or B
+//   given K×N). Pairs come from two consecutive rows and must be interleaved.
+// dst layout for a block of k pairs [kp0, kp0 + kps): panel p at p·kps·w, then kp·w + line.
+// Lines past the end and k past `k` are zero, so the kernel needs no K tail and computes
+// whole 32-column tiles (masked only at the C store).
+// ---------------------------------------------------------------------------------------------
+
+/// Pack lines [l0, l1) (rows of `src`, stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
+#[allow(clippy::too_many_arguments)]
+fn pack_rows(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+    let panels = (l1 - l0).div_ceil(w);
+    let dst = &mut dst[..panels * kps * w];
+    #[cfg(target_arch = "x86_64")]
+    if available() && w == NR {
+        unsafe { x86::pack_rows_nr(src, ld, l0, l1, k, k0, kps, dst) };
+        return;
+    }
+    pack_rows_scalar(src, ld, l0, l1, k, k0, kps, w, dst);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pack_rows_scalar(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+    let panels = (l1 - l0).div_ceil(w);
+    let k1 = (k0 + 2 * kps).min(k);
+    for p in 0..panels {
+        let panel = &mut dst[p * kps * w..(p + 1) * kps * w];
+        for i in 0..w {
+            let l = l0 + p * w + i;
+            for kp in 0..kps {
+                let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
+                panel[kp * w + i] = if l < l1 && ka < k1 {
+                    let row = &src[l * ld..];
+                    pair(row[ka], if kb < k1 { row[kb] } else { 0.0 })
+                } else {
+                    0
+                };
+            }
+        }
+    }
+}
+
+/// A-operand layout: rows [r0, r1) of `src` (stride `ld`) as bf16 pairs, row-major with
+/// `kps` words per row: dst[(r − r0)·kps + kp] for k in [k0, min(k0 + 2·kps, k)), zero past k.
+/// The microkernel broadcasts from R row streams directly, so A needs no transposition: this
+/// is a straight vector conversion (A is converted on every call).
+#[allow(clippy::too_many_arguments)]
+fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+    let dst = &mut dst[..(r1 - r0) * kps];
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        unsafe { x86::convert_rows(src, ld, r0, r1, k, k0, kps, dst) };
+        return;
+    }
+    let k1 = (k0 + 2 * kps).min(k);
+    for r in r0..r1 {
+        let row = &src[r * ld..];
+        for kp in 0..kps {
+            let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
+            dst[(r - r0) * kps + kp] = if ka < k1 {
+                pair(row[ka], if kb < k1 { row[kb] } else { 0.0 })
+            } else {
+                0
+            };
+        }
+    }
+}
+
+/// Pack lines [l0, l1) (columns of `src`, row stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
+#[allow(clippy::too_many_arguments)]
+fn pack_cols(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+    let panels = (l1 - l0).div_ceil(w);
+    let dst = &mut dst[..panels * kps * w];
+    #[cfg(target_arch = "x86_64")]
+    if available() && w == NR {
+        unsafe { x86::pack_cols_nr(src, ld, l0, l1, k, k0, kps, dst) };
+        return;
+    }
+    let k1 = (k0 + 2 * kps).min(k);
+    for p in 0..panels {
+        let panel = &mut dst[p * kps * w..(p + 1) * kps * w];
+        for kp in 0..kps {
+            let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
+            for i in 0..w {
+                let l = l0 + p * w + i;
+                panel[kp * w + i] = if l < l1 && ka < k1 {
+                    pair(src[ka * ld + l], if kb < k1 { src[kb * ld + l] } else { 0.0 })
+                } else {
+                    0
+                };
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pre-packed operands.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Store {
+    /// Pair-interleaved panels over the whole K (kps = ceil(k/2) pairs per panel).
+    Panels(Vec<u32>),
+    /// Portable fallback: bf16-rounded f32, row-major (K×N for B, M×K for A).
+    Rounded(Vec<f32>),
+}
+
+/// Right operand B (K×N), converted to bf16 and packed once (Linear weights).
+#[derive(Clone, Debug)]
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    store: Store,
+}
+
+impl PackedB {
+    /// From B given K×N row-major.
+    pub fn from_f32_kn(data: &[f32], k: usize, n: usize) -> Self {
+        Self::build(data, k, n, false, !available())
+    }
+
+    /// From Bᵀ given N×K row-major: a PyTorch Linear weight (out = N, in = K).
+    pub fn from_f32_nk(data: &[f32], n: usize, k: usize) -> Self {
+        Self::build(data, k, n, true, !available())
+    }
+
+    fn build(data: &[f32], k: usize, n: usize, transposed: bool, portable: bool) -> Self {
+        assert!(data.len() >= k * n, "PackedB: {} values for {k}×{n}", data.len());
+        let store = if portable {
+            let mut r = vec![0f32; k * n];
+            for kk in 0..k {
+                for j in 0..n {
+                    r[kk * n + j] = round_bf16(if transposed { data[j * k + kk] } else { data[kk * n + j] });
+                }
+            }
+            Store::Rounded(r)
+        } else {
+            let kps = k.div_ceil(2);
+            let panels = n.div_ceil(NR);
+            let mut p = vec![0u32; panels * kps * NR];
+            // Pack panel by panel in parallel (one-time cost, but ViT-L has 96 such matrices).
+            p.par_chunks_mut((kps * NR).max(1)).enumerate().for_each(|(pi, dst)| {
+                let (l0, l1) = (pi * NR, ((pi + 1) * NR).min(n));
+                if transposed {
+                    pack_rows(data, k, l0, l1, k, 0, kps, NR, dst);
+                } else {
+                    pack_cols(data, n, l0, l1, k, 0, kps, NR, dst);
+                }
+            });
+            Store::Panels(p)
+        };
+        PackedB { k, n, store }
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn n(&self) -> usize {
+        self.n
+    }
+}
+
+/// Left operand A (M×K), converted to bf16 and packed once (convolution weights, cout × cin·9).
+#[derive(Clone, Debug)]
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    store: Store,
+}
+
+impl PackedA {
+    /// From A given M×K row-major (PyTorch conv weight (cout, cin, kh, kw) flattened).
+    pub fn from_f32(data: &[f32], m: usize, k: usize) -> Self {
+        Self::build(data, m, k, !available())
+    }
+
+    fn build(data: &[f32], m: usize, k: usize, portable: bool) -> Self {
+        assert!(data.len() >= m * k, "PackedA: {} values for {m}×{k}", data.len());
+        let store = if portable {
+            Store::Rounded(data[..m * k].iter().map(|&x| round_bf16(x)).collect())
+        } else {
+            let kps = k.div_ceil(2);
+            let mut p = vec![0u32; m * kps];
+            convert_rows(data, k, 0, m, k, 0, kps, &mut p);
+            Store::Panels(p)
+        };
+        PackedA { m, k, store }
+    }
+
+    pub fn m(&self) -> usize {
+        self.m
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public GEMMs.
+// ---------------------------------------------------------------------------------------------
+
+/// `C[m×n] = [C +] A · B`: A is f32 row-major (m×k, row stride `lda`), converted to bf16 while
+/// packed; B is pre-packed (k×n). C is f32 row-major with row stride `ldc`. `threads` ≥ 1 splits
+/// the work on the rayon pool (1 = run on the caller's thread, e.g. inside its own tiles).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bf16(a: &[f32], m: usize, k: usize, lda: usize, b: &PackedB, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
+    assert_eq!(k, b.k, "gemm_bf16: A has k={k}, B has k={}", b.k);
+    let n = b.n;
+    check_dims(a.len(), m, k, lda, c.len(), n, ldc);
+    if m == 0 || n == 0 {
+        return;
+    }
+    match &b.store {
+        Store::Rounded(bb) => {
+            let ar: Vec<f32> = (0..m)
+                .flat_map(|i| a[i * lda..i * lda + k].iter().map(|&x| round_bf16(x)))
+                .collect();
+            portable_gemm(&ar, k, bb, n, m, n, k, c, ldc, accumulate, threads);
+        }
+        Store::Panels(bp) => {
+            let job = Job {
+                m,
+                n,
+                k,
+                a: Operand::F32 { data: a, ld: lda },
+                b: Operand::Packed(bp),
+                c: c.as_mut_ptr(),
+                ldc,
+                accumulate,
+            };
+            // Split M so each thread converts only its own rows of A; B is shared (L3).
+            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+        }
+    }
+}
+
+/// `C[m×n] = [C +] A · B`: A is pre-packed (m×k), B is f32 row-major (k×n, row stride `ldb`),
+/// converted to bf16 while packed. The convolution shape: weights × im2col columns.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bf16_packed_a(a: &PackedA, b: &[f32], n: usize, ldb: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
+    let (m, k) = (a.m, a.k);
+    assert!(
+        ldb >= n && (k == 0 || b.len() >= (k - 1) * ldb + n),
+        "gemm_bf16_packed_a: B too short"
+    );
+    assert!(
+        ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n),
+        "gemm_bf16_packed_a: C too short"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    match &a.store {
+        Store::Rounded(ar) => {
+            let mut br = vec![0f32; k * n];
+            for kk in 0..k {
+                for j in 0..n {
+                    br[kk * n + j] = round_bf16(b[kk * ldb + j]);
+                }
+            }
+            portable_gemm(ar, k, &br, n, m, n, k, c, ldc, accumulate, threads);
+        }
+        Store::Panels(ap) => {
+            let job = Job {
+                m,
+                n,
+                k,
+                a: Operand::Packed(ap),
+                b: Operand::F32 { data: b, ld: ldb },
+                c: c.as_mut_ptr(),
+                ldc,
+                accumulate,
+            };
+            // Split N so each thread converts only its own columns of B.
+            job.run(threads, n < 2 * NR * threads && m > n);
+        }
+    }
+}
+
+fn check_dims(alen: usize, m: usize, k: usize, lda: usize, clen: usize, n: usize, ldc: usize) {
+    assert!(lda >= k && (m == 0 || alen >= (m - 1) * lda + k), "gemm_bf16: A too short");
+    assert!(ldc >= n && (m == 0 || clen >= (m - 1) * ldc + n), "gemm_bf16: C too short");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn portable_gemm(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) {
+    if k == 0 {
+        if !accumulate {
+            (0..m).for_each(|i| c[i * ldc..i * ldc + n].fill(0.0));
+        }
+        return;
+    }
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            ldc as isize,
+            accumulate,
+            a.as_ptr(),
+            1,
+            lda as isize,
+            b.as_ptr(),
+            1,
+            ldb as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocked driver (fast path).
+// ---------------------------------------------------------------------------------------------
+
+thread_local! {
+    /// Per-thread packing buffers, kept between calls (up to ~1 MiB): no allocation, zeroing
+    /// or page faults per call, which matters for the small per-tile calls of a convolution.
+    static SCRATCH: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len {
+                v.resize(len, 0);
+            }
+            f(&mut v[..len])
+        }
+        // Re-entered on this thread (cannot happen today: nothing inside waits on rayon).
+        Err(_) => f(&mut vec![0u32; len]),
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Operand<'a> {
+    /// Whole K, ceil(k/2) pairs: A as rows (`convert_rows`), B as NR-column panels.
+    Packed(&'a [u32]),
+    /// f32 row-major: A as m×k, B as k×n.
+    F32 { data: &'a [f32], ld: usize },
+}
+
+struct Job<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'a>,
+    b: Operand<'a>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+}
+
+// C is only written through disjoint (row range × column range) rectangles, one per thread.
+unsafe impl Sync for Job<'_> {}
+
+impl Job<'_> {
+    fn run(&self, threads: usize, split_m: bool) {
+        let threads = threads.max(1);
+        let (len, unit) = if split_m { (self.m, MR) } else { (self.n, NR) };
+        let units = len.div_ceil(unit);
+        let parts = threads.min(units);
+        if parts <= 1 {
+            self.run_rect(0, self.m, 0, self.n);
+            return;
+        }
+        // Equal contiguous ranges, in whole panels so only the last range has a tail.
+        let bounds: Vec<(usize, usize)> = (0..parts)
+            .map(|t| ((units * t / parts * unit).min(len), (units * (t + 1) / parts * unit).min(len)))
+            .collect();
+        bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| {
+            if split_m {
+                self.run_rect(lo, hi, 0, self.n)
+            } else {
+                self.run_rect(0, self.m, lo, hi)
+            }
+        });
+    }
+
+    /// Rows [m0, m1) × columns [n0, n1) of C; m0 is a multiple of MR, n0 of NR.
+    fn run_rect(&self, m0: usize, m1: usize, n0: usize, n1: usize) {
+        let kps_total = self.k.div_ceil(2);
+        // A converted per call: pack MC rows at a time; pre-packed: use it in place, all rows.
+        // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512).
+        let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(KC / 2).max(1)).max(1);
+        let rows = m1 - m0;
+        let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
+        let mc = rows.div_ceil(rows.div_ceil(cap)).next_multiple_of(MR).max(MR);
+        let nc = if matches!(self.b, Operand::F32 { .. }) { NC } else { n1 - n0 };
+        if self.k == 0 {
+            if !self.accumulate {
+                for i in m0..m1 {
+                    unsafe { std::slice::from_raw_parts_mut(self.c.add(i * self.ldc + n0), n1 - n0).fill(0.0) };
+                }
+            }
+            return;
+        }
+        let alen = if matches!(self.a, Operand::F32 { .. }) { mc * kc_pairs } else { 0 };
+        let blen = if matches!(self.b, Operand::F32 { .. }) {
+            nc.div_ceil(NR) * NR * kc_pairs
+        } else {
+            0
+        };
+        with_scratch(alen + blen, |buf| {
+            let (abuf, bbuf) = buf.split_at_mut(alen);
+            self.run_blocks(m0, m1, n0, n1, kc_pairs, mc, nc, abuf, bbuf)
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_blocks(
+        &self,
+        m0: usize,
+        m1: usize,
+        n0: usize,
+        n1: usize,
+        kc_pairs: usize,
+        mc: usize,
+        nc: usize,
+        abuf: &mut [u32],
+        bbuf: &mut [u32],
+    ) {
+        let kps_total = self.k.div_ceil(2);
+        for jc in (n0..n1).step_by(nc) {
+            let jc1 = (jc + nc).min(n1);
+            for kp0 in (0..kps_total).step_by(kc_pairs) {
+                let kps = kc_pairs.min(kps_total - kp0);
+                // (base, panel stride) of B's k-block for columns from jc.
+                let (bptr, bstride) = match self.b {
+                    Operand::Packed(p) => (p[(jc / NR) * kps_total * NR + kp0 * NR..].as_ptr(), kps_total * NR),
+                    Operand::F32 { data, ld } => {
+                        pack_cols(data, ld, jc, jc1, self.k, 2 * kp0, kps, NR, bbuf);
+                        (bbuf.as_ptr(), kps * NR)
+                    }
+                };
+                let load_c = self.accumulate || kp0 > 0;
+                for ic in (m0..m1).step_by(mc) {
+                    let ic1 = (ic + mc).min(m1);
+                    let (aptr, astride) = match self.a {
+                        Operand::Packed(p) => (p[ic * kps_total + kp0..].as_ptr(), kps_total),
+                        Operand::F32 { data, ld } => {
+                            convert_rows(data, ld, ic, ic1, self.k, 2 * kp0, kps, abuf);
+                            (abuf.as_ptr(), kps)
+                        }
+                    };
+                    self.block(aptr, astride, ic, ic1, bptr, bstride, jc, jc1, kps, load_c);
+                }
+            }
+        }
+    }
+
+    /// All microkernel tiles of rows [ic, ic1) × columns [jc, jc1) for one k block.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        a: *const u32,
+        lda: usize,
+        ic: usize,
+        ic1: usize,
+        b: *const u32,
+        bstride: usize,
+        jc: usize,
+        jc1: usize,
+        kps: usize,
+        load_c: bool,
+    ) {
+        // Row panels of equal height (≤ MR): 64 rows → 6 × 10-11 rather than 5 × 12 + 4, since a
+        // 4-row tile has too few accumulators to hide the `vdpbf16ps` latency.
+        let rows = ic1 - ic;
+        let np = rows.div_ceil(MR);
+        // B micro-panel outer: it is reused by every A panel while they stream from L2.
+        for (jp, j) in (jc..jc1).step_by(NR).enumerate() {
+            let nv = (jc1 - j).min(NR);
+            for p in 0..np {
+                let (r0, r1) = (rows * p / np, rows * (p + 1) / np);
+                unsafe {
+                    let c = self.c.add((ic + r0) * self.ldc + j);
+                    #[cfg(target_arch = "x86_64")]
+                    x86::kernel(r1 - r0, kps, a.add(r0 * lda), lda, b.add(jp * bstride), c, self.ldc, nv, load_c);
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let _ = (c, a, b, nv, kps, load_c, lda, bstride, r1);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX512-BF16 code.
+// ---------------------------------------------------------------------------------------------
+
+// AVX-512 intrinsics and `__m512bh` are stable since Rust 1.89: Cargo.toml's rust-version
+// (1.88) has to be raised to 1.89 with this module.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::incompatible_msrv)]
+mod x86 {
+    use super::NR;
+    use core::arch::x86_64::*;
+
+    /// Microkernel dispatch on the number of valid rows (tail panels get a smaller register
+    /// tile instead of wasted multiply-adds on zero rows).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) unsafe fn kernel(
+        mv: usize,
+        kps: usize,
+        a: *const u32,
+        lda: usize,
+        b: *const u32,
+        c: *mut f32,
+        ldc: usize,
+        nv: usize,
+        load_c: bool,
+    ) {
+        macro_rules! go {
+            ($($r:literal)*) => {
+                match mv { $($r => kern::<$r>(kps, a, lda, b, c, ldc, nv, load_c),)* _ => unreachable!() }
+            };
+        }
+        go!(1 2 3 4 5 6 7 8 9 10 11 12)
+    }
+
+    /// C[R×nv] (+)= A (R rows of bf16 pairs, stride `lda` words) · B-panel (NR columns), over
+    /// `kps` k pairs.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    unsafe fn kern<const R: usize>(kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
+        let m0: __mmask16 = if nv >= 16 { 0xffff } else { (1u32 << nv) as u16 - 1 };
+        let m1: __mmask16 = if nv >= 32 {
+            0xffff
+        } else if nv > 16 {
+            (1u32 << (nv - 16)) as u16 - 1
+        } else {
+            0
+        };
+        // C is added after the k loop, not loaded into the accumulators before it: the rows of
+        // C are usually far apart (ldc of thousands) and not cached, so they are prefetched
+        // here and arrive while the loop runs (~12 cycles per k pair) instead of stalling it.
+        for r in 0..R {
+            let cr = c.add(r * ldc) as *const i8;
+            _mm_prefetch::<_MM_HINT_T0>(cr);
+            _mm_prefetch::<_MM_HINT_T0>(cr.wrapping_add(64));
+        }
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let mut b = b;
+        for kp in 0..kps {
+            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
+            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + kp) as i32));
+                acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+            }
+            b = b.add(NR);
+        }
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let cr = c.add(r * ldc);
+            if load_c {
+                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
+                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.add(16)));
+            }
+            _mm512_mask_storeu_ps(cr, m0, acc[0]);
+            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
+        }
+    }
+
+    /// 32 consecutive f32 (masked: the first `n` of them, rest read as 0) → 16 bf16 pairs in order.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    #[inline]
+    unsafe fn cvt32(p: *const f32, n: usize) -> __m512i {
+        let (lo, hi) = if n >= 32 {
+            (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+        } else {
+            let m0 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
+            let m1 = if n > 16 { ((1u32 << (n - 16)) - 1) as u16 } else { 0 };
+            (_mm512_maskz_loadu_ps(m0, p), _mm512_maskz_loadu_ps(m1, p.add(16)))
+        };
+        // cvtne2ps(a, b): low half from b, high half from a.
+        core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo))
+    }
+
+    /// 16×16 transpose of u32: out[c] lane r = r_in[r] lane c. Three shuffle stages (pairs of
+    /// rows, then quads, then 128-bit lanes), 64 shuffles per 256 words.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    #[inline]
+    unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            // (a0 b0 a1 b1 | a4 b4 a5 b5 | …), (a2 b2 a3 b3 | …)
+            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = [_mm512_setzero_si512(); 16];
+        for i in 0..4 {
+            // u[4i + j]: columns j, j+4, j+8, j+12 (one per 128-bit lane) of rows 4i..4i+3.
+            u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+            u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+        }
+        let mut o = [_mm512_setzero_si512(); 16];
+        for j in 0..4 {
+            let (u0, u1, u2, u3) = (u[j], u[4 + j], u[8 + j], u[12 + j]);
+            let s0 = _mm512_shuffle_i32x4::<0x44>(u0, u1); // u0.L0 u0.L1 u1.L0 u1.L1
+            let s1 = _mm512_shuffle_i32x4::<0xee>(u0, u1); // u0.L2 u0.L3 u1.L2 u1.L3
+            let s2 = _mm512_shuffle_i32x4::<0x44>(u2, u3);
+            let s3 = _mm512_shuffle_i32x4::<0xee>(u2, u3);
+            o[j] = _mm512_shuffle_i32x4::<0x88>(s0, s2); // lane 0 of u0..u3
+            o[j + 4] = _mm512_shuffle_i32x4::<0xdd>(s0, s2);
+            o[j + 8] = _mm512_shuffle_i32x4::<0x88>(s1, s3);
+            o[j + 12] = _mm512_shuffle_i32x4::<0xdd>(s1, s3);
+        }
+        o
+    }
+
+    /// See `super::pack_rows`, for w = NR = 32: per 16 k pairs, convert the panel's 32 rows
+    /// (32 zmm of 16 pairs), transpose the two 16×16 halves, store 16 × 32 contiguous words.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn pack_rows_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+        let k1 = (k0 + 2 * kps).min(k);
+        let panels = (l1 - l0).div_ceil(NR);
+        let d = dst.as_mut_ptr();
+        let zero = _mm512_setzero_si512();
+        for p in 0..panels {
+            let pd = d.add(p * kps * NR);
+            let mut kp = 0;
+            while kp < kps {
+                let kk = k0 + 2 * kp;
+                let avail = k1.saturating_sub(kk).min(32);
+                let cnt = (kps - kp).min(16);
+                for h in 0..2 {
+                    let mut r = [zero; 16];
+                    for (i, ri) in r.iter_mut().enumerate() {
+                        let l = l0 + p * NR + 16 * h + i;
+                        if l < l1 {
+                            *ri = cvt32(src.as_ptr().wrapping_add(l * ld + kk), avail);
+                        }
+                    }
+                    let o = transpose16(&r);
+                    for (t, ot) in o[..cnt].iter().enumerate() {
+                        _mm512_storeu_si512(pd.add((kp + t) * NR + 16 * h) as *mut _, *ot);
+                    }
+                }
+                kp += 16;
+            }
+        }
+    }
+
+    /// Source rows prefetched ahead by `pack_cols_nr` (an even number).
+    const PF_ROWS: usize = 8;
+
+    /// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+        let k1 = (k0 + 2 * kps).min(k);
+        let d = dst.as_mut_ptr();
+        for r in r0..r1 {
+            let row = src.as_ptr().wrapping_add(r * ld);
+            let dr = d.add((r - r0) * kps);
+            let mut kp = 0;
+            while kp < kps {
+                let kk = k0 + 2 * kp;
+                let v = cvt32(row.wrapping_add(kk), k1.saturating_sub(kk).min(32));
+                let cnt = (kps - kp).min(16);
+                if cnt == 16 {
+                    _mm512_storeu_si512(dr.add(kp) as *mut _, v);
+                } else {
+                    _mm512_mask_storeu_epi32(dr.add(kp) as *mut _, ((1u32 << cnt) - 1) as u16, v);
+                }
+                kp += 16;
+            }
+        }
+    }
+
+    /// See `super::pack_cols`, for panel width NR = 32: per k pair, two rows × 16 columns are
+    /// converted together and interleaved (k, k+1) with one word permute.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn pack_cols_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+        let k1 = (k0 + 2 * kps).min(k);
+        let panels = (l1 - l0).div_ceil(NR);
+        // Word index: output word 2j ← row ka column j (word j), 2j+1 ← row kb column j (16 + j).
+        let mut idx = [0u16; 32];
+        for j in 0..16 {
+            idx[2 * j] = j as u16;
+            idx[2 * j + 1] = 16 + j as u16;
+        }
+        let idx = _mm512_loadu_si512(idx.as_ptr() as *const _);
+        let zero = _mm512_setzero_ps();
+        let d = dst.as_mut_ptr();
+        let s = src.as_ptr();
+        // k pairs outer, columns inner: both source rows are read front to back (sources such
+        // as a wide im2col have a row stride of tens of KiB; walking down a column strip
+        // would touch a new page per load).
+        for kp in 0..kps {
+            let ka = k0 + 2 * kp;
+            // wrapping: rows past k are never loaded from (their mask/flag is off).
+            let (sa, sb) = (s.wrapping_add(ka * ld), s.wrapping_add((ka + 1) * ld));
+            let (has_a, has_b) = (ka < k1, ka + 1 < k1);
+            // Each source row contributes only a short segment (NC columns) per block, too short
+            // for the hardware prefetcher to lock on: fetch the rows PF_ROWS ahead ourselves.
+            if ka + PF_ROWS + 1 < k1 {
+                let (pa, pb) = (sa.wrapping_add(PF_ROWS * ld + l0), sb.wrapping_add(PF_ROWS * ld + l0));
+                for off in (0..l1 - l0).step_by(16) {
+                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(off) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(off) as *const i8);
+                }
+            }
+            for p in 0..panels {
+                let pd = d.add(p * kps * NR + kp * NR);
+                for h in 0..2 {
+                    let cc = l0 + p * NR + 16 * h;
+                    let nvalid = l1.saturating_sub(cc).min(16);
+                    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { ((1u32 << nvalid) - 1) as u16 };
+                    let ra = if has_a {
+                        _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc))
+                    } else {
+                        zero
+                    };
+                    let rb = if has_b {
+                        _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc))
+                    } else {
+                        zero
+                    };
+                    let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
+                    _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small deterministic generator (xorshift), values in [-1, 1).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> f32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    /// f64 reference on bf16-rounded inputs: C = [C0 +] A·B; A m×k (lda), B k×n row-major.
+    fn reference(a: &[f32], lda: usize, b: &[f32], m: usize, n: usize, k: usize, c0: Option<(&[f32], usize)>) -> Vec<f64> {
+        let mut out = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0f64;
+                for kk in 0..k {
+                    s += round_bf16(a[i * lda + kk]) as f64 * round_bf16(b[kk * n + j]) as f64;
+                }
+                if let Some((c, ldc)) = c0 {
+                    s += c[i * ldc + j] as f64;
+                }
+                out[i * n + j] = s;
+            }
+        }
+        out
+    }
+
+    /// Max |got − ref| relative to the output scale (max |ref|, or the sum of |terms| scale).
+    fn rel_err(got: &[f32], ldc: usize, want: &[f64], m: usize, n: usize, k: usize) -> f64 {
+        // Output scale: typical magnitude of a sum of k products of U(-1,1) values ≈ sqrt(k)/3,
+        // but use the max |ref| so the bound is about this matrix.
+        let scale = want.iter().fold(0f64, |s, &x| s.max(x.abs())).max(1e-30);
+        let _ = k;
+        let mut e = 0f64;
+        for i in 0..m {
+            for j in 0..n {
+                e = e.max((got[i * ldc + j] as f64 - want[i * n + j]).abs());
+            }
+        }
+        e / scale
+    }
+
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (1, 1, 2),
+        (3, 5, 7),
+        (12, 32, 16),
+        (13, 33, 17),
+        (11, 31, 255),
+        (25, 70, 257),
+        (37, 95, 513),
+        (100, 64, 600),
+        (7, 200, 1031),
+        (130, 17, 64),
+        (400, 100, 96),
+        (5, 600, 9),
+        (5, 40, 4099),  // K blocking: 2 blocks
+        (61, 33, 8201), // 3 k blocks, 2 row blocks
+    ];
+
+    fn check_gemm_bf16(portable: bool) {
+        let mut worst = 0f64;
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for &(m, n, k) in SHAPES {
+            for &(accumulate, pad) in &[(false, 0usize), (true, 3usize), (false, 5), (true, 0)] {
+                for threads in [1, 2, 3] {
+                    let lda = k + pad;
+                    let ldc = n + 2 * pad;
+                    let a = rng.vec(m * lda);
+                    let bkn = rng.vec(k * n);
+                    // Also test the (n, k) constructor on the transposed copy.
+                    let mut bnk = vec![0f32; n * k];
+                    for kk in 0..k {
+                        for j in 0..n {
+                            bnk[j * k + kk] = bkn[kk * n + j];
+                        }
+                    }
+                    let c0 = rng.vec(m * ldc);
+                    let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
+                    for (ti, pb) in [
+                        PackedB::build(&bkn, k, n, false, portable),
+                        PackedB::build(&bnk, k, n, true, portable),
+                    ]
+                    .iter()
+                    .enumerate()
+                    {
+                        let mut c = c0.clone();
+                        gemm_bf16(&a, m, k, lda, pb, &mut c, ldc, accumulate, threads);
+                        let e = rel_err(&c, ldc, &want, m, n, k);
+                        worst = worst.max(e);
+                        assert!(
+                            e <= 1e-5,
+                            "gemm_bf16 portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}"
+                        );
+                        // Padding between rows of C is untouched.
+                        for i in 0..m {
+                            assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("gemm_bf16 portable={portable}: worst rel err {worst:e}");
+    }
+
+    fn check_packed_a(portable: bool) {
+        let mut worst = 0f64;
+        let mut rng = Rng(0x0fed_cba9_8765_4321);
+        for &(m, n, k) in SHAPES {
+            for &(accumulate, pad) in &[(false, 0usize), (true, 3usize), (false, 5), (true, 0)] {
+                for threads in [1, 2, 3] {
+                    let ldb = n + pad;
+                    let ldc = n + 2 * pad;
+                    let a = rng.vec(m * k);
+                    let b = rng.vec(k * ldb);
+                    let bdense: Vec<f32> = (0..k).flat_map(|kk| b[kk * ldb..kk * ldb + n].to_vec()).collect();
+                    let c0 = rng.vec(m * ldc);
+                    let want = reference(&a, k, &bdense, m, n, k, accumulate.then_some((&c0[..], ldc)));
+                    let pa = PackedA::build(&a, m, k, portable);
+                    let mut c = c0.clone();
+                    gemm_bf16_packed_a(&pa, &b, n, ldb, &mut c, ldc, accumulate, threads);
+                    let e = rel_err(&c, ldc, &want, m, n, k);
+                    worst = worst.max(e);
+                    assert!(
+                        e <= 1e-5,
+                        "packed_a portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}"
+                    );
+                    for i in 0..m {
+                        assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
+                    }
+                }
+            }
+        }
+        eprintln!("gemm_bf16_packed_a portable={portable}: worst rel err {worst:e}");
+    }
+
+    #[test]
+    fn fast_gemm_bf16_matches_reference() {
+        if !available() {
+            eprintln!("AVX512-BF16 not available: fast path not tested");
+            return;
+        }
+        check_gemm_bf16(false);
+    }
+
+    #[test]
+    fn fast_packed_a_matches_reference() {
+        if !available() {
+            eprintln!("AVX512-BF16 not available: fast path not tested");
+            return;
+        }
+        check_packed_a(false);
+    }
+
+    #[test]
+    fn portable_gemm_bf16_matches_reference() {
+        check_gemm_bf16(true);
+    }
+
+    #[test]
+    fn portable_packed_a_matches_reference() {
+        check_packed_a(true);
+    }
+
+    /// A ViT-sized problem (several row blocks per thread, all 32-column panels full but the
+    /// last, a K that is not a multiple of anything) against the f64 reference.
+    #[test]
+    fn large_matches_reference() {
+        let mut rng = Rng(2024);
+        let (m, n, k) = (301, 390, 1537);
+        let a = rng.vec(m * k);
+        let b = rng.vec(k * n);
+        let want = reference(&a, k, &b, m, n, k, None);
+        for portable in [false, true] {
+            if !portable && !available() {
+                continue;
+            }
+            let mut c = vec![0f32; m * n];
+            gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, portable), &mut c, n, false, 2);
+            let e = rel_err(&c, n, &want, m, n, k);
+            eprintln!("large {m}×{n}×{k} portable={portable}: rel err {e:e}");
+            assert!(e <= 1e-5, "large portable={portable}: rel err {e:e}");
+            let mut c = vec![0f32; m * n];
+            gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, false, 2);
+            let e = rel_err(&c, n, &want, m, n, k);
+            assert!(e <= 1e-5, "large packed_a portable={portable}: rel err {e:e}");
+        }
+    }
+
+    /// Zero-sized dimensions: nothing to do (k = 0: C = 0, or C unchanged when accumulating).
+    #[test]
+    fn empty_dims() {
+        for portable in [false, true] {
+            for &(m, n, k) in &[(0usize, 5usize, 3usize), (4, 0, 3), (4, 5, 0), (0, 0, 0)] {
+                for accumulate in [false, true] {
+                    let a = vec![1f32; m * k];
+                    let b = vec![1f32; k * n];
+                    let mut c = vec![7f32; m * n];
+                    gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, portable), &mut c, n, accumulate, 2);
+                    let want = if accumulate { 7.0 } else { 0.0 } + k as f32;
+                    assert!(
+                        c.iter().all(|&x| x == want),
+                        "gemm_bf16 {m}×{n}×{k} acc={accumulate} portable={portable}"
+                    );
+                    let mut c = vec![7f32; m * n];
+                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, accumulate, 2);
+                    assert!(
+                        c.iter().all(|&x| x == want),
+                        "packed_a {m}×{n}×{k} acc={accumulate} portable={portable}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_matches_portable() {
+        if !available() {
+            return;
+        }
+        let mut rng = Rng(42);
+        let (m, n, k) = (77, 129, 301);
+        let a = rng.vec(m * k);
+        let b = rng.vec(k * n);
+        let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
+        gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, false), &mut c1, n, false, 2);
+        gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, true), &mut c2, n, false, 2);
+        let scale = c2.iter().fold(0f32, |s, &x| s.max(x.abs()));
+        let e = c1.iter().zip(&c2).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale;
+        eprintln!("fast vs portable: rel diff {e:e}");
+        assert!(e <= 1e-5, "fast vs portable rel err {e:e}");
+        let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
+        gemm_bf16_packed_a(&PackedA::build(&a, m, k, false), &b, n, n, &mut c1, n, false, 2);
+        gemm_bf16_packed_a(&PackedA::build(&a, m, k, true), &b, n, n, &mut c2, n, false, 2);
+        let e = c1.iter().zip(&c2).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale.max(1e-30);
+        assert!(e <= 1e-5, "fast vs portable (packed A) rel err {e:e}");
+    }
+
+    /// The vector packers give exactly what the scalar reference packers give.
+    #[test]
+    fn packers_match_scalar() {
+        if !available() {
+            return;
+        }
+        let mut rng = Rng(99);
+        for &(rows, k, ld_pad, k0, kps) in &[
+            (5usize, 37usize, 3usize, 0usize, 19usize),
+            (33, 100, 0, 32, 30),
+            (40, 64, 1, 0, 40),
+            (3, 7, 0, 4, 8),
+        ] {
+            let ld = k + ld_pad;
+            let src = rng.vec(rows * ld);
+            let mut want = vec![7u32; rows * kps];
+            let mut got = vec![9u32; rows * kps];
+            let k1 = (k0 + 2 * kps).min(k);
+            for r in 0..rows {
+                for kp in 0..kps {
+                    let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
+                    want[r * kps + kp] = if ka < k1 {
+                        pair(src[r * ld + ka], if kb < k1 { src[r * ld + kb] } else { 0.0 })
+                    } else {
+                        0
+                    };
+                }
+            }
+            convert_rows(&src, ld, 0, rows, k, k0, kps, &mut got);
+            assert_eq!(got, want, "convert_rows {rows}×{k} k0={k0} kps={kps}");
+            // B from rows (`pack_rows`, a Linear weight) against the scalar packer.
+            let kps_r = kps;
+            let panels_r = rows.div_ceil(NR);
+            let mut got = vec![1u32; panels_r * kps_r * NR];
+            let mut want = vec![2u32; panels_r * kps_r * NR];
+            pack_rows(&src, ld, 0, rows, k, k0, kps_r, NR, &mut got);
+            pack_rows_scalar(&src, ld, 0, rows, k, k0, kps_r, NR, &mut want);
+            assert_eq!(got, want, "pack_rows {rows}×{k} k0={k0} kps={kps}");
+            // B as K×N (`pack_cols`): lines = columns of src viewed as k×ld.
+            let (kk, n) = (rows, ld);
+            let panels = (n - 1).div_ceil(NR).max(1);
+            let (l0, l1) = (1, n);
+            let kps_b = kk.div_ceil(2);
+            let mut got = vec![0u32; panels * kps_b * NR];
+            pack_cols(&src, ld, l0, l1, kk, 0, kps_b, NR, &mut got);
+            for p in 0..panels {
+                for kp in 0..kps_b {
+                    for i in 0..NR {
+                        let l = l0 + p * NR + i;
+                        let w = if l < l1 {
+                            pair(src[2 * kp * ld + l], if 2 * kp + 1 < kk { src[(2 * kp + 1) * ld + l] } else { 0.0 })
+                        } else {
+                            0
+                        };
+                        assert_eq!(got[p * kps_b * NR + kp * NR + i], w, "pack_cols p={p} kp={kp} i={i}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The vector conversion (vcvtne2ps2bf16) and the scalar one agree bit for bit, including
+    /// ties, denormals, infinities and NaN.
+    #[test]
+    fn conversion_matches_hardware() {
+        let mut vals: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-40,
+            -1e-40,
+            f32::from_bits(0x3f80_8000), // tie, even → down
+            f32::from_bits(0x3f81_8000), // tie, odd → up
+            f32::from_bits(0x7f7f_ffff), // rounds to inf
+            f32::NAN,
+        ];
+        let mut rng = Rng(7);
+        vals.extend((0..4000).map(|i| rng.next() * 10f32.powi(i % 30 - 15)));
+        while vals.len() % 32 != 0 {
+            vals.push(0.5);
+        }
+        let k = vals.len();
+        // One row of A packs into pairs in order.
+        let mut p = vec![0u32; k.div_ceil(2)];
+        convert_rows(&vals, k, 0, 1, k, 0, k.div_ceil(2), &mut p);
+        for (kk, &v) in vals.iter().enumerate() {
+            let word = p[kk / 2];
+            let got = if kk % 2 == 0 { word & 0xffff } else { word >> 16 } as u16;
+            let want = f32_to_bf16(v);
+            if v.is_nan() {
+                assert!(f32::from_bits((got as u32) << 16).is_nan());
+            } else {
+                assert_eq!(got, want, "value {v:e} ({:#x})", v.to_bits());
+            }
+        }
+    }
+}
