@@ -30,7 +30,7 @@ fn check(variant: &str) {
     let mut z = Npz::open(&fixtures().join(format!("fullsize/{variant}.npz")));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(1800), ..Default::default() };
-    check_against_reference(variant, &model, &mut z, &img, &opts, true);
+    check_against_reference(variant, &model, &mut z, &img, &opts, true, &STRICT);
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn check_case(name: &str, well_posed: bool) {
         force_projection: c["force_projection"].as_bool().unwrap(),
         apply_mask: c["apply_mask"].as_bool().unwrap(),
     };
-    check_against_reference(name, &model, &mut z, &img, &opts, well_posed);
+    check_against_reference(name, &model, &mut z, &img, &opts, well_posed, &STRICT);
 }
 
 macro_rules! cases {

@@ -114,7 +114,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     };
     let weights = args.model.checkpoint()?;
     let t0 = Instant::now();
-    let model = crate::Model::load(&weights, &Device::Cpu)?;
+    let model = crate::Model::load_with(&weights, &Device::Cpu, args.model.precision.into())?;
     let cold = t0.elapsed();
     let opts = args.infer.options();
     let tokens = opts.tokens(model.config.num_tokens_range);
@@ -180,7 +180,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         "grid": [grid.0, grid.1],
         "image": source,
         "image_size": [size.0, size.1],
-        "precision": "f32",
+        "precision": format!("{:?}", model.precision).to_lowercase(),
         "device": "cpu",
         "threads": threads(),
         "cpu": cpu_name(),
@@ -210,7 +210,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         return Ok(EXIT_OK);
     }
     println!(
-        "moge bench: {} ({}), {} tokens (grid {}x{}), {} {}x{}, f32, CPU, {} threads, {}",
+        "moge bench: {} ({}), {} tokens (grid {}x{}), {} {}x{}, {}, CPU, {} threads, {}",
         model.config.encoder.backbone,
         weights.display(),
         tokens,
@@ -219,6 +219,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         source,
         size.0,
         size.1,
+        format!("{:?}", model.precision).to_lowercase(),
         threads(),
         cpu_name()
     );

@@ -58,7 +58,19 @@ fn model_names() -> clap::builder::PossibleValuesParser {
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
+    /// Exact float32, the parity reference.
     F32,
+    /// bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times faster).
+    Bf16,
+}
+
+impl From<Precision> for crate::model::Precision {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => crate::model::Precision::F32,
+            Precision::Bf16 => crate::model::Precision::Bf16,
+        }
+    }
 }
 
 /// The options of upstream `infer()`.
@@ -113,7 +125,7 @@ impl ModelArgs {
 
     pub fn load(&self, device: &crate::Device) -> anyhow::Result<crate::Model> {
         let path = self.checkpoint()?;
-        crate::Model::load(&path, device)
+        crate::Model::load_with(&path, device, self.precision.into())
     }
 }
 

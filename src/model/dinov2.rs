@@ -5,7 +5,10 @@
 use anyhow::Result;
 use candle_core::{Module, Tensor};
 
+use std::sync::Arc;
+
 use super::cpu::attention::AttentionOp;
+use super::cpu::bf16::PackedB;
 use super::cpu::linear::{Epilogue, LinearOp, ScaledResidualOp};
 use super::weights::Weights;
 
@@ -28,7 +31,8 @@ impl Linear {
         let weight_t = weight.t()?.contiguous()?;
         let cpu = if weight.device().is_cpu() {
             let (wt, b): (Vec<f32>, Vec<f32>) = (weight_t.flatten_all()?.to_vec1()?, bias.to_vec1()?);
-            let op = |epilogue| LinearOp { weight_t: wt.clone(), bias: b.clone(), d_in, d_out, epilogue };
+            let packed = w.bf16().then(|| Arc::new(PackedB::from_f32_kn(&wt, d_in, d_out)));
+            let op = |epilogue| LinearOp { weight_t: wt.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone() };
             Some([op(Epilogue::Bias), op(Epilogue::BiasGelu)])
         } else {
             None

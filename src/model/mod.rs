@@ -12,6 +12,16 @@ pub mod weights;
 
 pub use v2::{Model, Prepared, RawOutput, Stages};
 
+/// Arithmetic of the network's matrix products. Weights, activations and every other op stay
+/// in f32; `Bf16` rounds the two inputs of each large product (linears, convolutions) to bf16 and
+/// accumulates in f32, which is where AVX512-BF16 CPUs are 2-4x faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    Bf16,
+}
+
 /// Token grid of `forward()`: rows = round(√(n/a)), cols = round(√(n·a)), half to even as
 /// Python's `round`.
 pub fn token_grid(width: usize, height: usize, num_tokens: u32) -> (usize, usize) {

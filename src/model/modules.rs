@@ -4,6 +4,9 @@
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 
+use std::sync::Arc;
+
+use super::cpu::bf16::PackedA;
 use super::cpu::conv3x3::Conv3x3Op;
 use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op};
 use super::config::{ConvStackConfig, EncoderConfig};
@@ -22,7 +25,9 @@ impl Conv1x1 {
         let weight = w.get(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if weight.device().is_cpu() {
-            Some(Conv1x1Op { weight: weight.flatten_all()?.to_vec1()?, bias: bias.to_vec1()?, cin, cout })
+            let wv: Vec<f32> = weight.flatten_all()?.to_vec1()?;
+            let packed = w.bf16().then(|| PackedA::from_f32(&wv, cout, cin));
+            Some(Conv1x1Op { weight: wv, bias: bias.to_vec1()?, cin, cout, packed })
         } else {
             None
         };
@@ -63,7 +68,8 @@ impl Conv3x3 {
         let cpu = if weight.device().is_cpu() {
             let wv = weight.flatten_all()?.to_vec1::<f32>()?;
             let bv = bias.to_vec1::<f32>()?;
-            let op = |relu_input| Conv3x3Op { weight: wv.clone(), bias: bv.clone(), cin, cout, relu_input };
+            let packed = w.bf16().then(|| Arc::new(PackedA::from_f32(&wv, cout, cin * 9)));
+            let op = |relu_input| Conv3x3Op { weight: wv.clone(), bias: bv.clone(), cin, cout, relu_input, packed: packed.clone() };
             Some([op(false), op(true)])
         } else {
             None
@@ -103,7 +109,9 @@ impl ConvTranspose2x2 {
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if weight.device().is_cpu() {
-            Some(ConvTranspose2x2Op { weight: weight.flatten_all()?.to_vec1()?, bias: bias.to_vec1()?, cin, cout })
+            let wv: Vec<f32> = weight.flatten_all()?.to_vec1()?;
+            let packed = w.bf16().then(|| PackedA::from_f32(&wv, 4 * cout, cin));
+            Some(ConvTranspose2x2Op { weight: wv, bias: bias.to_vec1()?, cin, cout, packed })
         } else {
             None
         };

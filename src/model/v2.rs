@@ -14,6 +14,7 @@ use super::dinov2::{PATCH_SIZE, POS_GRID};
 use super::modules::{ConvStack, Dinov2Encoder, Mlp};
 use super::token_grid;
 use super::weights::Weights;
+use super::Precision;
 use crate::geometry::resize::{resize_bicubic_scaled, resize_bilinear_antialias};
 use crate::geometry::uv::view_plane_uv_planar;
 use crate::infer::{forward_maps, postprocess, InferOptions, Prediction};
@@ -21,6 +22,7 @@ use crate::infer::{forward_maps, postprocess, InferOptions, Prediction};
 /// A loaded MoGe-2 model on one device.
 pub struct Model {
     pub config: ModelConfig,
+    pub precision: Precision,
     pub device: Device,
     encoder: Dinov2Encoder,
     neck: ConvStack,
@@ -108,8 +110,14 @@ pub struct Stages {
 impl Model {
     /// Loads a checkpoint (`model.pt`, or `.safetensors` + JSON config) onto `device`.
     pub fn load(path: &Path, device: &Device) -> Result<Self> {
+        Self::load_with(path, device, Precision::F32)
+    }
+
+    /// As [`Model::load`], with the precision of the matrix products.
+    pub fn load_with(path: &Path, device: &Device, precision: Precision) -> Result<Self> {
         let ck = Checkpoint::read(path)?;
-        Self::from_checkpoint(ck, device)
+        let path = ck.path.clone();
+        Self::build_with(ck.config, ck.tensors, device, precision).with_context(|| format!("{}: wrong checkpoint", path.display()))
     }
 
     pub fn from_checkpoint(ck: Checkpoint, device: &Device) -> Result<Self> {
@@ -118,7 +126,15 @@ impl Model {
     }
 
     pub fn build(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Self> {
+        Self::build_with(config, tensors, device, Precision::F32)
+    }
+
+    pub fn build_with(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device, precision: Precision) -> Result<Self> {
+        if precision == Precision::Bf16 && !device.is_cpu() {
+            bail!("bf16 is implemented for the CPU kernels only");
+        }
         let mut w = Weights::new(tensors, device, DType::F32);
+        w.precision = precision;
         let parts = Parts::bind(&config, &mut w)?;
         w.finish()?;
         let Parts { encoder, neck, points_head, normal_head, mask_head, scale_head } = parts;
@@ -129,6 +145,7 @@ impl Model {
         let pos_cls = pe.get(0)?.to_vec1::<f32>()?;
         let pos_planes = pe.narrow(0, 1, POS_GRID * POS_GRID)?.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
         Ok(Self {
+            precision,
             config,
             device: device.clone(),
             encoder,

@@ -16,11 +16,12 @@ pub struct Weights {
     mismatched: Vec<String>,
     device: Device,
     dtype: DType,
+    pub precision: super::Precision,
 }
 
 impl Weights {
     pub fn new(tensors: HashMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
-        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], device: device.clone(), dtype }
+        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], device: device.clone(), dtype, precision: super::Precision::F32 }
     }
 
     /// The tensor `key` moved to the model device, checked against `shape`. A missing or
@@ -42,6 +43,11 @@ impl Weights {
                 Ok(t.to_device(&self.device)?.to_dtype(self.dtype)?)
             }
         }
+    }
+
+    /// Whether the CPU kernels should pre-pack this model's weights for bf16 products.
+    pub fn bf16(&self) -> bool {
+        self.precision == super::Precision::Bf16
     }
 
     /// The shape of `key` in the checkpoint, if present (to read architecture from it).

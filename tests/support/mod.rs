@@ -119,13 +119,19 @@ pub struct Gates {
     pub depth_max_rel: f64,
     pub mask_agreement: f64,
     pub scalar_rel: f64,
+    /// max |diff| / max |ref| for the forward maps; None: judged by PCC alone.
+    pub fwd_tol: Option<f64>,
 }
 
-pub const STRICT: Gates = Gates { pcc: 0.99999, depth_max_rel: 1e-3, mask_agreement: 0.999, scalar_rel: 1e-4 };
+/// The engine's gates, f32 against upstream fp32.
+pub const STRICT: Gates = Gates { pcc: 0.99999, depth_max_rel: 1e-3, mask_agreement: 0.999, scalar_rel: 1e-4, fwd_tol: Some(1e-4) };
+/// What a faster precision must keep (issue: PCC >= 0.9999 on every output, mask >= 99.5 %);
+/// depth and scalars are reported, with loose sanity bounds.
+pub const REDUCED: Gates = Gates { pcc: 0.9999, depth_max_rel: 0.05, mask_agreement: 0.995, scalar_rel: 0.02, fwd_tol: None };
 
 /// Runs `model` on `img` and checks forward maps and infer outputs against a reference npz
 /// (keys of `tests/make_fixtures.py` case files). Prints the measured figures.
-pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &image::RgbImage, opts: &InferOptions, well_posed: bool) {
+pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &image::RgbImage, opts: &InferOptions, well_posed: bool, g: &Gates) {
     let want_u8 = z.u8("image_u8");
     assert_eq!(img.as_raw().as_slice(), want_u8.as_slice().unwrap(), "{name}: decoded pixels differ from cv2");
     let (w, h) = (img.width() as usize, img.height() as usize);
@@ -139,15 +145,25 @@ pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &ima
 
     // forward(): the maps at input size.
     let fwd = forward_maps(&raw, model.config.remap_output, w, h);
-    let g = &STRICT;
     let p = pcc(&fwd.points, &z.vec_f32("fwd_points"));
     assert!(p >= g.pcc, "{name}: fwd points PCC {p}");
-    assert_close(&format!("{name}: fwd_points"), &fwd.points, &z.vec_f32("fwd_points"), 1e-4);
-    if let Some(n) = &fwd.normal {
-        assert_close(&format!("{name}: fwd_normal"), n, &z.vec_f32("fwd_normal"), 1e-4);
-    }
-    if let Some(m) = &fwd.mask {
-        assert_close(&format!("{name}: fwd_mask"), m, &z.vec_f32("fwd_mask"), 1e-4);
+    if let Some(tol) = g.fwd_tol {
+        assert_close(&format!("{name}: fwd_points"), &fwd.points, &z.vec_f32("fwd_points"), tol);
+        if let Some(n) = &fwd.normal {
+            assert_close(&format!("{name}: fwd_normal"), n, &z.vec_f32("fwd_normal"), tol);
+        }
+        if let Some(m) = &fwd.mask {
+            assert_close(&format!("{name}: fwd_mask"), m, &z.vec_f32("fwd_mask"), tol);
+        }
+    } else {
+        if let Some(n) = &fwd.normal {
+            let pn = pcc(n, &z.vec_f32("fwd_normal"));
+            assert!(pn >= g.pcc, "{name}: fwd normal PCC {pn}");
+        }
+        if let Some(m) = &fwd.mask {
+            let pm = pcc(m, &z.vec_f32("fwd_mask"));
+            assert!(pm >= g.pcc, "{name}: fwd mask PCC {pm}");
+        }
     }
     let ms = fwd.metric_scale.unwrap();
     let want_ms = z.scalar_f32("fwd_metric_scale");
@@ -160,9 +176,18 @@ pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &ima
     let agree = pred.mask.iter().zip(want_mask.iter()).filter(|(a, b)| **a == (**b != 0)).count() as f64 / pred.mask.len() as f64;
     let valid = pred.valid_fraction();
     assert!(agree >= g.mask_agreement, "{name}: mask agreement {agree}");
+    let mut normal_pcc = f64::NAN;
     if let Some(n) = &pred.normal {
-        let pn = pcc(n, &z.vec_f32("normal"));
-        assert!(pn >= g.pcc, "{name}: normal PCC {pn}");
+        // Over the pixels both sides call valid, as for depth and points (masked normals are 0,
+        // so a flipped mask pixel would otherwise count as a normal error).
+        let want_n = z.vec_f32("normal");
+        let (a, b): (Vec<f32>, Vec<f32>) = (0..pred.mask.len())
+            .filter(|&i| pred.mask[i] && want_mask[[i / w, i % w]] != 0)
+            .flat_map(|i| (0..3).map(move |c| 3 * i + c))
+            .map(|j| (n[j], want_n[j]))
+            .unzip();
+        normal_pcc = pcc(&a, &b);
+        assert!(normal_pcc >= g.pcc, "{name}: normal PCC {normal_pcc}");
     }
     if !well_posed {
         // Random geometry leaves the focal/shift solve ill-posed: SciPy's early stop (ftol 1e-3)
@@ -193,7 +218,7 @@ pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &ima
     let mr = max_rel(&a, &b, 0.0);
     assert!(mr <= g.depth_max_rel, "{name}: depth max rel err {mr}");
     eprintln!(
-        "{name}: PCC points {pp:.7} depth {pd:.7}; depth max rel {mr:.2e}; mask agreement {agree:.4} (valid {valid:.3}); \
+        "{name}: PCC points {pp:.7} depth {pd:.7} normal {normal_pcc:.7}; depth max rel {mr:.2e}; mask agreement {agree:.4} (valid {valid:.3}); \
          focal rel {focal_err:.1e}, shift rel {shift_err:.1e}, intrinsics rel {k_err:.1e}, metric scale rel {:.1e}",
         ((ms - want_ms) / want_ms).abs()
     );

@@ -4,7 +4,11 @@
 //! output channels. Tiles run in parallel, each GEMM single-threaded.
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
+use std::sync::Arc;
+
 use rayon::prelude::*;
+
+use super::bf16::{gemm_bf16_packed_a, PackedA};
 
 pub struct Conv3x3Op {
     /// (cout, cin·9) row-major, column index ci·9 + ky·3 + kx (PyTorch's weight layout).
@@ -14,6 +18,8 @@ pub struct Conv3x3Op {
     pub cout: usize,
     /// Apply ReLU to the input as it is unfolded (ResidualConvBlock's pre-activation).
     pub relu_input: bool,
+    /// The weight pre-packed for bf16 products, when the model runs in bf16.
+    pub packed: Option<Arc<PackedA>>,
 }
 
 /// Target size of one tile's unfolded input, in floats (~1 MiB: L2-resident).
@@ -72,6 +78,18 @@ impl Conv3x3Op {
             // out[:, y0·w .. y1·w] = bias + W · cols
             // Tiles write disjoint column ranges of `out`.
             let dst = unsafe { out_ptr.get().add(y0 * w) };
+            if let Some(packed) = &self.packed {
+                // bf16 products into a tile-local buffer, then copied to this tile's columns.
+                let mut tile = vec![0f32; cout * n];
+                for (o, r) in tile.chunks_exact_mut(n).enumerate() {
+                    r.fill(self.bias[o]);
+                }
+                gemm_bf16_packed_a(packed, cols, n, n, &mut tile, n, true, 1);
+                for (o, r) in tile.chunks_exact(n).enumerate() {
+                    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.add(o * hw), n) };
+                }
+                return;
+            }
             unsafe {
                 for o in 0..cout {
                     std::slice::from_raw_parts_mut(dst.add(o * hw), n).fill(self.bias[o]);

@@ -4,6 +4,9 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
 
+use std::sync::Arc;
+
+use super::bf16::{gemm_bf16, PackedB};
 use super::planes::gemm_into;
 
 fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
@@ -27,6 +30,8 @@ pub struct LinearOp {
     pub d_in: usize,
     pub d_out: usize,
     pub epilogue: Epilogue,
+    /// Wᵀ pre-packed for bf16 products, when the model runs in bf16.
+    pub packed: Option<Arc<PackedB>>,
 }
 
 /// Exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)), with the same `libm` erf candle's `gelu_erf` uses.
@@ -46,7 +51,10 @@ impl CustomOp1 for LinearOp {
         let x = contiguous(s, l, "linear")?;
         let mut y = vec![0f32; n * self.d_out];
         y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
-        gemm_into(&mut y, x, &self.weight_t, n, d_in, self.d_out);
+        match &self.packed {
+            Some(p) => gemm_bf16(x, n, d_in, d_in, p, &mut y, self.d_out, true, rayon::current_num_threads().max(1)),
+            None => gemm_into(&mut y, x, &self.weight_t, n, d_in, self.d_out),
+        }
         if self.epilogue == Epilogue::BiasGelu {
             y.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|v| *v = gelu(*v)));
         }

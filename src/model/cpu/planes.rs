@@ -5,6 +5,8 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
 
+use super::bf16::{gemm_bf16_packed_a, PackedA};
+
 fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     let CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
@@ -19,12 +21,21 @@ pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usiz
     }
 }
 
+/// out (m × n) += w (m × k) · x (k × n), in bf16 when the weight was packed for it.
+fn weights_times(out: &mut [f32], w: &[f32], packed: Option<&PackedA>, x: &[f32], m: usize, k: usize, n: usize) {
+    match packed {
+        Some(p) => gemm_bf16_packed_a(p, x, n, n, out, n, true, rayon::current_num_threads().max(1)),
+        None => gemm_into(out, w, x, m, k, n),
+    }
+}
+
 /// `nn.Conv2d(cin, cout, 1)`: weight (cout, cin), bias (cout).
 pub struct Conv1x1Op {
     pub weight: Vec<f32>,
     pub bias: Vec<f32>,
     pub cin: usize,
     pub cout: usize,
+    pub packed: Option<PackedA>,
 }
 
 impl Conv1x1Op {
@@ -34,7 +45,7 @@ impl Conv1x1Op {
             Some(r) => row.iter_mut().zip(&r[o * hw..(o + 1) * hw]).for_each(|(d, s)| *d = s + self.bias[o]),
             None => row.fill(self.bias[o]),
         });
-        gemm_into(&mut out, &self.weight, x, self.cout, self.cin, hw);
+        weights_times(&mut out, &self.weight, self.packed.as_ref(), x, self.cout, self.cin, hw);
         out
     }
 }
@@ -74,6 +85,7 @@ pub struct ConvTranspose2x2Op {
     pub bias: Vec<f32>,
     pub cin: usize,
     pub cout: usize,
+    pub packed: Option<PackedA>,
 }
 
 impl CustomOp1 for ConvTranspose2x2Op {
@@ -88,7 +100,7 @@ impl CustomOp1 for ConvTranspose2x2Op {
         let x = contiguous(s, l, "conv-transpose")?;
         let hw = h * w;
         let mut y = vec![0f32; 4 * self.cout * hw];
-        gemm_into(&mut y, &self.weight, x, 4 * self.cout, self.cin, hw);
+        weights_times(&mut y, &self.weight, self.packed.as_ref(), x, 4 * self.cout, self.cin, hw);
         // Interleave: out[o, 2i+di, 2j+dj] = bias[o] + y[(o, di, dj), (i, j)].
         let (oh, ow) = (2 * h, 2 * w);
         let mut out = vec![0f32; self.cout * oh * ow];

@@ -1,0 +1,67 @@
+//! `--precision bf16` against upstream fp32: every output keeps PCC >= 0.9999 and the mask
+//! agrees on >= 99.5 % of pixels, on the fixture cases and on the full-size ViT-L.
+mod common;
+mod support;
+
+use moge::model::Precision;
+use moge::{InferOptions, Model};
+use serde_json::Value;
+use support::*;
+
+fn case(name: &str, well_posed: bool) {
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("cases.json")).unwrap()).unwrap();
+    let c = all["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone();
+    let model = Model::load_with(&fixtures().join(c["checkpoint"].as_str().unwrap()), &moge::Device::Cpu, Precision::Bf16).unwrap();
+    assert_eq!(model.precision, Precision::Bf16);
+    let mut z = Npz::open(&fixtures().join(format!("cases/{name}.npz")));
+    let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
+    let opts = InferOptions {
+        num_tokens: c["num_tokens"].as_u64().map(|n| n as u32),
+        resolution_level: c["resolution_level"].as_u64().unwrap_or(9) as u32,
+        fov_x: c["fov_x"].as_f64().map(|f| f as f32),
+        force_projection: c["force_projection"].as_bool().unwrap(),
+        apply_mask: c["apply_mask"].as_bool().unwrap(),
+    };
+    check_against_reference(name, &model, &mut z, &img, &opts, well_posed, &REDUCED);
+}
+
+#[test]
+fn bf16_cases() {
+    for (name, wp) in [
+        ("n_rgb_1200", true),
+        ("n_rgb_3600_fov", true),
+        ("n_portrait_1200", true),
+        ("n_gray_1369", true),
+        ("n_rgb16_1800_fov", true),
+        ("l_rgb_1800", true),
+        ("l_portrait_3600_fov", true),
+        ("r_rgb_1200", false),
+    ] {
+        case(name, wp);
+    }
+}
+
+#[test]
+fn bf16_differs_from_f32() {
+    // The switch really changes the arithmetic (else the gates above prove nothing).
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    let opts = InferOptions { num_tokens: Some(300), ..Default::default() };
+    let a = Model::load(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu).unwrap().infer(&img, &opts).unwrap();
+    let b = Model::load_with(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu, Precision::Bf16).unwrap().infer(&img, &opts).unwrap();
+    assert_ne!(a.depth, b.depth);
+}
+
+#[test]
+fn bf16_fullsize_vitl_normal() {
+    let configs: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
+    let config: moge::model::config::ModelConfig = serde_json::from_value(configs["vitl-normal"].clone()).unwrap();
+    let shapes = Model::state_dict_shapes(&config).unwrap();
+    let tensors = common::synth::synth_state_dict(&shapes, 7, true)
+        .into_iter()
+        .map(|(k, (s, v))| (k, candle_core::Tensor::from_vec(v, s, &candle_core::Device::Cpu).unwrap()))
+        .collect();
+    let model = Model::build_with(config, tensors, &moge::Device::Cpu, Precision::Bf16).unwrap();
+    let mut z = Npz::open(&fixtures().join("fullsize/vitl-normal.npz"));
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    check_against_reference("bf16 vitl-normal", &model, &mut z, &img, &InferOptions { num_tokens: Some(1800), ..Default::default() }, true, &REDUCED);
+}
