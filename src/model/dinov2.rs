@@ -85,6 +85,7 @@ pub struct Attention {
     qkv: Linear,
     proj: Linear,
     num_heads: usize,
+    bf16: bool,
 }
 
 impl Attention {
@@ -93,7 +94,7 @@ impl Attention {
         let hd = d / self.num_heads;
         if x.device().is_cpu() && super::cpu::enabled() {
             let qkv = self.qkv.forward(x)?.contiguous()?;
-            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads })?;
+            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16 })?;
             return self.proj.forward(&out);
         }
         let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
@@ -134,6 +135,7 @@ impl Block {
                 qkv: Linear::load(w, &format!("{p}.attn.qkv"), dim, 3 * dim)?,
                 proj: Linear::load(w, &format!("{p}.attn.proj"), dim, dim)?,
                 num_heads,
+                bf16: w.bf16(),
             },
             ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
