@@ -17,7 +17,7 @@ fn writes_the_npz_layout_with_library_values() {
     let out = moge()
         .args(["predict", img.to_str().unwrap(), "--weights"])
         .arg(fixtures().join("tiny_normal.pt"))
-        .args(["--num-tokens", "300", "--fov-x", "60", "-o"])
+        .args(["--num-tokens", "300", "--fov-x", "60", "--precision", "f32", "-o"])
         .arg(dir.path())
         .output()
         .unwrap();
