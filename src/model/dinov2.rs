@@ -18,7 +18,8 @@ pub const POS_GRID: usize = 37;
 const LN_EPS: f64 = 1e-6;
 
 pub struct Linear {
-    weight_t: Tensor,
+    /// PyTorch's (out, in); products read it transposed through strides.
+    weight: Tensor,
     bias: Tensor,
     cpu: Option<[LinearOp; 2]>,
 }
@@ -27,17 +28,15 @@ impl Linear {
     pub fn load(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize) -> Result<Self> {
         let weight = w.get(&format!("{prefix}.weight"), &[d_out, d_in])?;
         let bias = w.get(&format!("{prefix}.bias"), &[d_out])?;
-        // Stored transposed once so each forward is a plain (N, in) x (in, out) product.
-        let weight_t = weight.t()?.contiguous()?;
         let cpu = if weight.device().is_cpu() {
-            let (wt, b): (Vec<f32>, Vec<f32>) = (weight_t.flatten_all()?.to_vec1()?, bias.to_vec1()?);
-            let packed = w.bf16().then(|| Arc::new(PackedB::from_f32_kn(&wt, d_in, d_out)));
-            let op = |epilogue| LinearOp { weight_t: wt.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone() };
+            let b: Vec<f32> = bias.to_vec1()?;
+            let packed = if w.bf16() { Some(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)) } else { None };
+            let op = |epilogue| LinearOp { weight: weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone() };
             Some([op(Epilogue::Bias), op(Epilogue::BiasGelu)])
         } else {
             None
         };
-        Ok(Self { weight_t, bias, cpu })
+        Ok(Self { weight, bias, cpu })
     }
     fn cpu_op(&self, x: &Tensor, gelu: bool) -> Option<&LinearOp> {
         self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled()).map(|ops| &ops[gelu as usize])
@@ -46,7 +45,7 @@ impl Linear {
         if let Some(op) = self.cpu_op(x, false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
         }
-        Ok(x.matmul(&self.weight_t)?.broadcast_add(&self.bias)?)
+        Ok(x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?)
     }
     /// GELU(linear(x)), exact erf.
     pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {

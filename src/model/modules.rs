@@ -25,9 +25,8 @@ impl Conv1x1 {
         let weight = w.get(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if weight.device().is_cpu() {
-            let wv: Vec<f32> = weight.flatten_all()?.to_vec1()?;
-            let packed = w.bf16().then(|| PackedA::from_f32(&wv, cout, cin));
-            Some(Conv1x1Op { weight: wv, bias: bias.to_vec1()?, cin, cout, packed })
+            let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
+            Some(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed })
         } else {
             None
         };
@@ -66,10 +65,9 @@ impl Conv3x3 {
         let weight = w.get(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if weight.device().is_cpu() {
-            let wv = weight.flatten_all()?.to_vec1::<f32>()?;
             let bv = bias.to_vec1::<f32>()?;
-            let packed = w.bf16().then(|| Arc::new(PackedA::from_f32(&wv, cout, cin * 9)));
-            let op = |relu_input| Conv3x3Op { weight: wv.clone(), bias: bv.clone(), cin, cout, relu_input, packed: packed.clone() };
+            let packed = if w.bf16() { Some(Arc::new(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin * 9))?)) } else { None };
+            let op = |relu_input| Conv3x3Op { weight: weight.clone(), bias: bv.clone(), cin, cout, relu_input, packed: packed.clone() };
             Some([op(false), op(true)])
         } else {
             None
@@ -109,9 +107,8 @@ impl ConvTranspose2x2 {
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if weight.device().is_cpu() {
-            let wv: Vec<f32> = weight.flatten_all()?.to_vec1()?;
-            let packed = w.bf16().then(|| PackedA::from_f32(&wv, 4 * cout, cin));
-            Some(ConvTranspose2x2Op { weight: wv, bias: bias.to_vec1()?, cin, cout, packed })
+            let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
+            Some(ConvTranspose2x2Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed })
         } else {
             None
         };

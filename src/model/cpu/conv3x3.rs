@@ -11,8 +11,8 @@ use rayon::prelude::*;
 use super::bf16::{gemm_bf16_packed_a, PackedA};
 
 pub struct Conv3x3Op {
-    /// (cout, cin·9) row-major, column index ci·9 + ky·3 + kx (PyTorch's weight layout).
-    pub weight: Vec<f32>,
+    /// (cout, cin, 3, 3) contiguous: row-major (cout, cin·9), column ci·9 + ky·3 + kx.
+    pub weight: candle_core::Tensor,
     pub bias: Vec<f32>,
     pub cin: usize,
     pub cout: usize,
@@ -35,7 +35,7 @@ impl SendPtr {
 }
 
 impl Conv3x3Op {
-    fn run(&self, x: &[f32], h: usize, w: usize) -> Vec<f32> {
+    fn run(&self, x: &[f32], weight: &[f32], h: usize, w: usize) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
         let k = cin * 9;
         let hw = h * w;
@@ -102,7 +102,7 @@ impl Conv3x3Op {
                     1,
                     hw as isize,
                     true,
-                    self.weight.as_ptr(),
+                    weight.as_ptr(),
                     1,
                     k as isize,
                     cols.as_ptr(),
@@ -138,7 +138,7 @@ impl CustomOp1 for Conv3x3Op {
         let Some((start, end)) = layout.contiguous_offsets() else {
             candle_core::bail!("conv3x3: input must be contiguous")
         };
-        let out = self.run(&data[start..end], h, w);
+        let out = super::with_f32(&self.weight, |wt| self.run(&data[start..end], wt, h, w))?;
         Ok((CpuStorage::F32(out), Shape::from((self.cout, h, w))))
     }
 }

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 use super::bf16::{gemm_bf16, PackedB};
-use super::planes::gemm_into;
+use super::planes::gemm_into_bt;
 
 fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     let CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
@@ -24,8 +24,8 @@ pub enum Epilogue {
 
 /// y (n × out) = x (n × in) · Wᵀ + b, W given as PyTorch's (out, in).
 pub struct LinearOp {
-    /// (in, out) row-major: Wᵀ.
-    pub weight_t: Vec<f32>,
+    /// PyTorch's (out, in) weight, shared with the model's tensor (no transposed copy).
+    pub weight: candle_core::Tensor,
     pub bias: Vec<f32>,
     pub d_in: usize,
     pub d_out: usize,
@@ -53,7 +53,7 @@ impl CustomOp1 for LinearOp {
         y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
         match &self.packed {
             Some(p) => gemm_bf16(x, n, d_in, d_in, p, &mut y, self.d_out, true, rayon::current_num_threads().max(1)),
-            None => gemm_into(&mut y, x, &self.weight_t, n, d_in, self.d_out),
+            None => super::with_f32(&self.weight, |w| gemm_into_bt(&mut y, x, w, n, d_in, self.d_out))?,
         }
         if self.epilogue == Epilogue::BiasGelu {
             y.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|v| *v = gelu(*v)));

@@ -14,3 +14,16 @@ pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("MOGE_GENERIC_OPS").map_or(true, |v| v != "1"))
 }
+
+/// Runs `f` on the f32 data of a contiguous CPU tensor, without copying it: the kernels share
+/// the model's weight tensors instead of keeping copies of their own.
+pub fn with_f32<R>(t: &candle_core::Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => match layout.contiguous_offsets() {
+            Some((a, b)) => Ok(f(&v[a..b])),
+            None => candle_core::bail!("kernel weight is not contiguous"),
+        },
+        _ => candle_core::bail!("kernel weight is not an f32 CPU tensor"),
+    }
+}
