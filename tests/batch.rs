@@ -580,6 +580,22 @@ fn model_without_normals_saturation_and_skip_existing() {
 }
 
 #[test]
+fn an_output_directory_inside_the_input_tree_is_not_searched() {
+    let m = models();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("photos");
+    std::fs::create_dir_all(&input).unwrap();
+    photo(24, 20, 1).save(input.join("p.png")).unwrap();
+    let out = input.join("out");
+    for round in 0..2 {
+        let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--format", "png", "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let l = json_lines(&o);
+        assert_eq!(l.len(), 1, "round {round}: only the photo, not last round's PNG outputs: {l:?}");
+    }
+}
+
+#[test]
 fn exit_statuses_for_usage_and_fatal_errors() {
     let m = models();
     let tmp = tempfile::tempdir().unwrap();

@@ -104,7 +104,7 @@ pub fn default_jobs() -> usize {
 }
 
 pub fn run(args: BatchArgs) -> Result<i32> {
-    let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard)?;
+    let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output)?;
     if inputs.is_empty() {
         if !args.quiet {
             let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();

@@ -42,12 +42,17 @@ fn rel_stem(rel: &Path) -> PathBuf {
     out
 }
 
-/// Every image under `root`, recursively, in sorted order of the relative path.
-pub fn walk(root: &Path) -> Result<Vec<Input>> {
+/// Every image under `root`, recursively, in sorted order of the relative path. The
+/// directory `skip` (the output directory, when it lies inside the tree) is left out, so
+/// that a second run does not take the outputs of the first for photos.
+pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
     let mut out = Vec::new();
     let walker = walkdir::WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
+    let skipped = |e: &walkdir::DirEntry| {
+        e.file_type().is_dir() && skip.is_some_and(|s| e.path().canonicalize().is_ok_and(|c| c == s))
+    };
     // The root itself may be hidden (`./.photos`); only entries below it are filtered.
-    for entry in walker.filter_entry(|e| e.depth() == 0 || !is_hidden(e.file_name())) {
+    for entry in walker.filter_entry(|e| e.depth() == 0 || !(is_hidden(e.file_name()) || skipped(e))) {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
@@ -71,14 +76,14 @@ pub fn file_input(p: &Path) -> Input {
     Input { path: p.to_owned(), rel: rel_stem(&name), problem: None }
 }
 
-/// Inputs from command-line paths: directories are walked, files are taken as given (their
-/// outputs go to the top of the output directory).
-pub fn from_args(paths: &[PathBuf]) -> Result<Vec<Input>> {
+/// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
+/// taken as given (their outputs go to the top of the output directory).
+pub fn from_args(paths: &[PathBuf], skip: Option<&Path>) -> Result<Vec<Input>> {
     let mut out = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p).with_context(|| format!("{}: cannot read", p.display()))?;
         if meta.is_dir() {
-            out.extend(walk(p)?);
+            out.extend(walk(p, skip)?);
         } else {
             out.push(file_input(p));
         }
@@ -167,8 +172,10 @@ impl Shard {
 }
 
 /// The inputs of a run: from the paths and/or a list, collisions marked, then sharded.
-pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>) -> Result<(Vec<Input>, usize)> {
-    let mut inputs = from_args(paths)?;
+/// `output`: the output directory, never searched for photos.
+pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>, output: &Path) -> Result<(Vec<Input>, usize)> {
+    let skip = output.canonicalize().ok();
+    let mut inputs = from_args(paths, skip.as_deref())?;
     if let Some(l) = list {
         inputs.extend(from_list(l)?);
     }

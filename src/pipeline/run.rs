@@ -500,8 +500,11 @@ fn progress_bar(cfg: &Config, total: usize) -> indicatif::ProgressBar {
         return indicatif::ProgressBar::hidden();
     }
     let pb = indicatif::ProgressBar::with_draw_target(Some(total as u64), indicatif::ProgressDrawTarget::stderr());
-    let style = indicatif::ProgressStyle::with_template("{elapsed_precise} {wide_bar} {pos}/{len} {per_sec} ETA {eta} {msg}")
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style = indicatif::ProgressStyle::with_template("{elapsed_precise} {wide_bar} {pos}/{len} {rate} ETA {eta} {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.2} images/s", s.per_sec());
+        });
     pb.set_style(style);
     pb
 }
