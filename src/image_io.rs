@@ -18,6 +18,13 @@ pub fn load_rgb(path: &Path, apply_exif: bool) -> Result<RgbImage> {
 }
 
 fn decode(path: &Path, apply_exif: bool) -> Result<RgbImage> {
+    let meta = std::fs::metadata(path).context("cannot open")?;
+    if meta.is_dir() {
+        bail!("is a directory, not an image");
+    }
+    if meta.len() == 0 {
+        bail!("empty file");
+    }
     let reader = ImageReader::open(path).context("cannot open")?.with_guessed_format().context("cannot read")?;
     if reader.format().is_none() {
         bail!("not an image (unrecognised format)");

@@ -4,6 +4,8 @@
 mod bench;
 mod download;
 mod info;
+pub mod assets;
+pub mod batch;
 mod predict;
 
 use std::path::PathBuf;
@@ -26,6 +28,8 @@ pub struct Cli {
 pub enum Command {
     /// Predict geometry for image files.
     Predict(predict::PredictArgs),
+    /// Predict geometry for every photo under directories, streaming, outputs in a mirrored tree.
+    Batch(batch::BatchArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
     Bench(bench::BenchArgs),
     /// Fetch published models into the Hugging Face cache ahead of time.
@@ -33,6 +37,46 @@ pub enum Command {
     /// List the published models: which are cached, where, their size and sha256.
     #[command(visible_alias = "models")]
     Info(info::InfoArgs),
+    /// Write the man pages and shell completions (for packagers).
+    #[command(hide = true)]
+    GenerateAssets(assets::AssetsArgs),
+}
+
+/// What to write per image (`predict` and `batch`).
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Output formats, a comma list.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "npz")]
+    pub format: Vec<crate::outputs::Format>,
+    /// Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate).
+    #[arg(long, value_name = "M", default_value_t = 0.001, value_parser = parse_positive)]
+    pub depth_scale: f32,
+    /// Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb ('inf' keeps all).
+    #[arg(long, value_name = "R", default_value_t = 0.04, value_parser = parse_positive)]
+    pub edge_rtol: f32,
+    /// Store npz arrays uncompressed (larger files, faster writes).
+    #[arg(long)]
+    pub no_compress: bool,
+}
+
+fn parse_positive(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not positive"))
+    }
+}
+
+impl OutputArgs {
+    pub fn options(&self) -> crate::outputs::OutputOptions {
+        crate::outputs::OutputOptions {
+            formats: self.format.clone(),
+            depth_png_scale: self.depth_scale,
+            edge_rtol: self.edge_rtol,
+            compress_npz: !self.no_compress,
+        }
+    }
 }
 
 /// Where the weights come from.
@@ -127,6 +171,14 @@ impl ModelArgs {
         }
     }
 
+    /// The model's name in sidecars: the published name, or the checkpoint's file name.
+    pub fn id(&self) -> String {
+        match &self.weights {
+            Some(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string()),
+            None => self.model.clone(),
+        }
+    }
+
     pub fn load(&self, device: &crate::Device) -> anyhow::Result<crate::Model> {
         let path = self.checkpoint()?;
         crate::Model::load_with(&path, device, self.precision.into())
@@ -141,6 +193,8 @@ pub fn main() -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Download(a) => download::run(a),
         Command::Info(a) => info::run(a),
+        Command::Batch(a) => batch::run(a),
+        Command::GenerateAssets(a) => assets::run(a),
     };
     match result {
         Ok(code) => code,

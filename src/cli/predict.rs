@@ -3,9 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
 
-use super::{InferArgs, ModelArgs, EXIT_OK, EXIT_SOME_FAILED};
+use super::{InferArgs, ModelArgs, OutputArgs, EXIT_OK, EXIT_SOME_FAILED};
+use crate::pipeline::fit::{Canvas, FitMode};
+use crate::pipeline::inputs;
+use crate::pipeline::run::{self, Config, Status};
 use crate::Device;
 
 #[derive(Args, Debug)]
@@ -13,44 +16,53 @@ pub struct PredictArgs {
     /// Image files (jpg, png, webp, bmp, tiff).
     #[arg(required = true, value_name = "IMAGE")]
     pub images: Vec<PathBuf>,
-    /// Output directory: IMAGE's stem + .npz goes here.
+    /// Output directory: IMAGE's stem + .npz (and the other formats' suffixes) goes here.
     #[arg(short, long, value_name = "DIR", default_value = "output")]
     pub output: PathBuf,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub infer: InferArgs,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Npz)]
-    pub format: Format,
+    #[command(flatten)]
+    pub out: OutputArgs,
     /// Keep the raw pixel order of JPEG/TIFF files (do not apply the EXIF orientation).
     #[arg(long)]
     pub no_exif: bool,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Npz,
-}
-
 pub fn run(args: PredictArgs) -> Result<i32> {
-    let model = args.model.load(&Device::Cpu)?;
-    let opts = args.infer.options();
+    let weights = args.model.checkpoint()?;
+    let model = crate::Model::load(&weights, &Device::Cpu)?;
+    let cfg = Config {
+        output: args.output.clone(),
+        outputs: args.out.options(),
+        infer: args.infer.options(),
+        fit: FitMode::Exact,
+        canvas: Canvas { width: 1920, height: 1080 },
+        apply_exif: !args.no_exif,
+        jobs: 1,
+        skip_existing: false,
+        progress: false,
+        quiet: false,
+        json: false,
+        stats: false,
+        model_id: args.model.id(),
+        weights,
+    };
     let mut failed = 0usize;
-    for path in &args.images {
-        let result = (|| -> Result<String> {
-            let image = crate::image_io::load_rgb(path, !args.no_exif)?;
-            let pred = model.infer(&image, &opts)?;
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "image".into());
-            let out = args.output.join(format!("{stem}.npz"));
-            crate::outputs::npz::write(&out, &pred, true)?;
-            Ok(format!("{}: {} -> {}", path.display(), pred.summary(), out.display()))
-        })();
-        match result {
-            Ok(line) => println!("{line}"),
-            Err(e) => {
+    // Each path is tried on its own, so that a missing or bad file gets its own error line.
+    let mut list: Vec<inputs::Input> = args.images.iter().map(|p| inputs::file_input(p)).collect();
+    inputs::mark_collisions(&mut list);
+    for input in list {
+        let rec = run::process_one(&model, &cfg, &input);
+        match rec.status {
+            Status::Ok => {
+                let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
+                println!("{}: {} -> {}", input.path.display(), rec.summary.unwrap_or_default(), outs.join(", "));
+            }
+            _ => {
                 failed += 1;
-                eprintln!("moge: {e:#}");
+                eprintln!("moge: {}", rec.error.unwrap_or_default());
             }
         }
     }

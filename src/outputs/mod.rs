@@ -1,12 +1,234 @@
 //! Writing predictions to files. Every file is written under a temporary name in its target
 //! directory and renamed into place, so an interrupted run never leaves a partial file.
+//!
+//! One module per format; [`write_all`] writes the formats a run asked for, for one image.
 
+pub mod edges;
+pub mod exr;
+pub mod glb;
+pub mod json;
 pub mod npz;
+pub mod ply;
+pub mod png;
+pub mod vis;
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
+use image::RgbImage;
+
+use crate::infer::Prediction;
+
+/// An output format of `moge batch` / `moge predict` (`--format`, a comma list).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Format {
+    /// `x.npz`: the seed system's npz (points, depth, normal, mask, intrinsics, ...).
+    Npz,
+    /// `x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar.
+    Png,
+    /// `x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...).
+    Json,
+    /// `x.depth.exr` and `x.points.exr`: float32, inf where invalid.
+    Exr,
+    /// `x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed.
+    Ply,
+    /// `x.glb`: textured triangle mesh, upstream axes, edges removed.
+    Glb,
+    /// `x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at.
+    Vis,
+}
+
+/// How the formats are written; fixed for a run.
+#[derive(Debug, Clone)]
+pub struct OutputOptions {
+    pub formats: Vec<Format>,
+    /// Metres per unit of `x.depth.png`.
+    pub depth_png_scale: f32,
+    /// Relative depth jump that removes a pixel from the ply / glb (upstream `--threshold`).
+    pub edge_rtol: f32,
+    pub compress_npz: bool,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        Self { formats: vec![Format::Npz], depth_png_scale: 0.001, edge_rtol: 0.04, compress_npz: true }
+    }
+}
+
+impl OutputOptions {
+    pub fn wants(&self, f: Format) -> bool {
+        self.formats.contains(&f)
+    }
+    /// The sidecar comes with `json` and with `png` (whose depth scale it records).
+    pub fn wants_sidecar(&self) -> bool {
+        self.wants(Format::Json) || self.wants(Format::Png)
+    }
+    /// ply and glb take their colours from the photo.
+    pub fn needs_image(&self) -> bool {
+        self.wants(Format::Ply) || self.wants(Format::Glb)
+    }
+}
+
+/// `stem` + `.suffix`, keeping dots already in the stem (`a.b` → `a.b.npz`).
+pub fn with_suffix(stem: &Path, suffix: &str) -> PathBuf {
+    let mut s: OsString = stem.as_os_str().to_owned();
+    s.push(".");
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// One file of one image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Npz,
+    DepthPng,
+    NormalPng,
+    MaskPng,
+    DepthExr,
+    PointsExr,
+    Ply,
+    Glb,
+    DepthVis,
+    NormalVis,
+    Sidecar,
+}
+
+impl FileKind {
+    pub fn suffix(self) -> &'static str {
+        match self {
+            FileKind::Npz => "npz",
+            FileKind::DepthPng => "depth.png",
+            FileKind::NormalPng => "normal.png",
+            FileKind::MaskPng => "mask.png",
+            FileKind::DepthExr => "depth.exr",
+            FileKind::PointsExr => "points.exr",
+            FileKind::Ply => "ply",
+            FileKind::Glb => "glb",
+            FileKind::DepthVis => "depth_vis.png",
+            FileKind::NormalVis => "normal_vis.png",
+            FileKind::Sidecar => "json",
+        }
+    }
+}
+
+/// Every file one image produces, sidecar last. `has_normal`: the model has a normal head.
+pub fn planned_files(opts: &OutputOptions, has_normal: bool) -> Vec<FileKind> {
+    use FileKind as K;
+    let mut v = Vec::new();
+    let mut formats = opts.formats.clone();
+    formats.sort();
+    formats.dedup();
+    for f in formats {
+        match f {
+            Format::Npz => v.push(K::Npz),
+            Format::Png => {
+                v.push(K::DepthPng);
+                if has_normal {
+                    v.push(K::NormalPng);
+                }
+                v.push(K::MaskPng);
+            }
+            Format::Json => {}
+            Format::Exr => v.extend([K::DepthExr, K::PointsExr]),
+            Format::Ply => v.push(K::Ply),
+            Format::Glb => v.push(K::Glb),
+            Format::Vis => {
+                v.push(K::DepthVis);
+                if has_normal {
+                    v.push(K::NormalVis);
+                }
+            }
+        }
+    }
+    if opts.wants_sidecar() {
+        v.push(K::Sidecar);
+    }
+    v
+}
+
+/// The paths of [`planned_files`] under `stem`.
+pub fn planned_paths(stem: &Path, opts: &OutputOptions, has_normal: bool) -> Vec<PathBuf> {
+    planned_files(opts, has_normal).into_iter().map(|k| with_suffix(stem, k.suffix())).collect()
+}
+
+/// Writes every requested format for one image under `stem`; the sidecar (when asked for) is
+/// written last, so that a present sidecar means the others are complete.
+/// `image` is the photo at the prediction's size (needed by ply / glb).
+pub fn write_all(
+    stem: &Path,
+    pred: &Prediction,
+    image: Option<&RgbImage>,
+    opts: &OutputOptions,
+    mut sidecar: Option<&mut json::Sidecar>,
+) -> Result<Vec<PathBuf>> {
+    let started = std::time::Instant::now();
+    let mut written = Vec::new();
+    let mut surface: Option<edges::Surface> = None;
+    for kind in planned_files(opts, pred.normal.is_some()) {
+        let path = with_suffix(stem, kind.suffix());
+        match kind {
+            FileKind::Npz => npz::write(&path, pred, opts.compress_npz)?,
+            FileKind::DepthPng => {
+                png::write_depth(&path, pred, opts.depth_png_scale)?;
+            }
+            FileKind::NormalPng => png::write_normal(&path, pred)?,
+            FileKind::MaskPng => png::write_mask(&path, pred)?,
+            FileKind::DepthExr => exr::write_depth(&path, pred)?,
+            FileKind::PointsExr => exr::write_points(&path, pred)?,
+            FileKind::DepthVis => vis::write_depth(&path, pred)?,
+            FileKind::NormalVis => vis::write_normal(&path, pred)?,
+            FileKind::Ply | FileKind::Glb => {
+                let image = image.context("internal: the photo is needed for ply / glb")?;
+                // Built once when both ply and glb are asked for.
+                let s = surface.get_or_insert_with(|| edges::Surface::build(pred, image, opts.edge_rtol));
+                if kind == FileKind::Ply {
+                    ply::write(&path, s)?
+                } else {
+                    glb::write(&path, s, image)?
+                }
+            }
+            FileKind::Sidecar => {
+                let s = sidecar.as_deref_mut().context("internal: no sidecar data")?;
+                s.timings_ms.write = Some(started.elapsed().as_secs_f64() * 1e3);
+                json::write(&path, s)?
+            }
+        }
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Temporary files being written now, removed by [`remove_pending_temp_files`] when the
+/// process must exit before they are renamed (a second Ctrl-C).
+static PENDING: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn pending(add: bool, p: &Path) {
+    let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let set = g.get_or_insert_with(HashSet::new);
+    if add {
+        set.insert(p.to_owned());
+    } else {
+        set.remove(p);
+    }
+}
+
+/// Deletes the temporary files of writes still in progress; returns how many.
+pub fn remove_pending_temp_files() -> usize {
+    let g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut n = 0;
+    if let Some(set) = g.as_ref() {
+        for p in set {
+            if std::fs::remove_file(p).is_ok() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
 
 /// Writes `path` atomically: `write` fills a temporary file beside it, which is renamed over
 /// `path` only after it was written and flushed completely.
@@ -14,21 +236,48 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut std::fs::File) -> Resul
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the directory", dir.display()))?;
     let tmp = temp_name(path);
+    pending(true, &tmp);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
         write(&mut f).with_context(|| format!("{}: cannot write", path.display()))?;
-        f.flush()?;
+        f.flush().with_context(|| format!("{}: cannot write", path.display()))?;
         f.sync_all().ok();
         std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot rename into place", path.display()))
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    pending(false, &tmp);
     result
 }
 
-/// `dir/.name.moge-tmp-PID`: hidden, unique per process, and recognisable for cleanup.
+/// `dir/.name.moge-tmp-PID-N`: hidden, unique per process and write, recognisable for cleanup.
 pub fn temp_name(path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.moge-tmp-{}", std::process::id()))
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.moge-tmp-{}-{n}", std::process::id()))
+}
+
+/// True when `name` is one of our temporary files.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".moge-tmp-")
+}
+
+/// Whether an error chain ends in a condition that will fail every later write too (disk
+/// full, read-only file system, permission denied): the batch stops instead of failing
+/// each remaining image.
+pub fn is_fatal_io(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull
+                    | std::io::ErrorKind::ReadOnlyFilesystem
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::QuotaExceeded
+            )
+        })
+    })
 }

@@ -1,0 +1,136 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_moge_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_moge_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_moge_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_moge_using_subcommand
+    set -l cmd (__fish_moge_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c moge -n "__fish_moge_needs_command" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_needs_command" -s V -l version -d 'Print version'
+complete -c moge -n "__fish_moge_needs_command" -f -a "predict" -d 'Predict geometry for image files'
+complete -c moge -n "__fish_moge_needs_command" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_needs_command" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
+complete -c moge -n "__fish_moge_needs_command" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
+complete -c moge -n "__fish_moge_needs_command" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
+complete -c moge -n "__fish_moge_needs_command" -f -a "models" -d 'List the published models: which are cached, where, their size and sha256'
+complete -c moge -n "__fish_moge_needs_command" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
+complete -c moge -n "__fish_moge_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -s o -l output -d 'Output directory: IMAGE\'s stem + .npz (and the other formats\' suffixes) goes here' -r -F
+complete -c moge -n "__fish_moge_using_subcommand predict" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
+complete -c moge -n "__fish_moge_using_subcommand predict" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
+vitb-normal\t''
+vitl-normal\t''
+vitl\t''"
+complete -c moge -n "__fish_moge_using_subcommand predict" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Compute precision' -r -f -a "f32\t''"
+complete -c moge -n "__fish_moge_using_subcommand predict" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the seed system\'s npz (points, depth, normal, mask, intrinsics, ...)'
+png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
+json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
+exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
+ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
+glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
+complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Store npz arrays uncompressed (larger files, faster writes)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l from-list -d 'Also read image paths from FILE, one per line (\'-\' for stdin; \'#\' starts a comment)' -r -F
+complete -c moge -n "__fish_moge_using_subcommand batch" -s o -l output -d 'Output directory: DIR/sub/x.jpg gives OUT/sub/x.<kind>' -r -F
+complete -c moge -n "__fish_moge_using_subcommand batch" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
+complete -c moge -n "__fish_moge_using_subcommand batch" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
+vitb-normal\t''
+vitl-normal\t''
+vitl\t''"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Compute precision' -r -f -a "f32\t''"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the seed system\'s npz (points, depth, normal, mask, intrinsics, ...)'
+png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
+json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
+exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
+ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
+glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
+pad\t'Letterbox onto the canvas aspect, crop the outputs back'
+stretch\t'Stretch onto the canvas, resample the outputs back'"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l canvas -d 'The canvas of --fit pad / stretch' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -s j -l jobs -d 'Host threads for each host stage (decode, post-process and write); default: the number of CPUs, at most 8' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l shard -d 'Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash of its output path), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Store npz arrays uncompressed (larger files, faster writes)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l skip-existing -d 'Skip photos whose requested outputs all exist (resume an interrupted run)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -s q -l quiet -d 'No progress bar and no summary (errors are still printed)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l json -d 'Print one JSON line per photo on stdout: input, status, outputs, timings, error'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l stats -d 'Print where the time goes per stage, and throughput against forwards alone'
+complete -c moge -n "__fish_moge_using_subcommand batch" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l size -d 'Size of the synthetic image, WxH' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l runs -d 'Timed runs after the warm-up' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l warmup -d 'Untimed warm-up runs' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
+complete -c moge -n "__fish_moge_using_subcommand bench" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
+vitb-normal\t''
+vitl-normal\t''
+vitl\t''"
+complete -c moge -n "__fish_moge_using_subcommand bench" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Compute precision' -r -f -a "f32\t''"
+complete -c moge -n "__fish_moge_using_subcommand bench" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
+complete -c moge -n "__fish_moge_using_subcommand bench" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_using_subcommand download" -l model -d 'A published model to fetch; repeat for several [default: vitl-normal]' -r -f -a "vits-normal\t''
+vitb-normal\t''
+vitl-normal\t''
+vitl\t''"
+complete -c moge -n "__fish_moge_using_subcommand download" -l revision -d 'Branch, tag or commit of the model repos' -r
+complete -c moge -n "__fish_moge_using_subcommand download" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_using_subcommand info" -l revision -d 'Branch, tag or commit to look up in the cache' -r
+complete -c moge -n "__fish_moge_using_subcommand info" -l json -d 'Print a JSON list of the models: name, repo, revision, cached, path, size, sha256, commit, repo_dir'
+complete -c moge -n "__fish_moge_using_subcommand info" -l verify -d 'Re-hash every cached file and compare with the sha256 it is stored under (reads them all)'
+complete -c moge -n "__fish_moge_using_subcommand info" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_using_subcommand models" -l revision -d 'Branch, tag or commit to look up in the cache' -r
+complete -c moge -n "__fish_moge_using_subcommand models" -l json -d 'Print a JSON list of the models: name, repo, revision, cached, path, size, sha256, commit, repo_dir'
+complete -c moge -n "__fish_moge_using_subcommand models" -l verify -d 'Re-hash every cached file and compare with the sha256 it is stored under (reads them all)'
+complete -c moge -n "__fish_moge_using_subcommand models" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_using_subcommand generate-assets" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,149 @@
+//! `moge batch DIR... -o OUT`: every photo under the directories through the streaming
+//! pipeline, outputs in a mirrored tree.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::{InferArgs, ModelArgs, OutputArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
+use crate::pipeline::fit::{Canvas, FitMode};
+use crate::pipeline::inputs::{self, Shard};
+use crate::pipeline::run::{self, Config};
+use crate::Device;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal error, 130 interrupted.")]
+pub struct BatchArgs {
+    /// Directories (searched recursively for jpg, jpeg, png, webp, bmp, tif, tiff; hidden
+    /// files and directories skipped) or image files.
+    #[arg(value_name = "DIR", required_unless_present = "from_list")]
+    pub inputs: Vec<PathBuf>,
+    /// Also read image paths from FILE, one per line ('-' for stdin; '#' starts a comment).
+    #[arg(long, value_name = "FILE")]
+    pub from_list: Option<PathBuf>,
+    /// Output directory: DIR/sub/x.jpg gives OUT/sub/x.<kind>.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub infer: InferArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation).
+    #[arg(long)]
+    pub no_exif: bool,
+    /// How photos meet the network: at their own aspect, or padded / stretched onto --canvas
+    /// (one token grid for every photo); outputs always have the photo's size.
+    #[arg(long, value_enum, default_value_t = FitMode::Exact)]
+    pub fit: FitMode,
+    /// The canvas of --fit pad / stretch.
+    #[arg(long, value_name = "WxH", default_value = "1920x1080")]
+    pub canvas: Canvas,
+    /// Host threads for each host stage (decode, post-process and write); default: the number of CPUs, at most 8.
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub jobs: Option<u32>,
+    /// Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash
+    /// of its output path), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
+    /// Skip photos whose requested outputs all exist (resume an interrupted run).
+    #[arg(long)]
+    pub skip_existing: bool,
+    /// No progress bar and no summary (errors are still printed).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print one JSON line per photo on stdout: input, status, outputs, timings, error.
+    #[arg(long)]
+    pub json: bool,
+    /// Print where the time goes per stage, and throughput against forwards alone.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Ctrl-C (or SIGTERM) once: stop taking new photos and finish the ones in progress. Twice:
+/// remove the temporary files of writes in progress and exit at once. Both exit 130.
+fn install_signals(stop: Arc<AtomicBool>) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        eprintln!("moge: warning: cannot install the Ctrl-C handler");
+        return;
+    };
+    let count = AtomicUsize::new(0);
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                stop.store(true, Ordering::SeqCst);
+                eprintln!("moge: interrupted: finishing the photos in progress (press Ctrl-C again to abandon them)");
+            } else {
+                crate::outputs::remove_pending_temp_files();
+                eprintln!("moge: interrupted");
+                std::process::exit(EXIT_INTERRUPTED);
+            }
+        }
+    });
+}
+
+/// Creates `dir` and checks that a file can be written there.
+pub fn check_output_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the output directory", dir.display()))?;
+    let probe = dir.join(format!(".moge-probe-{}", std::process::id()));
+    std::fs::File::create(&probe)
+        .and_then(|mut f| f.write_all(b"probe"))
+        .with_context(|| format!("{}: the output directory is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8)
+}
+
+pub fn run(args: BatchArgs) -> Result<i32> {
+    let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output)?;
+    if inputs.is_empty() {
+        if !args.quiet {
+            let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
+            eprintln!("moge: {s} has none of the {total} images");
+        }
+        return Ok(EXIT_OK);
+    }
+    check_output_dir(&args.output)?;
+    let weights = args.model.checkpoint()?;
+    let model = Arc::new(crate::Model::load(&weights, &Device::Cpu)?);
+    let cfg = Config {
+        output: args.output.clone(),
+        outputs: args.out.options(),
+        infer: args.infer.options(),
+        fit: args.fit,
+        canvas: args.canvas,
+        apply_exif: !args.no_exif,
+        jobs: args.jobs.map(|j| j as usize).unwrap_or_else(default_jobs),
+        skip_existing: args.skip_existing,
+        progress: true,
+        quiet: args.quiet,
+        json: args.json,
+        stats: args.stats,
+        model_id: args.model.id(),
+        weights,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signals(stop.clone());
+    let summary = run::run(model, inputs, &cfg, &stop);
+    if !args.quiet || args.stats {
+        eprintln!("{}", run::report(&summary, &cfg));
+    }
+    if let Some(f) = &summary.fatal {
+        eprintln!("moge: stopped: {f}");
+        return Ok(EXIT_FATAL);
+    }
+    if summary.interrupted {
+        eprintln!("moge: interrupted; run again with --skip-existing to do the rest");
+        return Ok(EXIT_INTERRUPTED);
+    }
+    Ok(if summary.failed > 0 { EXIT_SOME_FAILED } else { EXIT_OK })
+}

@@ -1,0 +1,149 @@
+//! The sidecar `x.json`: what a script needs to use the maps without opening the npz (size,
+//! field of view, intrinsics, metric scale, depth statistics, the depth PNG scale) and where
+//! they came from (model, weights digest, tool version, options, timings).
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::write_atomic;
+use crate::infer::Prediction;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Sidecar {
+    pub input: String,
+    pub width: usize,
+    pub height: usize,
+    /// Degrees.
+    pub fov_x: f32,
+    pub fov_y: f32,
+    /// Normalised: the image spans [0, 1] x [0, 1].
+    pub intrinsics: [[f32; 3]; 3],
+    pub intrinsics_pixels: [[f32; 3]; 3],
+    pub metric_scale: f32,
+    pub depth: DepthStats,
+    pub depth_png: DepthPng,
+    pub has_normal: bool,
+    pub model: ModelInfo,
+    pub tool: ToolInfo,
+    pub inference: InferenceInfo,
+    pub timings_ms: Timings,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DepthStats {
+    pub valid_pixels: usize,
+    pub valid_fraction: f64,
+    /// Metres over the valid pixels; null when none is valid.
+    pub min: Option<f32>,
+    pub max: Option<f32>,
+    pub mean: Option<f64>,
+    pub median: Option<f32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DepthPng {
+    /// Metres per unit of `x.depth.png` (0 = invalid).
+    pub scale: f32,
+    /// Valid pixels whose depth does not fit the 16-bit range at this scale (clamped).
+    pub saturated: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    /// The published name (`vitl-normal`) or the checkpoint's file name.
+    pub id: String,
+    pub weights_sha256: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolInfo {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+impl Default for ToolInfo {
+    fn default() -> Self {
+        Self { name: env!("CARGO_PKG_NAME"), version: env!("CARGO_PKG_VERSION") }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InferenceInfo {
+    pub num_tokens: u32,
+    /// ViT token grid (rows, cols).
+    pub grid: (usize, usize),
+    /// exact, pad or stretch.
+    pub fit: String,
+    /// The canvas of pad / stretch (width, height).
+    pub canvas: Option<(u32, u32)>,
+    pub exif_orientation: bool,
+    /// The horizontal field of view given with --fov-x (degrees).
+    pub fov_x_given: Option<f32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    pub decode: f64,
+    pub prepare: f64,
+    pub forward: f64,
+    pub postprocess: f64,
+    /// Writing the other outputs of the image (set just before the sidecar is written).
+    pub write: Option<f64>,
+}
+
+impl DepthStats {
+    pub fn of(p: &Prediction) -> Self {
+        let mut d: Vec<f32> = p.depth.iter().zip(&p.mask).filter(|(v, &m)| m && v.is_finite()).map(|(v, _)| *v).collect();
+        let n = d.len();
+        let valid_fraction = if p.mask.is_empty() { 0.0 } else { n as f64 / p.mask.len() as f64 };
+        if n == 0 {
+            return Self { valid_pixels: 0, valid_fraction, min: None, max: None, mean: None, median: None };
+        }
+        let mean = d.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let (min, max) = d.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+        let (_, med, _) = d.select_nth_unstable_by(n / 2, f32::total_cmp);
+        Self { valid_pixels: n, valid_fraction, min: Some(min), max: Some(max), mean: Some(mean), median: Some(*med) }
+    }
+}
+
+impl Sidecar {
+    /// The prediction part of the sidecar; the caller fills in provenance and timings.
+    pub fn new(
+        input: String,
+        p: &Prediction,
+        depth_png_scale: f32,
+        model: ModelInfo,
+        inference: InferenceInfo,
+        timings_ms: Timings,
+    ) -> Self {
+        let (fov_x, fov_y) = p.fov_degrees();
+        Self {
+            input,
+            width: p.width,
+            height: p.height,
+            fov_x,
+            fov_y,
+            intrinsics: p.intrinsics,
+            intrinsics_pixels: p.intrinsics_pixels(),
+            metric_scale: p.metric_scale,
+            depth: DepthStats::of(p),
+            depth_png: DepthPng { scale: depth_png_scale, saturated: super::png::encode_depth(p, depth_png_scale).1 },
+            has_normal: p.normal.is_some(),
+            model,
+            tool: ToolInfo::default(),
+            inference,
+            timings_ms,
+        }
+    }
+}
+
+pub fn write(path: &Path, s: &Sidecar) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(s)?;
+    text.push('\n');
+    write_atomic(path, |f| {
+        std::io::Write::write_all(f, text.as_bytes())?;
+        Ok(())
+    })
+}

@@ -1,0 +1,230 @@
+//! Which photos a run processes and where their outputs go: directories walked recursively
+//! (sorted, hidden entries skipped, image extensions only), explicit lists, and a
+//! deterministic shard of the whole set.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// Extensions taken from directories (compared case-insensitively).
+pub const EXTENSIONS: [&str; 7] = ["jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff"];
+
+/// One photo to process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub path: PathBuf,
+    /// The output stem relative to the output directory: `sub/x` for `DIR/sub/x.jpg`.
+    pub rel: PathBuf,
+    /// Set when this input cannot be processed before it starts (e.g. an output-name clash).
+    pub problem: Option<String>,
+}
+
+pub fn has_image_extension(p: &Path) -> bool {
+    p.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    name.to_string_lossy().starts_with('.')
+}
+
+/// The stem relative to the output directory, with only normal components (no root, no
+/// `..`), so no output can land outside it.
+fn rel_stem(rel: &Path) -> PathBuf {
+    let mut out: PathBuf = rel.components().filter_map(|c| match c {
+        Component::Normal(s) => Some(s),
+        _ => None,
+    }).collect();
+    if let Some(stem) = out.file_stem().map(|s| s.to_owned()) {
+        out.set_file_name(stem);
+    }
+    out
+}
+
+/// Every image under `root`, recursively, in sorted order of the relative path. The
+/// directory `skip` (the output directory, when it lies inside the tree) is left out, so
+/// that a second run does not take the outputs of the first for photos.
+pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
+    let mut out = Vec::new();
+    let walker = walkdir::WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
+    let skipped = |e: &walkdir::DirEntry| {
+        e.file_type().is_dir() && skip.is_some_and(|s| e.path().canonicalize().is_ok_and(|c| c == s))
+    };
+    // The root itself may be hidden (`./.photos`); only entries below it are filtered.
+    for entry in walker.filter_entry(|e| e.depth() == 0 || !(is_hidden(e.file_name()) || skipped(e))) {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                // An unreadable subdirectory is reported, the rest of the tree is still used.
+                let path = e.path().map(|p| p.display().to_string()).unwrap_or_else(|| root.display().to_string());
+                eprintln!("moge: {path}: cannot read ({})", e.io_error().map(|x| x.to_string()).unwrap_or_else(|| e.to_string()));
+                continue;
+            }
+        };
+        if entry.file_type().is_file() && has_image_extension(entry.path()) {
+            let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None });
+        }
+    }
+    Ok(out)
+}
+
+/// One file given by name: its outputs go to the top of the output directory.
+pub fn file_input(p: &Path) -> Input {
+    let name = p.file_name().map(PathBuf::from).unwrap_or_else(|| p.to_owned());
+    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None }
+}
+
+/// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
+/// taken as given (their outputs go to the top of the output directory).
+pub fn from_args(paths: &[PathBuf], skip: Option<&Path>) -> Result<Vec<Input>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).with_context(|| format!("{}: cannot read", p.display()))?;
+        if meta.is_dir() {
+            out.extend(walk(p, skip)?);
+        } else {
+            out.push(file_input(p));
+        }
+    }
+    Ok(out)
+}
+
+/// Inputs from a list file (or stdin for `-`): one path per line, blank lines and lines
+/// starting with `#` skipped. A relative path keeps its directories in the output tree.
+pub fn from_list(list: &Path) -> Result<Vec<Input>> {
+    let reader: Box<dyn BufRead> = if list == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(list).with_context(|| format!("{}: cannot open the list", list.display()))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    let mut out = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("{}: cannot read line {}", list.display(), i + 1))?;
+        let t = line.trim_end_matches(['\r', '\n']);
+        if t.trim().is_empty() || t.trim_start().starts_with('#') {
+            continue;
+        }
+        let p = PathBuf::from(t);
+        out.push(Input { rel: rel_stem(&p), path: p, problem: None });
+    }
+    Ok(out)
+}
+
+/// Marks every input whose output stem was already taken by an earlier one (`x.jpg` and
+/// `x.png` in one directory, or the same relative path under two roots).
+pub fn mark_collisions(inputs: &mut [Input]) {
+    let mut seen: HashMap<PathBuf, PathBuf> = HashMap::new();
+    for inp in inputs.iter_mut() {
+        match seen.get(&inp.rel) {
+            Some(first) => {
+                inp.problem = Some(format!(
+                    "its outputs ({}.*) would overwrite those of {}; rename one of them",
+                    inp.rel.display(),
+                    first.display()
+                ))
+            }
+            None => {
+                seen.insert(inp.rel.clone(), inp.path.clone());
+            }
+        }
+    }
+}
+
+/// `--shard I/N`: this machine's share is the inputs whose output stem hashes to I mod N.
+/// Hashing the stem (not the position in the list) keeps the assignment stable when photos
+/// are added or the list is built in another order or on another mount point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4)"))?;
+        let index: u64 = i.trim().parse().map_err(|_| format!("'{i}' is not a shard index"))?;
+        let count: u64 = n.trim().parse().map_err(|_| format!("'{n}' is not a shard count"))?;
+        if count == 0 || index >= count {
+            return Err(format!("shard {index}/{count}: need 0 <= I < N"));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// FNV-1a over the stem with `/` separators: the same on every platform and run.
+pub fn stem_hash(rel: &Path) -> u64 {
+    let s: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.join("/").bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl Shard {
+    pub fn contains(&self, rel: &Path) -> bool {
+        stem_hash(rel) % self.count == self.index
+    }
+}
+
+/// The inputs of a run: from the paths and/or a list, collisions marked, then sharded.
+/// `output`: the output directory, never searched for photos.
+pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>, output: &Path) -> Result<(Vec<Input>, usize)> {
+    let skip = output.canonicalize().ok();
+    let mut inputs = from_args(paths, skip.as_deref())?;
+    if let Some(l) = list {
+        inputs.extend(from_list(l)?);
+    }
+    let total = inputs.len();
+    if total == 0 {
+        bail!("no images found (extensions: {})", EXTENSIONS.join(", "));
+    }
+    mark_collisions(&mut inputs);
+    if let Some(s) = shard {
+        inputs.retain(|i| s.contains(&i.rel));
+    }
+    Ok((inputs, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_drop_roots_and_parent_components() {
+        assert_eq!(rel_stem(Path::new("/data/a/b.x.JPG")), PathBuf::from("data/a/b.x"));
+        assert_eq!(rel_stem(Path::new("../../c.png")), PathBuf::from("c"));
+        assert_eq!(rel_stem(Path::new("./sub/d.tif")), PathBuf::from("sub/d"));
+    }
+
+    #[test]
+    fn shards_partition_the_inputs() {
+        let rels: Vec<PathBuf> = (0..1000).map(|i| PathBuf::from(format!("dir{}/img{i}", i % 7))).collect();
+        let n = 4;
+        let mut counts = vec![0; n];
+        for r in &rels {
+            let owners: Vec<u64> = (0..n as u64).filter(|&i| Shard { index: i, count: n as u64 }.contains(r)).collect();
+            assert_eq!(owners.len(), 1, "{} belongs to exactly one shard", r.display());
+            counts[owners[0] as usize] += 1;
+        }
+        // Balanced within a few standard deviations of 250.
+        assert!(counts.iter().all(|&c| (200..300).contains(&c)), "{counts:?}");
+        assert!("3/4".parse::<Shard>().is_ok());
+        assert!("4/4".parse::<Shard>().is_err());
+        assert!("1/0".parse::<Shard>().is_err());
+        assert!("x".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn collisions_are_marked_on_the_later_input() {
+        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None };
+        let mut v = vec![mk("a/x.jpg"), mk("a/x.png"), mk("a/y.png")];
+        mark_collisions(&mut v);
+        assert!(v[0].problem.is_none() && v[2].problem.is_none());
+        assert!(v[1].problem.as_deref().unwrap().contains("a/x.jpg"));
+    }
+}
