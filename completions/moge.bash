@@ -113,7 +113,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "f32" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
                     return 0
                     ;;
                 --num-tokens)
@@ -199,7 +199,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "f32" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
                     return 0
                     ;;
                 --num-tokens)
@@ -415,7 +415,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "f32" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
                     return 0
                     ;;
                 --num-tokens)

@@ -41,7 +41,9 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Compute precision' -r -f -a "f32\t''"
+complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the matrix products. auto: bf16 where the CPU has AVX512-BF16 (every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity' -r -f -a "auto\t'bf16 where the CPU runs it natively, else f32'
+f32\t'Exact float32, the parity reference'
+bf16\t'bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times faster)'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
@@ -67,7 +69,9 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Compute precision' -r -f -a "f32\t''"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the matrix products. auto: bf16 where the CPU has AVX512-BF16 (every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity' -r -f -a "auto\t'bf16 where the CPU runs it natively, else f32'
+f32\t'Exact float32, the parity reference'
+bf16\t'bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times faster)'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
@@ -104,14 +108,16 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Compute precision' -r -f -a "f32\t''"
+complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the matrix products. auto: bf16 where the CPU has AVX512-BF16 (every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity' -r -f -a "auto\t'bf16 where the CPU runs it natively, else f32'
+f32\t'Exact float32, the parity reference'
+bf16\t'bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times faster)'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
-complete -c moge -n "__fish_moge_using_subcommand bench" -s h -l help -d 'Print help'
+complete -c moge -n "__fish_moge_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c moge -n "__fish_moge_using_subcommand download" -l model -d 'A published model to fetch; repeat for several [default: vitl-normal]' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
