@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side-by-side, in one run: upstream `moge infer --device cpu` (PyTorch fp32, 2 threads) and this
-# tool on the same photos, weights and token count; whole process, wall time and peak RSS.
+# Side-by-side, in one run: upstream `moge infer --device cpu` (PyTorch fp32, 2 threads) and
+# `moge batch` (npz out) on the same photos, weights and token count; whole process, wall time
+# and peak RSS.
 #
 #   scripts/bench-vs-upstream.sh VENV CHECKPOINT [N_IMAGES] [TOKENS]
 #
@@ -34,7 +35,7 @@ measure() { # label, command...
 }
 echo "photos: $n x 640x480, tokens: $tokens, checkpoint: $ckpt, CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), threads: 2"
 measure upstream "$venv/bin/moge" infer -i "$work/photos" -o "$work/up" --pretrained "$ckpt" --device cpu --num_tokens "$tokens" --maps
-measure moge-f32 "$moge" predict "$work"/photos/*.png -o "$work/f32" --weights "$ckpt" --num-tokens "$tokens" --precision f32
-measure moge-bf16 "$moge" predict "$work"/photos/*.png -o "$work/bf16" --weights "$ckpt" --num-tokens "$tokens" --precision bf16
+measure moge-f32 "$moge" batch "$work/photos" -o "$work/f32" --weights "$ckpt" --num-tokens "$tokens" --precision f32 --quiet
+measure moge-bf16 "$moge" batch "$work/photos" -o "$work/bf16" --weights "$ckpt" --num-tokens "$tokens" --precision bf16 --quiet
 read -r up _ < "$work/upstream.t"; read -r f _ < "$work/moge-f32.t"; read -r b _ < "$work/moge-bf16.t"
 printf 'speed-up vs upstream: f32 %.2fx, bf16 %.2fx\n' "$(echo "$up / $f" | bc -l)" "$(echo "$up / $b" | bc -l)"
