@@ -114,7 +114,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     }
     check_output_dir(&args.output)?;
     let weights = args.model.checkpoint()?;
-    let model = Arc::new(crate::Model::load(&weights, &Device::Cpu)?);
+    let model = Arc::new(crate::Model::load_with(&weights, &Device::Cpu, args.model.precision.into())?);
     let cfg = Config {
         output: args.output.clone(),
         outputs: args.out.options(),
