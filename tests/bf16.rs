@@ -9,19 +9,11 @@ use serde_json::Value;
 use support::*;
 
 fn case(name: &str, well_posed: bool) {
-    let all: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("cases.json")).unwrap()).unwrap();
-    let c = all["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone();
+    let (c, opts) = fixture_case(name);
     let model = Model::load_with(&fixtures().join(c["checkpoint"].as_str().unwrap()), &moge::Device::Cpu, Precision::Bf16).unwrap();
     assert_eq!(model.precision, Precision::Bf16);
     let mut z = Npz::open(&fixtures().join(format!("cases/{name}.npz")));
     let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
-    let opts = InferOptions {
-        num_tokens: c["num_tokens"].as_u64().map(|n| n as u32),
-        resolution_level: c["resolution_level"].as_u64().unwrap_or(9) as u32,
-        fov_x: c["fov_x"].as_f64().map(|f| f as f32),
-        force_projection: c["force_projection"].as_bool().unwrap(),
-        apply_mask: c["apply_mask"].as_bool().unwrap(),
-    };
     check_against_reference(name, &model, &mut z, &img, &opts, well_posed, &REDUCED);
 }
 

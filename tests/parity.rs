@@ -2,8 +2,6 @@
 //! with the PyPI reference): every stage of the network, then `infer()`'s final maps.
 mod support;
 
-use moge::InferOptions;
-use serde_json::Value;
 use support::*;
 
 
@@ -20,24 +18,12 @@ fn stages_random_normal() {
     check_stages("random_normal");
 }
 
-fn case(name: &str) -> Value {
-    let all: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("cases.json")).unwrap()).unwrap();
-    all["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no case {name}")).clone()
-}
-
 fn check_case(name: &str, well_posed: bool) {
-    let c = case(name);
+    let (c, opts) = fixture_case(name);
     let model = load(c["checkpoint"].as_str().unwrap());
     let mut z = Npz::open(&fixtures().join(format!("cases/{name}.npz")));
-    // Decoding: the same 8-bit RGB as cv2.imread + BGR2RGB.
+    // Decoding: the same 8-bit RGB as cv2.imread + BGR2RGB (checked inside).
     let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
-    let opts = InferOptions {
-        num_tokens: c["num_tokens"].as_u64().map(|n| n as u32),
-        resolution_level: c["resolution_level"].as_u64().unwrap_or(9) as u32,
-        fov_x: c["fov_x"].as_f64().map(|f| f as f32),
-        force_projection: c["force_projection"].as_bool().unwrap(),
-        apply_mask: c["apply_mask"].as_bool().unwrap(),
-    };
     check_against_reference(name, &model, &mut z, &img, &opts, well_posed, &STRICT);
 }
 

@@ -267,3 +267,17 @@ pub fn check_stages(ckpt: &str) {
     }
 }
 
+
+/// A case of `tests/fixtures/cases.json` and its `infer()` options.
+pub fn fixture_case(name: &str) -> (serde_json::Value, InferOptions) {
+    let all: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("cases.json")).unwrap()).unwrap();
+    let c = all["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no case {name}")).clone();
+    let opts = InferOptions {
+        num_tokens: c["num_tokens"].as_u64().map(|n| n as u32),
+        resolution_level: c["resolution_level"].as_u64().unwrap_or(9) as u32,
+        fov_x: c["fov_x"].as_f64().map(|f| f as f32),
+        force_projection: c["force_projection"].as_bool().unwrap(),
+        apply_mask: c["apply_mask"].as_bool().unwrap(),
+    };
+    (c, opts)
+}

@@ -6,6 +6,8 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
 use rayon::prelude::*;
 
+use super::SendPtr;
+
 use super::bf16::{gemm_bf16, PackedB};
 
 pub struct AttentionOp {
@@ -16,15 +18,6 @@ pub struct AttentionOp {
 
 /// Query rows per task: 64 × 1800 scores = 450 KiB, L2-resident.
 const Q_BLOCK: usize = 64;
-
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(&self) -> *mut f32 {
-        self.0
-    }
-}
 
 /// e^x for x ≤ 0 (softmax after max subtraction): 2^n · p(r) with r = x − n·ln2, |r| ≤ ln2/2,
 /// and a degree-6 polynomial (relative error < 2e-7). Written branch-free with float→int by the

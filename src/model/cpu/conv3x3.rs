@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::SendPtr;
+
 use super::bf16::{gemm_bf16_packed_a, PackedA};
 
 pub struct Conv3x3Op {
@@ -24,15 +26,6 @@ pub struct Conv3x3Op {
 
 /// Target size of one tile's unfolded input, in floats (~1 MiB: L2-resident).
 const TILE_FLOATS: usize = 256 * 1024;
-
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(&self) -> *mut f32 {
-        self.0
-    }
-}
 
 impl Conv3x3Op {
     fn run(&self, x: &[f32], weight: &[f32], h: usize, w: usize) -> Vec<f32> {

@@ -4,16 +4,12 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
 
+use super::contiguous;
+
 use std::sync::Arc;
 
 use super::bf16::{gemm_bf16, PackedB};
 use super::planes::gemm_into_bt;
-
-fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
-    let CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
-    Ok(&v[a..b])
-}
 
 /// What follows the GEMM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

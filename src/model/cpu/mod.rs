@@ -27,3 +27,21 @@ pub fn with_f32<R>(t: &candle_core::Tensor, f: impl FnOnce(&[f32]) -> R) -> cand
         _ => candle_core::bail!("kernel weight is not an f32 CPU tensor"),
     }
 }
+
+/// A raw output pointer shared by parallel tasks that write disjoint parts of one buffer.
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    /// A method (not field access) so closures capture the whole `Sync` wrapper.
+    pub(crate) fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// The contiguous f32 data of a kernel input.
+pub(crate) fn contiguous<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::Layout, what: &str) -> candle_core::Result<&'a [f32]> {
+    let candle_core::CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
+    Ok(&v[a..b])
+}

@@ -5,13 +5,9 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
 
-use super::bf16::{gemm_bf16_packed_a, PackedA};
+use super::contiguous;
 
-fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
-    let CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
-    Ok(&v[a..b])
-}
+use super::bf16::{gemm_bf16_packed_a, PackedA};
 
 /// out (m × n) += w (m × k) · x (k × n), all row-major, on the rayon pool.
 pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usize, n: usize) {
