@@ -4,8 +4,6 @@
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 
-use std::sync::Arc;
-
 use super::cpu::bf16::PackedA;
 use super::cpu::conv3x3::Conv3x3Op;
 use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op};
@@ -57,35 +55,52 @@ pub struct Conv3x3 {
     weight: Tensor, // (cout, cin, 3, 3)
     bias: Tensor,   // (1, cout, 1, 1)
     /// The CPU kernel (weights kept on the host), used when the model lives on the CPU.
-    cpu: Option<[Conv3x3Op; 2]>,
+    cpu: Option<Conv3x3Op>,
 }
 
 impl Conv3x3 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let cpu = if weight.device().is_cpu() {
-            let bv = bias.to_vec1::<f32>()?;
-            let packed = if w.bf16() { Some(Arc::new(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin * 9))?)) } else { None };
-            let op = |relu_input| Conv3x3Op { weight: weight.clone(), bias: bv.clone(), cin, cout, relu_input, packed: packed.clone() };
-            Some([op(false), op(true)])
-        } else {
-            None
-        };
+        let cpu = if weight.device().is_cpu() { Some(Conv3x3Op::new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?) } else { None };
         Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu })
     }
+    fn cpu_op(&self, x: &Tensor) -> Option<&Conv3x3Op> {
+        self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
+    }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_impl(x, false)
+        if let Some(op) = self.cpu_op(x) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, false))?);
+        }
+        self.generic(x)
     }
     /// conv(relu(x)), with the ReLU fused into the CPU kernel.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_impl(x, true)
-    }
-    fn forward_impl(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
-        if let (Some(ops), true) = (&self.cpu, x.device().is_cpu() && super::cpu::enabled()) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(&ops[relu as usize])?);
+        if let Some(op) = self.cpu_op(x) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(true, false))?);
         }
-        let x = if relu { x.relu()? } else { x.clone() };
+        self.generic(&x.relu()?)
+    }
+    /// `residual + conv(relu(x))`, with the ReLU and the add fused into the CPU kernel.
+    pub fn forward_relu_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.cpu_op(x) {
+            return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(true, false))?);
+        }
+        Ok((residual + self.generic(&x.relu()?)?)?)
+    }
+    /// conv(upsample_bilinear_2x(x)) (align_corners=False). The CPU's direct bf16 route
+    /// computes the upsample while it reads its input, so the 4x larger map is never stored.
+    pub fn forward_upsampled(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.cpu_op(x).filter(|op| op.fuses_upsample()) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, true))?);
+        }
+        let (_, h, w) = x.dims3()?;
+        // align_corners=False at exactly 2x: weights 1/4, 3/4 with edge clamping.
+        let up = x.unsqueeze(0)?.upsample_bilinear2d(2 * h, 2 * w, false)?.squeeze(0)?;
+        self.forward(&up)
+    }
+    /// candle's own ops (any device).
+    fn generic(&self, x: &Tensor) -> Result<Tensor> {
         let x = x.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?.unsqueeze(0)?;
         let y = x.conv2d(&self.weight, 0, 1, 1, 1)?.broadcast_add(&self.bias)?;
         Ok(y.squeeze(0)?)
@@ -139,8 +154,7 @@ impl ResidualConvBlock {
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = self.conv_a.forward_relu(x)?;
-        let y = self.conv_b.forward_relu(&y)?;
-        Ok((x + y)?)
+        self.conv_b.forward_relu_add(&y, x)
     }
 }
 
@@ -164,12 +178,7 @@ impl Resampler {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Resampler::ConvTranspose(up, conv) => conv.forward(&up.forward(x)?),
-            Resampler::Bilinear(conv) => {
-                let (_, h, w) = x.dims3()?;
-                // align_corners=False at exactly 2x: weights 1/4, 3/4 with edge clamping.
-                let up = x.unsqueeze(0)?.upsample_bilinear2d(2 * h, 2 * w, false)?.squeeze(0)?;
-                conv.forward(&up)
-            }
+            Resampler::Bilinear(conv) => conv.forward_upsampled(x),
         }
     }
 }

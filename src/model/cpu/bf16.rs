@@ -82,7 +82,7 @@ pub fn round_bf16(x: f32) -> f32 {
 }
 
 #[inline]
-fn pair(lo: f32, hi: f32) -> u32 {
+pub(crate) fn pair(lo: f32, hi: f32) -> u32 {
     f32_to_bf16(lo) as u32 | (f32_to_bf16(hi) as u32) << 16
 }
 

@@ -1,16 +1,23 @@
 //! 3x3 convolution with replicate padding (`padding=1, padding_mode='replicate'`), optionally
-//! with a ReLU on its input, as tiled im2col + GEMM: each tile of output rows unfolds only the
-//! input rows it needs into a buffer that stays in cache, then one GEMM per tile writes all
-//! output channels. Tiles run in parallel, each GEMM single-threaded.
+//! with a ReLU on its input, a 2x bilinear upsample before it, or a residual added after it.
+//!
+//! Two routes:
+//! * im2col + GEMM (f32; bf16 without AVX512-BF16): each tile of output rows
+//!   unfolds only the input rows it needs into a buffer that stays in cache, then one GEMM per
+//!   tile writes all output channels. Tiles run in parallel, each GEMM single-threaded.
+//! * direct (bf16 on AVX512-BF16 CPUs): a tile's input rows are converted once into
+//!   a "slab" of bf16 channel pairs with the replicate border in place, and the microkernel
+//!   reads every tap straight from the slab at a shifted address, so the 9x unfold (a memory-
+//!   bound pass at 64 channels and 600x800 pixels) never happens. The upsample of the last
+//!   `Resampler` is computed while the slab is built, so the upsampled map is never stored.
 
-use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::SendPtr;
-
 use super::bf16::{gemm_bf16_packed_a, PackedA};
+use super::SendPtr;
 
 pub struct Conv3x3Op {
     /// (cout, cin, 3, 3) contiguous: row-major (cout, cin·9), column ci·9 + ky·3 + kx.
@@ -18,17 +25,58 @@ pub struct Conv3x3Op {
     pub bias: Vec<f32>,
     pub cin: usize,
     pub cout: usize,
-    /// Apply ReLU to the input as it is unfolded (ResidualConvBlock's pre-activation).
-    pub relu_input: bool,
-    /// The weight pre-packed for bf16 products, when the model runs in bf16.
+    /// The weight pre-packed for bf16 products (im2col route), when the model runs in bf16.
     pub packed: Option<Arc<PackedA>>,
+    /// The weight for the direct route (bf16 on AVX512-BF16): row o, word t·cinp + cp holds
+    /// taps t of channels 2cp and 2cp + 1 as a bf16 pair.
+    direct: Option<Vec<u32>>,
 }
 
 /// Target size of one tile's unfolded input, in floats (~1 MiB: L2-resident).
 const TILE_FLOATS: usize = 256 * 1024;
+/// Target size of one tile's slab, in words (~512 KiB): it stays in L2 while every tap and
+/// every block of output channels reads it.
+const SLAB_WORDS: usize = 128 * 1024;
+/// Bytes of direct weights per output-channel block, beside the slab in L2.
+const A_BLOCK_BYTES: usize = 256 * 1024;
 
 impl Conv3x3Op {
-    fn run(&self, x: &[f32], weight: &[f32], h: usize, w: usize) -> Vec<f32> {
+    /// `bf16`: products in bf16 (weights packed once here).
+    pub fn new(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
+        let (packed, direct) = if bf16 {
+            let packed = super::with_f32(&weight, |w| PackedA::from_f32(w, cout, cin * 9))?;
+            let direct = if super::bf16::available() { Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout))?) } else { None };
+            (Some(Arc::new(packed)), direct)
+        } else {
+            (None, None)
+        };
+        Ok(Self { weight, bias, cin, cout, packed, direct })
+    }
+
+    /// Whether [`Conv3x3Call::upsample2x`] is available (the direct route exists).
+    pub fn fuses_upsample(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    pub fn call(&self, relu_input: bool, upsample2x: bool) -> Conv3x3Call<'_> {
+        Conv3x3Call { op: self, relu_input, upsample2x }
+    }
+
+    /// `x` is (cin, h, w), or (cin, h/2, w/2) with `upsample2x`; output (cout, h, w).
+    fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, upsample2x: bool, residual: Option<&[f32]>) -> Result<Vec<f32>> {
+        if let Some(a) = &self.direct {
+            // Taken at every width: even at 49 px (two panels, one mostly idle) it measured as
+            // fast as im2col (PERFORMANCE.md step 8).
+            let src = if upsample2x { Src::Up2 { x, h: h / 2, w: w / 2 } } else { Src::Plain { x, relu } };
+            return Ok(self.run_direct(a, src, h, w, residual));
+        }
+        if upsample2x {
+            candle_core::bail!("conv3x3: the fused upsample needs the direct bf16 route");
+        }
+        super::with_f32(&self.weight, |wt| self.run_im2col(x, wt, h, w, relu, residual))
+    }
+
+    fn run_im2col(&self, x: &[f32], weight: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
         let k = cin * 9;
         let hw = h * w;
@@ -36,7 +84,6 @@ impl Conv3x3Op {
         let rows_per_tile = (TILE_FLOATS / (k * w).max(1)).clamp(1, h);
         let tiles: Vec<(usize, usize)> = (0..h).step_by(rows_per_tile).map(|y0| (y0, (y0 + rows_per_tile).min(h))).collect();
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let relu = self.relu_input;
         tiles.par_iter().for_each_init(Vec::new, |cols: &mut Vec<f32>, &(y0, y1)| {
             let n = (y1 - y0) * w;
             cols.resize(k * n, 0.0);
@@ -68,14 +115,18 @@ impl Conv3x3Op {
                     }
                 }
             }
-            // out[:, y0·w .. y1·w] = bias + W · cols
+            // out[:, y0·w .. y1·w] = bias [+ residual] + W · cols
             // Tiles write disjoint column ranges of `out`.
             let dst = unsafe { out_ptr.get().add(y0 * w) };
+            let start = |o: usize, r: &mut [f32]| match residual {
+                Some(res) => r.iter_mut().zip(&res[o * hw + y0 * w..][..n]).for_each(|(v, &a)| *v = a + self.bias[o]),
+                None => r.fill(self.bias[o]),
+            };
             if let Some(packed) = &self.packed {
                 // bf16 products into a tile-local buffer, then copied to this tile's columns.
                 let mut tile = vec![0f32; cout * n];
                 for (o, r) in tile.chunks_exact_mut(n).enumerate() {
-                    r.fill(self.bias[o]);
+                    start(o, r);
                 }
                 gemm_bf16_packed_a(packed, cols, n, n, &mut tile, n, true, 1);
                 for (o, r) in tile.chunks_exact(n).enumerate() {
@@ -85,7 +136,7 @@ impl Conv3x3Op {
             }
             unsafe {
                 for o in 0..cout {
-                    std::slice::from_raw_parts_mut(dst.add(o * hw), n).fill(self.bias[o]);
+                    start(o, std::slice::from_raw_parts_mut(dst.add(o * hw), n));
                 }
                 gemm::gemm(
                     cout,
@@ -112,26 +163,480 @@ impl Conv3x3Op {
         });
         out
     }
+
+    /// The direct route: output (cout, h, w) from `src`, in tiles of rows, in parallel.
+    fn run_direct(&self, a: &[u32], src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
+        let (cin, cout) = (self.cin, self.cout);
+        let cinp = cin.div_ceil(2);
+        let wp = w + 2;
+        let hw = h * w;
+        let rows = (SLAB_WORDS / (cinp * wp)).saturating_sub(2).clamp(1, h);
+        let tiles: Vec<(usize, usize)> = (0..h).step_by(rows).map(|y0| (y0, (y0 + rows).min(h))).collect();
+        let mut out: Vec<f32> = Vec::with_capacity(cout * hw);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let res_ptr = residual.map_or(std::ptr::null(), |r| r.as_ptr()) as usize;
+        tiles.par_iter().for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(slab, tmp): &mut (Vec<u32>, Vec<f32>), &(y0, y1)| {
+                let rows_in = y1 - y0 + 2;
+                slab.resize(rows_in * cinp * wp + 32, 0);
+                build_slab(src, cin, h, w, y0, rows_in, slab, tmp);
+                // Safety: tiles write disjoint row ranges of `out`, and every (o, y, x) of the
+                // tile is written by exactly one kernel call below.
+                unsafe { direct_tile(a, slab, &self.bias, cinp, cout, h, w, y0, y1, out_ptr.get(), res_ptr as *const f32) };
+            },
+        );
+        // Safety: every element was written above.
+        unsafe { out.set_len(cout * hw) };
+        out
+    }
 }
 
-impl CustomOp1 for Conv3x3Op {
+/// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Conv3x3Op::direct`]).
+fn pack_direct(w: &[f32], cin: usize, cout: usize) -> Vec<u32> {
+    let cinp = cin.div_ceil(2);
+    let mut p = vec![0u32; cout * 9 * cinp];
+    for o in 0..cout {
+        for t in 0..9 {
+            for cp in 0..cinp {
+                let at = |c: usize| {
+                    if c < cin {
+                        w[(o * cin + c) * 9 + t]
+                    } else {
+                        0.0
+                    }
+                };
+                p[o * 9 * cinp + t * cinp + cp] = super::bf16::pair(at(2 * cp), at(2 * cp + 1));
+            }
+        }
+    }
+    p
+}
+
+/// Where a slab's values come from.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    /// The input map itself, (cin, h, w), optionally through a ReLU.
+    Plain { x: &'a [f32], relu: bool },
+    /// `F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)` of a
+    /// (cin, h, w) map: the output map is (2h, 2w).
+    Up2 { x: &'a [f32], h: usize, w: usize },
+}
+
+/// Fill `slab` for output rows [y0, y0 + rows_in - 2): slab row r is map row y0 + r − 1
+/// (clamped: replicate padding), laid out (r, channel pair, x + 1) with the border columns
+/// replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column x + kx.
+#[allow(clippy::too_many_arguments)]
+fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>) {
+    let cinp = cin.div_ceil(2);
+    let wp = w + 2;
+    // tmp: two upsampled rows, a vertical blend row and a zero row (odd cin).
+    tmp.resize(4 * w, 0.0);
+    let (rows2, rest) = tmp.split_at_mut(2 * w);
+    let (vrow, zero) = rest.split_at_mut(w);
+    zero.fill(0.0);
+    for r in 0..rows_in {
+        let sy = (y0 + r).saturating_sub(1).min(h - 1);
+        for cp in 0..cinp {
+            let dst = &mut slab[(r * cinp + cp) * wp..][..wp];
+            let (c0, c1) = (2 * cp, 2 * cp + 1);
+            match src {
+                Src::Plain { x, relu } => {
+                    let a = &x[(c0 * h + sy) * w..][..w];
+                    let b = if c1 < cin { &x[(c1 * h + sy) * w..][..w] } else { &*zero };
+                    pairs(a, b, relu, &mut dst[1..=w]);
+                }
+                Src::Up2 { x, h: lh, w: lw } => {
+                    let (ra, rb) = rows2.split_at_mut(w);
+                    upsample_row(&x[c0 * lh * lw..][..lh * lw], lh, lw, sy, ra, &mut vrow[..lw]);
+                    if c1 < cin {
+                        upsample_row(&x[c1 * lh * lw..][..lh * lw], lh, lw, sy, rb, &mut vrow[..lw]);
+                    } else {
+                        rb.fill(0.0);
+                    }
+                    pairs(ra, rb, false, &mut dst[1..=w]);
+                }
+            }
+            dst[0] = dst[1];
+            dst[w + 1] = dst[w];
+        }
+    }
+}
+
+/// Row `sy` of the 2x bilinear upsample (align_corners=False) of an (h, w) plane into `out`
+/// (2w). At exactly 2x the weights are 1/4 and 3/4, with the edge rows/columns clamped.
+fn upsample_row(plane: &[f32], h: usize, w: usize, sy: usize, out: &mut [f32], v: &mut [f32]) {
+    let i = sy / 2;
+    let (i0, i1, a0, a1) = if sy % 2 == 0 { (i.saturating_sub(1), i, 0.25f32, 0.75f32) } else { (i, (i + 1).min(h - 1), 0.75, 0.25) };
+    let (r0, r1) = (&plane[i0 * w..][..w], &plane[i1 * w..][..w]);
+    for ((v, &p), &q) in v.iter_mut().zip(r0).zip(r1) {
+        *v = a0 * p + a1 * q;
+    }
+    out[0] = v[0];
+    out[2 * w - 1] = v[w - 1];
+    for (o, t) in out[1..2 * w - 1].chunks_exact_mut(2).zip(v.windows(2)) {
+        // Output columns 2j + 1 and 2j + 2 lie between inputs j and j + 1.
+        o[0] = 0.75 * t[0] + 0.25 * t[1];
+        o[1] = 0.25 * t[0] + 0.75 * t[1];
+    }
+}
+
+/// dst[i] = bf16(a[i]) | bf16(b[i]) << 16 (after a ReLU when asked).
+fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::bf16::available() {
+        unsafe { x86::pairs(a, b, relu, dst) };
+        return;
+    }
+    let f = |v: f32| if relu { v.max(0.0) } else { v };
+    for ((d, &p), &q) in dst.iter_mut().zip(a).zip(b) {
+        *d = super::bf16::pair(f(p), f(q));
+    }
+}
+
+/// All output pixels of rows [y0, y1) from the tile's slab.
+///
+/// # Safety
+/// `out` (and `residual` unless null) hold cout·h·w floats; `slab` was built for this tile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn direct_tile(
+    a: &[u32],
+    slab: &[u32],
+    bias: &[f32],
+    cinp: usize,
+    cout: usize,
+    h: usize,
+    w: usize,
+    y0: usize,
+    y1: usize,
+    out: *mut f32,
+    residual: *const f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::bf16::MR;
+        let kp = 9 * cinp;
+        let wp = w + 2;
+        let hw = h * w;
+        // Output channels in blocks whose weights stay in L2 beside the slab, each block cut
+        // into panels of equal height ≤ MR (a 4-row tail tile is latency-bound).
+        let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, cout);
+        for blk in 0..nb {
+            let (o0, o1) = (cout * blk / nb, cout * (blk + 1) / nb);
+            let np = (o1 - o0).div_ceil(MR);
+            for y in y0..y1 {
+                let ry = y - y0;
+                for x0 in (0..w).step_by(32) {
+                    let nv = (w - x0).min(32);
+                    let mut taps = [std::ptr::null::<u32>(); 9];
+                    for (t, tap) in taps.iter_mut().enumerate() {
+                        *tap = slab.as_ptr().add((ry + t / 3) * cinp * wp + x0 + t % 3);
+                    }
+                    for p in 0..np {
+                        let r0 = o0 + (o1 - o0) * p / np;
+                        let r1 = o0 + (o1 - o0) * (p + 1) / np;
+                        let off = r0 * hw + y * w + x0;
+                        let res = if residual.is_null() { residual } else { residual.add(off) };
+                        x86::kernel(r1 - r0, a.as_ptr().add(r0 * kp), kp, &taps, wp, cinp, bias.as_ptr().add(r0), res, out.add(off), hw, nv);
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // The direct route is only built where AVX512-BF16 exists.
+        let _ = (a, slab, bias, cinp, cout, h, w, y0, y1, out, residual);
+        unreachable!("direct conv3x3 without AVX512-BF16");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::incompatible_msrv)]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
+        let n = dst.len().min(a.len()).min(b.len());
+        let zero = _mm512_setzero_ps();
+        let mut i = 0;
+        while i < n {
+            let m: __mmask16 = if n - i >= 16 { 0xffff } else { ((1u32 << (n - i)) - 1) as u16 };
+            let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
+            let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
+            if relu {
+                va = _mm512_max_ps(va, zero);
+                vb = _mm512_max_ps(vb, zero);
+            }
+            let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
+            let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
+            let word = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
+            _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(i) as *mut _, m, word);
+            i += 16;
+        }
+    }
+
+    /// Dispatch on the number of output channels in the panel.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) unsafe fn kernel(
+        mv: usize,
+        a: *const u32,
+        lda: usize,
+        taps: &[*const u32; 9],
+        cs: usize,
+        cinp: usize,
+        bias: *const f32,
+        add: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        nv: usize,
+    ) {
+        macro_rules! go {
+            ($($r:literal)*) => {
+                match mv { $($r => kern::<$r>(a, lda, taps, cs, cinp, bias, add, c, ldc, nv),)* _ => unreachable!() }
+            };
+        }
+        go!(1 2 3 4 5 6 7 8 9 10 11 12)
+    }
+
+    /// C[R×nv] = bias + [add +] Σ_taps Σ_pairs A · B, where tap t's B rows (one per channel
+    /// pair, `cs` words apart) start at taps[t]: 32 pixels of one output row, as bf16 pairs.
+    /// The same register tile as the GEMM microkernel (R×2 zmm accumulators, 24 chains).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    unsafe fn kern<const R: usize>(
+        a: *const u32,
+        lda: usize,
+        taps: &[*const u32; 9],
+        cs: usize,
+        cinp: usize,
+        bias: *const f32,
+        add: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        nv: usize,
+    ) {
+        let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
+        let m1: __mmask16 = if nv >= 32 {
+            0xffff
+        } else if nv > 16 {
+            ((1u32 << (nv - 16)) - 1) as u16
+        } else {
+            0
+        };
+        if !add.is_null() {
+            for r in 0..R {
+                let p = add.add(r * ldc) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+            }
+        }
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let b = _mm512_set1_ps(*bias.add(r));
+            *acc = [b, b];
+        }
+        for (t, &tap) in taps.iter().enumerate() {
+            let at = a.add(t * cinp);
+            let mut b = tap;
+            for cp in 0..cinp {
+                let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
+                let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*at.add(r * lda + cp) as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+                }
+                b = b.add(cs);
+            }
+        }
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let cr = c.add(r * ldc);
+            if !add.is_null() {
+                let ar = add.add(r * ldc);
+                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
+                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
+            }
+            _mm512_mask_storeu_ps(cr, m0, acc[0]);
+            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
+        }
+    }
+}
+
+/// One use of a [`Conv3x3Op`]: ReLU on the input, 2x bilinear upsample of the input (needs
+/// [`Conv3x3Op::fuses_upsample`]); as a `CustomOp2`, the second input is a residual added to the
+/// output.
+pub struct Conv3x3Call<'a> {
+    op: &'a Conv3x3Op,
+    relu_input: bool,
+    upsample2x: bool,
+}
+
+impl Conv3x3Call<'_> {
+    fn out_hw(&self, layout: &Layout) -> Result<(usize, usize, usize)> {
+        let (c, h, w) = layout.shape().dims3()?;
+        if c != self.op.cin {
+            candle_core::bail!("conv3x3: input has {c} channels, weight expects {}", self.op.cin);
+        }
+        Ok(if self.upsample2x { (c, 2 * h, 2 * w) } else { (c, h, w) })
+    }
+}
+
+impl CustomOp1 for Conv3x3Call<'_> {
     fn name(&self) -> &'static str {
         "conv3x3-replicate"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (c, h, w) = layout.shape().dims3()?;
-        if c != self.cin {
-            candle_core::bail!("conv3x3: input has {c} channels, weight expects {}", self.cin);
+        let (_, h, w) = self.out_hw(layout)?;
+        let x = super::contiguous(storage, layout, "conv3x3")?;
+        let out = self.op.run(x, h, w, self.relu_input, self.upsample2x, None)?;
+        Ok((CpuStorage::F32(out), Shape::from((self.op.cout, h, w))))
+    }
+}
+
+impl CustomOp2 for Conv3x3Call<'_> {
+    fn name(&self) -> &'static str {
+        "conv3x3-replicate-add"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (_, h, w) = self.out_hw(l1)?;
+        if l2.shape().dims() != [self.op.cout, h, w] {
+            candle_core::bail!("conv3x3: residual {:?} does not match the output ({}, {h}, {w})", l2.shape(), self.op.cout);
         }
-        let data = match storage {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("conv3x3: only f32 is supported"),
+        let x = super::contiguous(s1, l1, "conv3x3")?;
+        let res = super::contiguous(s2, l2, "conv3x3 residual")?;
+        let out = self.op.run(x, h, w, self.relu_input, self.upsample2x, Some(res))?;
+        Ok((CpuStorage::F32(out), Shape::from((self.op.cout, h, w))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::cpu::bf16::{available, round_bf16};
+    use candle_core::{Device, Tensor};
+
+    fn rand(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// torch's bilinear 2x (align_corners=False) in f64, straight from its source-index formula.
+    fn upsample_ref(x: &[f32], c: usize, h: usize, w: usize) -> Vec<f32> {
+        let src = |d: usize, n: usize| -> (usize, usize, f64) {
+            let s = ((d as f64 + 0.5) / 2.0 - 0.5).max(0.0);
+            let i0 = (s.floor() as usize).min(n - 1);
+            ((i0), (i0 + 1).min(n - 1), s - i0 as f64)
         };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("conv3x3: input must be contiguous")
-        };
-        let out = super::with_f32(&self.weight, |wt| self.run(&data[start..end], wt, h, w))?;
-        Ok((CpuStorage::F32(out), Shape::from((self.cout, h, w))))
+        let mut out = vec![0f32; c * 4 * h * w];
+        for ch in 0..c {
+            for y in 0..2 * h {
+                let (y0, y1, ly) = src(y, h);
+                for xx in 0..2 * w {
+                    let (x0, x1, lx) = src(xx, w);
+                    let p = |yy: usize, xq: usize| x[(ch * h + yy) * w + xq] as f64;
+                    let v = (1.0 - ly) * ((1.0 - lx) * p(y0, x0) + lx * p(y0, x1)) + ly * ((1.0 - lx) * p(y1, x0) + lx * p(y1, x1));
+                    out[(ch * 2 * h + y) * 2 * w + xx] = v as f32;
+                }
+            }
+        }
+        out
+    }
+
+    /// Replicate-padded 3x3 conv in f64 of bf16-rounded input and weights; returns the result
+    /// and, per output, the sum of |terms| (the scale of the f32 accumulation error).
+    fn conv_ref(x: &[f32], wt: &[f32], bias: &[f32], cin: usize, cout: usize, h: usize, w: usize, relu: bool) -> (Vec<f64>, Vec<f64>) {
+        let mut out = vec![0f64; cout * h * w];
+        let mut mag = vec![0f64; cout * h * w];
+        for o in 0..cout {
+            for y in 0..h {
+                for xx in 0..w {
+                    let (mut s, mut m) = (bias[o] as f64, bias[o].abs() as f64);
+                    for ci in 0..cin {
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                let sy = (y + ky).saturating_sub(1).min(h - 1);
+                                let sx = (xx + kx).saturating_sub(1).min(w - 1);
+                                let mut v = x[(ci * h + sy) * w + sx];
+                                if relu {
+                                    v = v.max(0.0);
+                                }
+                                let t = round_bf16(v) as f64 * round_bf16(wt[(o * cin + ci) * 9 + ky * 3 + kx]) as f64;
+                                s += t;
+                                m += t.abs();
+                            }
+                        }
+                    }
+                    out[(o * h + y) * w + xx] = s;
+                    mag[(o * h + y) * w + xx] = m;
+                }
+            }
+        }
+        (out, mag)
+    }
+
+    /// Both bf16 routes against the reference: odd channel counts, widths that are not a
+    /// multiple of the 32-pixel panel, a single row, ReLU, residual and the fused upsample.
+    #[test]
+    fn bf16_routes_match_reference() {
+        if !available() {
+            eprintln!("no AVX512-BF16 here: the direct route is not built");
+            return;
+        }
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        // (cin, cout, h, w, relu, upsample, residual)
+        let cases = [
+            (5, 7, 9, 40, true, false, false),
+            (64, 32, 6, 70, false, false, true),
+            (3, 13, 1, 33, true, false, true),
+            (16, 24, 5, 1, false, false, false),
+            (6, 5, 4, 17, false, true, false),
+            (9, 12, 3, 20, false, true, true),
+            (300, 25, 4, 36, false, false, false),
+        ];
+        for &(cin, cout, h, w, relu, up, with_res) in &cases {
+            let (ih, iw) = (h, w);
+            let (oh, ow) = if up { (2 * h, 2 * w) } else { (h, w) };
+            let x = rand(&mut seed, cin * ih * iw);
+            let wt = rand(&mut seed, cout * cin * 9);
+            let bias = rand(&mut seed, cout);
+            let res = rand(&mut seed, cout * oh * ow);
+            let wtensor = Tensor::from_vec(wt.clone(), (cout, cin, 3, 3), &Device::Cpu).unwrap();
+            let op = Conv3x3Op::new(wtensor, bias.clone(), cin, cout, true).unwrap();
+            assert!(op.fuses_upsample());
+            let a = op.direct.as_ref().unwrap();
+            let src = if up { Src::Up2 { x: &x, h: ih, w: iw } } else { Src::Plain { x: &x, relu } };
+            let direct = op.run_direct(a, src, oh, ow, with_res.then_some(&res[..]));
+            // The im2col route with bf16 products (taken where AVX512-BF16 is missing) too.
+            let im2col =
+                (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap());
+            let xin = if up { upsample_ref(&x, cin, ih, iw) } else { x.clone() };
+            let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up);
+            for (route, got) in [("direct", Some(&direct)), ("im2col", im2col.as_ref())] {
+                let Some(got) = got else { continue };
+                for i in 0..want.len() {
+                    let r = if with_res { res[i] as f64 } else { 0.0 };
+                    // bf16 rounding of the (upsampled) input may land on the other side of a tie
+                    // in the f32 vs f64 upsample: allow one bf16 ulp per term there.
+                    let tol = if up { 8e-3 * mag[i] } else { 1e-5 * mag[i] } + 1e-6;
+                    assert!(
+                        (got[i] as f64 - (want[i] + r)).abs() <= tol,
+                        "{route} case {cin}x{cout} {oh}x{ow} relu={relu} up={up} res={with_res}: [{i}] {} vs {}",
+                        got[i],
+                        want[i] + r
+                    );
+                }
+            }
+        }
     }
 }
