@@ -30,11 +30,6 @@ pub struct LinearOp {
     pub packed: Option<Arc<PackedB>>,
 }
 
-/// Exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)), with the same `libm` erf candle's `gelu_erf` uses.
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
 impl CustomOp1 for LinearOp {
     fn name(&self) -> &'static str {
         "linear"
@@ -52,7 +47,7 @@ impl CustomOp1 for LinearOp {
             None => super::with_f32(&self.weight, |w| gemm_into_bt(&mut y, x, w, n, d_in, self.d_out))?,
         }
         if self.epilogue == Epilogue::BiasGelu {
-            y.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|v| *v = gelu(*v)));
+            y.par_chunks_mut(4096).for_each(super::math::gelu_in_place);
         }
         Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))))
     }

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod bf16;
 pub mod conv3x3;
 pub mod linear;
+pub mod math;
 pub mod planes;
 
 /// The kernels are on unless `MOGE_GENERIC_OPS=1` asks for candle's generic ops (to measure
