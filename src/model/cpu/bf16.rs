@@ -265,6 +265,13 @@ impl PackedA {
         Self::build(data, m, k, !available())
     }
 
+    /// As built on a CPU without AVX512-BF16 (rounded f32 through the portable GEMM), so
+    /// tests reach that route on any machine.
+    #[cfg(test)]
+    pub(crate) fn portable_for_tests(data: &[f32], m: usize, k: usize) -> Self {
+        Self::build(data, m, k, true)
+    }
+
     fn build(data: &[f32], m: usize, k: usize, portable: bool) -> Self {
         assert!(data.len() >= m * k, "PackedA: {} values for {m}×{k}", data.len());
         let store = if portable {

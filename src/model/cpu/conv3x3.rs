@@ -617,12 +617,24 @@ mod tests {
             let a = op.direct.as_ref().unwrap();
             let src = if up { Src::Up2 { x: &x, h: ih, w: iw } } else { Src::Plain { x: &x, relu } };
             let direct = op.run_direct(a, src, oh, ow, with_res.then_some(&res[..]));
-            // The im2col route with bf16 products (taken where AVX512-BF16 is missing) too.
-            let im2col =
-                (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap());
+            // The im2col route with bf16 products: with the fast GEMM, and with the portable
+            // packing a CPU without AVX512-BF16 gets.
+            let im2col = |op: &Conv3x3Op| {
+                (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap())
+            };
+            let fast = im2col(&op);
+            let portable = Conv3x3Op {
+                weight: op.weight.clone(),
+                bias: bias.clone(),
+                cin,
+                cout,
+                packed: Some(Arc::new(PackedA::portable_for_tests(&wt, cout, cin * 9))),
+                direct: None,
+            };
+            let portable = im2col(&portable);
             let xin = if up { upsample_ref(&x, cin, ih, iw) } else { x.clone() };
             let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up);
-            for (route, got) in [("direct", Some(&direct)), ("im2col", im2col.as_ref())] {
+            for (route, got) in [("direct", Some(&direct)), ("im2col", fast.as_ref()), ("im2col portable", portable.as_ref())] {
                 let Some(got) = got else { continue };
                 for i in 0..want.len() {
                     let r = if with_res { res[i] as f64 } else { 0.0 };
