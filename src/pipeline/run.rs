@@ -301,6 +301,24 @@ pub fn process_one(model: &Model, cfg: &Config, input: &Input) -> Record {
     result.unwrap_or_else(|e| failed(input, &e, Timings::default()))
 }
 
+/// On a CPU-only run the host stages share the cores with the forward: at the lowest priority
+/// they run in the forward's gaps (its serial parts, the ends of parallel loops) instead of
+/// taking turns with its threads, yet never starve when other processes load the machine.
+/// `moge batch --stats`, ViT-S bf16, 12 photos, npz: batch / forward-only 95.1 / 94.4 % → 97.2 /
+/// 96.9 % (PERFORMANCE.md step 11).
+fn yield_to_device(model: &Model) {
+    #[cfg(target_os = "linux")]
+    if model.device.is_cpu() {
+        // Linux applies PRIO_PROCESS with a thread id to that thread alone. Failure only costs speed.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = model;
+}
+
 /// Runs the pipeline over `inputs`. `stop` is set from outside (Ctrl-C) to stop taking new
 /// images. Reports each image as it finishes; returns the summary.
 pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBool) -> Summary {
@@ -324,6 +342,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
         // The digest of a large checkpoint takes seconds: start it at once, off the path.
         if cfg.outputs.wants_sidecar() {
             s.spawn(|| {
+                yield_to_device(&model);
                 sha.get_or_init(|| sha256_file(&cfg.weights).unwrap_or_else(|e| format!("unavailable: {e:#}")));
             });
         }
@@ -365,6 +384,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
             let (job_rx, prep_tx, rec_tx, model) = (job_rx.clone(), prep_tx.clone(), rec_tx.clone(), &model);
             let halted = &halted;
             s.spawn(move || {
+                yield_to_device(model);
                 for job in job_rx {
                     if halted() {
                         continue; // drain: dropped, never started
@@ -417,6 +437,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
         for _ in 0..jobs {
             let (fwd_rx, rec_tx, model, sha) = (fwd_rx.clone(), rec_tx.clone(), &model, &sha);
             s.spawn(move || {
+                yield_to_device(model);
                 for f in fwd_rx {
                     let input = f.d.input.clone();
                     let timings = f.d.timings.clone();
