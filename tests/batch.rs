@@ -878,3 +878,49 @@ fn interrupt_leaves_no_partial_file_and_resume_completes() {
     assert_eq!(l.iter().filter(|v| v["status"] == "ok").count(), total as usize - done.len());
     assert_eq!(tree(&out).len(), total as usize * 6);
 }
+
+/// A write the system refuses half-way (here the file-size limit, EFBIG, which fails a write as
+/// a full disk does) gets one line naming the file and the reason, leaves neither the output
+/// nor its temporary file behind, and the batch goes on to the next image (exit 1).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_refused_write_leaves_nothing_behind_and_the_batch_goes_on() {
+    use std::os::unix::process::CommandExt;
+    let m = models();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for i in 0..2 {
+        photo(40, 30, i).save(input.join(format!("p{i}.png"))).unwrap();
+    }
+    let out = tmp.path().join("out");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_moge"));
+    cmd.args(["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--no-compress", "--json"]);
+    // Files may not grow past 4 KiB (an npz of 40x30 maps is ~35 KiB); the process ignores
+    // SIGXFSZ, so the write fails with EFBIG instead of killing it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit { rlim_cur: 4096, rlim_max: 4096 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let records = json_lines(&o);
+    assert_eq!(records.len(), 2, "every image is reported: {records:?}");
+    for r in &records {
+        assert_eq!(r["status"], "failed", "{r}");
+        let err = r["error"].as_str().unwrap();
+        assert!(err.contains(".npz") && err.to_lowercase().contains("too large"), "names the file and the reason: {err}");
+    }
+    for i in 0..2 {
+        assert!(stderr.contains(&format!("p{i}.npz")), "{stderr}");
+    }
+    let files = tree(&out);
+    assert!(files.iter().all(|f| !f.ends_with(".npz") && !f.contains("moge-tmp")), "{files:?}");
+}
