@@ -924,3 +924,46 @@ fn a_refused_write_leaves_nothing_behind_and_the_batch_goes_on() {
     let files = tree(&out);
     assert!(files.iter().all(|f| !f.ends_with(".npz") && !f.contains("moge-tmp")), "{files:?}");
 }
+
+/// A full disk stops the batch (every later write would fail too) with exit 2 and a line that
+/// names the file and says why, and leaves only whole files behind. Needs a small tmpfs, so it
+/// runs where the test may mount one (root, as on the project's machines and CI).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_stops_the_batch_and_leaves_only_whole_files() {
+    let m = models();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for i in 0..6 {
+        photo(40, 30, i).save(input.join(format!("p{i}.png"))).unwrap();
+    }
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // 80 KiB: room for two uncompressed npz files of 40x30 maps (~35 KiB each), not six.
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=80k", "tmpfs", s(&out)]).output();
+    if !mounted.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: cannot mount a tmpfs here ({mounted:?})");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Unmount(&out);
+    let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--no-compress", "--jobs", "1"]);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("moge: stopped:") && stderr.contains(".npz"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("no space left"), "{stderr}");
+    let files = tree(&out);
+    assert!(files.iter().all(|f| !f.contains("moge-tmp")), "{files:?}");
+    assert!(!files.is_empty() && files.len() < 6, "the disk holds some, not six: {files:?}");
+    for f in &files {
+        // What is there is whole: it reads back as an npz with every array.
+        let n = read_npz(&out.join(f));
+        assert_eq!(n.depth.dim(), (30, 40), "{f}");
+    }
+}
