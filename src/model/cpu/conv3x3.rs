@@ -2,11 +2,12 @@
 //! with a ReLU on its input, a 2x bilinear upsample before it, or a residual added after it.
 //!
 //! Two routes:
-//! * im2col + GEMM (f32; bf16 without AVX512-BF16): each tile of output rows
+//! * im2col + GEMM (CPUs without AVX-512; bf16 products without AVX512-BF16): each tile of output rows
 //!   unfolds only the input rows it needs into a buffer that stays in cache, then one GEMM per
 //!   tile writes all output channels. Tiles run in parallel, each GEMM single-threaded.
-//! * direct (bf16 on AVX512-BF16 CPUs): a tile's input rows are converted once into
-//!   a "slab" of bf16 channel pairs with the replicate border in place, and the microkernel
+//! * direct (bf16 products on AVX512-BF16 CPUs, f32 on AVX-512F ones): a tile's input rows
+//!   are copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate
+//!   border in place, and the microkernel
 //!   reads every tap straight from the slab at a shifted address, so the 9x unfold (a memory-
 //!   bound pass at 64 channels and 600x800 pixels) never happens. The upsample of the last
 //!   `Resampler` is computed while the slab is built, so the upsampled map is never stored.
@@ -27,9 +28,27 @@ pub struct Conv3x3Op {
     pub cout: usize,
     /// The weight pre-packed for bf16 products (im2col route), when the model runs in bf16.
     pub packed: Option<Arc<PackedA>>,
-    /// The weight for the direct route (bf16 on AVX512-BF16): row o, word t·cinp + cp holds
-    /// taps t of channels 2cp and 2cp + 1 as a bf16 pair.
-    direct: Option<Vec<u32>>,
+    /// The weight for the direct route, when this CPU has one.
+    direct: Option<Direct>,
+}
+
+/// Direct-route weights: row o holds the 9 taps one after another, each over the input
+/// channels: in bf16, word t·cinp + cp is channels (2cp, 2cp + 1) as a bf16 pair; in f32, word
+/// t·cin + c is channel c's f32 bits.
+struct Direct {
+    words: Vec<u32>,
+    bf16: bool,
+}
+
+impl Direct {
+    /// Words per tap, per output channel (and per slab pixel).
+    fn per_tap(&self, cin: usize) -> usize {
+        if self.bf16 {
+            cin.div_ceil(2)
+        } else {
+            cin
+        }
+    }
 }
 
 /// Target size of one tile's unfolded input, in floats (~1 MiB: L2-resident).
@@ -43,13 +62,9 @@ const A_BLOCK_BYTES: usize = 256 * 1024;
 impl Conv3x3Op {
     /// `bf16`: products in bf16 (weights packed once here).
     pub fn new(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
-        let (packed, direct) = if bf16 {
-            let packed = super::with_f32(&weight, |w| PackedA::from_f32(w, cout, cin * 9))?;
-            let direct = if super::bf16::available() { Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout))?) } else { None };
-            (Some(Arc::new(packed)), direct)
-        } else {
-            (None, None)
-        };
+        let packed = if bf16 { Some(Arc::new(super::with_f32(&weight, |w| PackedA::from_f32(w, cout, cin * 9))?)) } else { None };
+        let direct_here = if bf16 { super::bf16::available() } else { super::math::avx512() };
+        let direct = if direct_here { Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16))?) } else { None };
         Ok(Self { weight, bias, cin, cout, packed, direct })
     }
 
@@ -64,14 +79,14 @@ impl Conv3x3Op {
 
     /// `x` is (cin, h, w), or (cin, h/2, w/2) with `upsample2x`; output (cout, h, w).
     fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, upsample2x: bool, residual: Option<&[f32]>) -> Result<Vec<f32>> {
-        if let Some(a) = &self.direct {
+        if let Some(d) = &self.direct {
             // Taken at every width: even at 49 px (two panels, one mostly idle) it measured as
             // fast as im2col (PERFORMANCE.md step 8).
             let src = if upsample2x { Src::Up2 { x, h: h / 2, w: w / 2 } } else { Src::Plain { x, relu } };
-            return Ok(self.run_direct(a, src, h, w, residual));
+            return Ok(self.run_direct(d, src, h, w, residual));
         }
         if upsample2x {
-            candle_core::bail!("conv3x3: the fused upsample needs the direct bf16 route");
+            candle_core::bail!("conv3x3: the fused upsample needs the direct route");
         }
         super::with_f32(&self.weight, |wt| self.run_im2col(x, wt, h, w, relu, residual))
     }
@@ -165,12 +180,12 @@ impl Conv3x3Op {
     }
 
     /// The direct route: output (cout, h, w) from `src`, in tiles of rows, in parallel.
-    fn run_direct(&self, a: &[u32], src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
+    fn run_direct(&self, d: &Direct, src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
-        let cinp = cin.div_ceil(2);
+        let kc = d.per_tap(cin);
         let wp = w + 2;
         let hw = h * w;
-        let rows = (SLAB_WORDS / (cinp * wp)).saturating_sub(2).clamp(1, h);
+        let rows = (SLAB_WORDS / (kc * wp)).saturating_sub(2).clamp(1, h);
         let tiles: Vec<(usize, usize)> = (0..h).step_by(rows).map(|y0| (y0, (y0 + rows).min(h))).collect();
         let mut out: Vec<f32> = Vec::with_capacity(cout * hw);
         let out_ptr = SendPtr(out.as_mut_ptr());
@@ -179,11 +194,11 @@ impl Conv3x3Op {
             || (Vec::new(), Vec::new()),
             |(slab, tmp): &mut (Vec<u32>, Vec<f32>), &(y0, y1)| {
                 let rows_in = y1 - y0 + 2;
-                slab.resize(rows_in * cinp * wp + 32, 0);
-                build_slab(src, cin, h, w, y0, rows_in, slab, tmp);
+                slab.resize(rows_in * kc * wp + 32, 0);
+                build_slab(src, cin, h, w, y0, rows_in, slab, tmp, d.bf16);
                 // Safety: tiles write disjoint row ranges of `out`, and every (o, y, x) of the
                 // tile is written by exactly one kernel call below.
-                unsafe { direct_tile(a, slab, &self.bias, cinp, cout, h, w, y0, y1, out_ptr.get(), res_ptr as *const f32) };
+                unsafe { direct_tile(d, slab, &self.bias, kc, cout, h, w, y0, y1, out_ptr.get(), res_ptr as *const f32) };
             },
         );
         // Safety: every element was written above.
@@ -192,25 +207,19 @@ impl Conv3x3Op {
     }
 }
 
-/// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Conv3x3Op::direct`]).
-fn pack_direct(w: &[f32], cin: usize, cout: usize) -> Vec<u32> {
-    let cinp = cin.div_ceil(2);
-    let mut p = vec![0u32; cout * 9 * cinp];
+/// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Direct`]).
+fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool) -> Direct {
+    let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
+    let kc = if bf16 { cin.div_ceil(2) } else { cin };
+    let mut words = vec![0u32; cout * 9 * kc];
     for o in 0..cout {
         for t in 0..9 {
-            for cp in 0..cinp {
-                let at = |c: usize| {
-                    if c < cin {
-                        w[(o * cin + c) * 9 + t]
-                    } else {
-                        0.0
-                    }
-                };
-                p[o * 9 * cinp + t * cinp + cp] = super::bf16::pair(at(2 * cp), at(2 * cp + 1));
+            for k in 0..kc {
+                words[(o * 9 + t) * kc + k] = if bf16 { super::bf16::pair(at(o, 2 * k, t), at(o, 2 * k + 1, t)) } else { at(o, k, t).to_bits() };
             }
         }
     }
-    p
+    Direct { words, bf16 }
 }
 
 /// Where a slab's values come from.
@@ -224,12 +233,38 @@ enum Src<'a> {
 }
 
 /// Fill `slab` for output rows [y0, y0 + rows_in - 2): slab row r is map row y0 + r − 1
-/// (clamped: replicate padding), laid out (r, channel pair, x + 1) with the border columns
-/// replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column x + kx.
+/// (clamped: replicate padding), laid out (r, channel pair or channel, x + 1) with the border
+/// columns replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column
+/// x + kx. Words are bf16 pairs when `bf16`, else f32 bits.
 #[allow(clippy::too_many_arguments)]
-fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>) {
-    let cinp = cin.div_ceil(2);
+fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>, bf16: bool) {
     let wp = w + 2;
+    if !bf16 {
+        // Safety: u32 and f32 have the same size and alignment, and every bit pattern is valid.
+        let slab: &mut [f32] = unsafe { std::slice::from_raw_parts_mut(slab.as_mut_ptr() as *mut f32, slab.len()) };
+        tmp.resize(w, 0.0);
+        for r in 0..rows_in {
+            let sy = (y0 + r).saturating_sub(1).min(h - 1);
+            for c in 0..cin {
+                let dst = &mut slab[(r * cin + c) * wp..][..wp];
+                match src {
+                    Src::Plain { x, relu } => {
+                        let row = &x[(c * h + sy) * w..][..w];
+                        if relu {
+                            dst[1..=w].iter_mut().zip(row).for_each(|(d, &v)| *d = v.max(0.0));
+                        } else {
+                            dst[1..=w].copy_from_slice(row);
+                        }
+                    }
+                    Src::Up2 { x, h: lh, w: lw } => upsample_row(&x[c * lh * lw..][..lh * lw], lh, lw, sy, &mut dst[1..=w], &mut tmp[..lw]),
+                }
+                dst[0] = dst[1];
+                dst[w + 1] = dst[w];
+            }
+        }
+        return;
+    }
+    let cinp = cin.div_ceil(2);
     // tmp: two upsampled rows, a vertical blend row and a zero row (odd cin).
     tmp.resize(4 * w, 0.0);
     let (rows2, rest) = tmp.split_at_mut(2 * w);
@@ -300,10 +335,10 @@ fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
 /// `out` (and `residual` unless null) hold cout·h·w floats; `slab` was built for this tile.
 #[allow(clippy::too_many_arguments)]
 unsafe fn direct_tile(
-    a: &[u32],
+    d: &Direct,
     slab: &[u32],
     bias: &[f32],
-    cinp: usize,
+    kc: usize,
     cout: usize,
     h: usize,
     w: usize,
@@ -315,7 +350,7 @@ unsafe fn direct_tile(
     #[cfg(target_arch = "x86_64")]
     {
         use super::bf16::MR;
-        let kp = 9 * cinp;
+        let kp = 9 * kc;
         let wp = w + 2;
         let hw = h * w;
         // Output channels in blocks whose weights stay in L2 beside the slab, each block cut
@@ -330,14 +365,15 @@ unsafe fn direct_tile(
                     let nv = (w - x0).min(32);
                     let mut taps = [std::ptr::null::<u32>(); 9];
                     for (t, tap) in taps.iter_mut().enumerate() {
-                        *tap = slab.as_ptr().add((ry + t / 3) * cinp * wp + x0 + t % 3);
+                        *tap = slab.as_ptr().add((ry + t / 3) * kc * wp + x0 + t % 3);
                     }
                     for p in 0..np {
                         let r0 = o0 + (o1 - o0) * p / np;
                         let r1 = o0 + (o1 - o0) * (p + 1) / np;
                         let off = r0 * hw + y * w + x0;
                         let res = if residual.is_null() { residual } else { residual.add(off) };
-                        x86::kernel(r1 - r0, a.as_ptr().add(r0 * kp), kp, &taps, wp, cinp, bias.as_ptr().add(r0), res, out.add(off), hw, nv);
+                        let (a, bias, c) = (d.words.as_ptr().add(r0 * kp), bias.as_ptr().add(r0), out.add(off));
+                        x86::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
                     }
                 }
             }
@@ -345,9 +381,9 @@ unsafe fn direct_tile(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        // The direct route is only built where AVX512-BF16 exists.
-        let _ = (a, slab, bias, cinp, cout, h, w, y0, y1, out, residual);
-        unreachable!("direct conv3x3 without AVX512-BF16");
+        // The direct route is only built where AVX-512 exists.
+        let _ = (d, slab, bias, kc, cout, h, w, y0, y1, out, residual);
+        unreachable!("direct conv3x3 without AVX-512");
     }
 }
 
@@ -355,6 +391,46 @@ unsafe fn direct_tile(
 #[allow(clippy::incompatible_msrv)]
 mod x86 {
     use core::arch::x86_64::*;
+
+    // The kernels' prologue and epilogue, shared as macros: as functions (even `#[inline]`
+    // with the same target features) they were not inlined and cost 50 % of the conv time.
+
+    /// Accumulators set to the bias; the residual rows (read at the end) prefetched now, so
+    /// they arrive while the k loop runs.
+    macro_rules! start {
+        ($r:ident, $bias:ident, $add:ident, $ldc:ident) => {{
+            if !$add.is_null() {
+                for r in 0..$r {
+                    let p = $add.add(r * $ldc) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(p);
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                }
+            }
+            let mut acc = [[_mm512_setzero_ps(); 2]; $r];
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let b = _mm512_set1_ps(*$bias.add(r));
+                *acc = [b, b];
+            }
+            acc
+        }};
+    }
+
+    /// C rows = acc [+ residual rows], masked to the first `nv` of 32 columns.
+    macro_rules! store {
+        ($acc:ident, $add:ident, $c:ident, $ldc:ident, $nv:ident) => {{
+            let (m0, m1) = masks($nv);
+            for (r, acc) in $acc.iter_mut().enumerate() {
+                let cr = $c.add(r * $ldc);
+                if !$add.is_null() {
+                    let ar = $add.add(r * $ldc);
+                    acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
+                    acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
+                }
+                _mm512_mask_storeu_ps(cr, m0, acc[0]);
+                _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
+            }
+        }};
+    }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
     pub(super) unsafe fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
@@ -377,16 +453,18 @@ mod x86 {
         }
     }
 
-    /// Dispatch on the number of output channels in the panel.
+    /// Dispatch on the arithmetic (bf16 pairs or f32 words in `a` and the slab) and on the
+    /// number of output channels in the panel.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(super) unsafe fn kernel(
+        bf16: bool,
         mv: usize,
         a: *const u32,
         lda: usize,
         taps: &[*const u32; 9],
         cs: usize,
-        cinp: usize,
+        kc: usize,
         bias: *const f32,
         add: *const f32,
         c: *mut f32,
@@ -395,7 +473,14 @@ mod x86 {
     ) {
         macro_rules! go {
             ($($r:literal)*) => {
-                match mv { $($r => kern::<$r>(a, lda, taps, cs, cinp, bias, add, c, ldc, nv),)* _ => unreachable!() }
+                match mv {
+                    $($r => if bf16 {
+                        kern::<$r>(a, lda, taps, cs, kc, bias, add, c, ldc, nv)
+                    } else {
+                        kern_f32::<$r>(a as *const f32, lda, taps, cs, kc, bias, add, c, ldc, nv)
+                    },)*
+                    _ => unreachable!()
+                }
             };
         }
         go!(1 2 3 4 5 6 7 8 9 10 11 12)
@@ -418,26 +503,7 @@ mod x86 {
         ldc: usize,
         nv: usize,
     ) {
-        let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
-        let m1: __mmask16 = if nv >= 32 {
-            0xffff
-        } else if nv > 16 {
-            ((1u32 << (nv - 16)) - 1) as u16
-        } else {
-            0
-        };
-        if !add.is_null() {
-            for r in 0..R {
-                let p = add.add(r * ldc) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-            }
-        }
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let b = _mm512_set1_ps(*bias.add(r));
-            *acc = [b, b];
-        }
+        let mut acc = start!(R, bias, add, ldc);
         for (t, &tap) in taps.iter().enumerate() {
             let at = a.add(t * cinp);
             let mut b = tap;
@@ -452,17 +518,56 @@ mod x86 {
                 b = b.add(cs);
             }
         }
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let cr = c.add(r * ldc);
-            if !add.is_null() {
-                let ar = add.add(r * ldc);
-                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
-                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
-            }
-            _mm512_mask_storeu_ps(cr, m0, acc[0]);
-            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
-        }
+        store!(acc, add, c, ldc, nv);
     }
+
+    /// [`kern`] in f32: one FMA per weight and pixel instead of a bf16 pair's dot product.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn kern_f32<const R: usize>(
+        a: *const f32,
+        lda: usize,
+        taps: &[*const u32; 9],
+        cs: usize,
+        cin: usize,
+        bias: *const f32,
+        add: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        nv: usize,
+    ) {
+        let mut acc = start!(R, bias, add, ldc);
+        for (t, &tap) in taps.iter().enumerate() {
+            let at = a.add(t * cin);
+            let mut b = tap as *const f32;
+            for ci in 0..cin {
+                let b0 = _mm512_loadu_ps(b);
+                let b1 = _mm512_loadu_ps(b.add(16));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar = _mm512_set1_ps(*at.add(r * lda + ci));
+                    acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
+                }
+                b = b.add(cs);
+            }
+        }
+        store!(acc, add, c, ldc, nv);
+    }
+
+    /// Store masks for the first `nv` of 32 columns.
+    #[inline(always)]
+    fn masks(nv: usize) -> (__mmask16, __mmask16) {
+        let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
+        let m1: __mmask16 = if nv >= 32 {
+            0xffff
+        } else if nv > 16 {
+            ((1u32 << (nv - 16)) - 1) as u16
+        } else {
+            0
+        };
+        (m0, m1)
+    }
+
 }
 
 /// One use of a [`Conv3x3Op`]: ReLU on the input, 2x bilinear upsample of the input (needs
@@ -555,7 +660,8 @@ mod tests {
 
     /// Replicate-padded 3x3 conv in f64 of bf16-rounded input and weights; returns the result
     /// and, per output, the sum of |terms| (the scale of the f32 accumulation error).
-    fn conv_ref(x: &[f32], wt: &[f32], bias: &[f32], cin: usize, cout: usize, h: usize, w: usize, relu: bool) -> (Vec<f64>, Vec<f64>) {
+    fn conv_ref(x: &[f32], wt: &[f32], bias: &[f32], cin: usize, cout: usize, h: usize, w: usize, relu: bool, bf16: bool) -> (Vec<f64>, Vec<f64>) {
+        let round = |v: f32| if bf16 { round_bf16(v) as f64 } else { v as f64 };
         let mut out = vec![0f64; cout * h * w];
         let mut mag = vec![0f64; cout * h * w];
         for o in 0..cout {
@@ -571,7 +677,7 @@ mod tests {
                                 if relu {
                                     v = v.max(0.0);
                                 }
-                                let t = round_bf16(v) as f64 * round_bf16(wt[(o * cin + ci) * 9 + ky * 3 + kx]) as f64;
+                                let t = round(v) * round(wt[(o * cin + ci) * 9 + ky * 3 + kx]);
                                 s += t;
                                 m += t.abs();
                             }
@@ -585,10 +691,10 @@ mod tests {
         (out, mag)
     }
 
-    /// Both bf16 routes against the reference: odd channel counts, widths that are not a
+    /// Every route against the reference: odd channel counts, widths that are not a
     /// multiple of the 32-pixel panel, a single row, ReLU, residual and the fused upsample.
     #[test]
-    fn bf16_routes_match_reference() {
+    fn routes_match_reference() {
         if !available() {
             eprintln!("no AVX512-BF16 here: the direct route is not built");
             return;
@@ -633,7 +739,7 @@ mod tests {
             };
             let portable = im2col(&portable);
             let xin = if up { upsample_ref(&x, cin, ih, iw) } else { x.clone() };
-            let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up);
+            let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, true);
             for (route, got) in [("direct", Some(&direct)), ("im2col", fast.as_ref()), ("im2col portable", portable.as_ref())] {
                 let Some(got) = got else { continue };
                 for i in 0..want.len() {
@@ -643,6 +749,28 @@ mod tests {
                     let tol = if up { 8e-3 * mag[i] } else { 1e-5 * mag[i] } + 1e-6;
                     assert!(
                         (got[i] as f64 - (want[i] + r)).abs() <= tol,
+                        "{route} case {cin}x{cout} {oh}x{ow} relu={relu} up={up} res={with_res}: [{i}] {} vs {}",
+                        got[i],
+                        want[i] + r
+                    );
+                }
+            }
+            // The f32 routes (direct on AVX-512F, im2col elsewhere) against the unrounded
+            // reference.
+            let op = Conv3x3Op::new(op.weight.clone(), bias.clone(), cin, cout, false).unwrap();
+            assert_eq!(op.direct.is_some(), crate::model::cpu::math::avx512());
+            if up && !op.fuses_upsample() {
+                continue;
+            }
+            let routed = op.run(&x, oh, ow, relu, up, with_res.then_some(&res[..])).unwrap();
+            let im2col = (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap());
+            let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, false);
+            for (route, got) in [("f32", Some(&routed)), ("f32 im2col", im2col.as_ref())] {
+                let Some(got) = got else { continue };
+                for i in 0..want.len() {
+                    let r = if with_res { res[i] as f64 } else { 0.0 };
+                    assert!(
+                        (got[i] as f64 - (want[i] + r)).abs() <= 1e-5 * mag[i] + 1e-6,
                         "{route} case {cin}x{cout} {oh}x{ow} relu={relu} up={up} res={with_res}: [{i}] {} vs {}",
                         got[i],
                         want[i] + r
