@@ -302,7 +302,7 @@ fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usiz
 /// (2w). At exactly 2x the weights are 1/4 and 3/4, with the edge rows/columns clamped.
 fn upsample_row(plane: &[f32], h: usize, w: usize, sy: usize, out: &mut [f32], v: &mut [f32]) {
     let i = sy / 2;
-    let (i0, i1, a0, a1) = if sy % 2 == 0 { (i.saturating_sub(1), i, 0.25f32, 0.75f32) } else { (i, (i + 1).min(h - 1), 0.75, 0.25) };
+    let (i0, i1, a0, a1) = if sy.is_multiple_of(2) { (i.saturating_sub(1), i, 0.25f32, 0.75f32) } else { (i, (i + 1).min(h - 1), 0.75, 0.25) };
     let (r0, r1) = (&plane[i0 * w..][..w], &plane[i1 * w..][..w]);
     for ((v, &p), &q) in v.iter_mut().zip(r0).zip(r1) {
         *v = a0 * p + a1 * q;
@@ -658,8 +658,10 @@ mod tests {
         out
     }
 
-    /// Replicate-padded 3x3 conv in f64 of bf16-rounded input and weights; returns the result
-    /// and, per output, the sum of |terms| (the scale of the f32 accumulation error).
+    /// Replicate-padded 3x3 conv in f64 (of bf16-rounded input and weights when `bf16`);
+    /// returns the result and, per output, the sum of |terms| (the scale of the f32
+    /// accumulation error).
+    #[allow(clippy::too_many_arguments)]
     fn conv_ref(x: &[f32], wt: &[f32], bias: &[f32], cin: usize, cout: usize, h: usize, w: usize, relu: bool, bf16: bool) -> (Vec<f64>, Vec<f64>) {
         let round = |v: f32| if bf16 { round_bf16(v) as f64 } else { v as f64 };
         let mut out = vec![0f64; cout * h * w];
