@@ -2,15 +2,16 @@
 //! with a ReLU on its input, a 2x bilinear upsample before it, or a residual added after it.
 //!
 //! Two routes:
-//! * im2col + GEMM (CPUs without AVX-512; bf16 products without AVX512-BF16): each tile of output rows
-//!   unfolds only the input rows it needs into a buffer that stays in cache, then one GEMM per
-//!   tile writes all output channels. Tiles run in parallel, each GEMM single-threaded.
-//! * direct (bf16 products on AVX512-BF16 CPUs, f32 on AVX-512F ones): a tile's input rows
-//!   are copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate
-//!   border in place, and the microkernel
-//!   reads every tap straight from the slab at a shifted address, so the 9x unfold (a memory-
-//!   bound pass at 64 channels and 600x800 pixels) never happens. The upsample of the last
-//!   `Resampler` is computed while the slab is built, so the upsampled map is never stored.
+//! * im2col + GEMM (CPUs without AVX-512; bf16 products without AVX512-BF16): each tile of
+//!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
+//!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
+//!   single-threaded.
+//! * direct (bf16 products on AVX512-BF16 CPUs, f32 on AVX-512F ones): a tile's input rows are
+//!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
+//!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
+//!   so the 9x unfold (a memory-bound pass at 64 channels and 600x800 pixels) never happens.
+//!   The upsample of the last `Resampler` is computed while the slab is built, so the
+//!   upsampled map is never stored.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use std::sync::Arc;
@@ -26,7 +27,8 @@ pub struct Conv3x3Op {
     pub bias: Vec<f32>,
     pub cin: usize,
     pub cout: usize,
-    /// The weight pre-packed for bf16 products (im2col route), when the model runs in bf16.
+    /// The weight pre-packed for bf16 products (im2col route), when the model runs in bf16 on a
+    /// CPU without the direct route.
     pub packed: Option<Arc<PackedA>>,
     /// The weight for the direct route, when this CPU has one.
     direct: Option<Direct>,
@@ -62,9 +64,10 @@ const A_BLOCK_BYTES: usize = 256 * 1024;
 impl Conv3x3Op {
     /// `bf16`: products in bf16 (weights packed once here).
     pub fn new(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
-        let packed = if bf16 { Some(Arc::new(super::with_f32(&weight, |w| PackedA::from_f32(w, cout, cin * 9))?)) } else { None };
         let direct_here = if bf16 { super::bf16::available() } else { super::math::avx512() };
         let direct = if direct_here { Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16))?) } else { None };
+        // The im2col route's packed weight only where the direct route is missing.
+        let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::from_f32(w, cout, cin * 9))?)) } else { None };
         Ok(Self { weight, bias, cin, cout, packed, direct })
     }
 
@@ -730,16 +733,16 @@ mod tests {
             let im2col = |op: &Conv3x3Op| {
                 (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap())
             };
-            let fast = im2col(&op);
-            let portable = Conv3x3Op {
+            let with_packed = |packed: PackedA| Conv3x3Op {
                 weight: op.weight.clone(),
                 bias: bias.clone(),
                 cin,
                 cout,
-                packed: Some(Arc::new(PackedA::portable_for_tests(&wt, cout, cin * 9))),
+                packed: Some(Arc::new(packed)),
                 direct: None,
             };
-            let portable = im2col(&portable);
+            let fast = im2col(&with_packed(PackedA::from_f32(&wt, cout, cin * 9)));
+            let portable = im2col(&with_packed(PackedA::portable_for_tests(&wt, cout, cin * 9)));
             let xin = if up { upsample_ref(&x, cin, ih, iw) } else { x.clone() };
             let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, true);
             for (route, got) in [("direct", Some(&direct)), ("im2col", fast.as_ref()), ("im2col portable", portable.as_ref())] {
