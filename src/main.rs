@@ -10,7 +10,7 @@ fn main() {
 /// One arena: a thread other than main (the pipeline's device worker) otherwise gets its own
 /// arena, whose heaps are capped at 64 MiB, so the largest activations still go through
 /// mmap/munmap there whatever M_MMAP_MAX says. That cost `moge batch` 15 % of its forward speed
-/// (1853 vs 1575 ms per ViT-S forward, bf16); with one arena, 1620 vs 1564 ms.
+/// (1853 vs 1575 ms per ViT-S forward, bf16); with one arena, 1595 vs 1562 ms.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     unsafe {

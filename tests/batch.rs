@@ -879,6 +879,17 @@ fn interrupt_leaves_no_partial_file_and_resume_completes() {
     assert_eq!(tree(&out).len(), total as usize * 6);
 }
 
+/// `root/in` with `n` 40x30 photos p0.png, p1.png, ...: an uncompressed npz of their maps is
+/// ~35 KiB, which the two write-failure tests size their limits by.
+fn photos_40x30(root: &Path, n: u32) -> PathBuf {
+    let input = root.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for i in 0..n {
+        photo(40, 30, i).save(input.join(format!("p{i}.png"))).unwrap();
+    }
+    input
+}
+
 /// A write the system refuses half-way (here the file-size limit, EFBIG, which fails a write as
 /// a full disk does) gets one line naming the file and the reason, leaves neither the output
 /// nor its temporary file behind, and the batch goes on to the next image (exit 1).
@@ -888,11 +899,7 @@ fn a_refused_write_leaves_nothing_behind_and_the_batch_goes_on() {
     use std::os::unix::process::CommandExt;
     let m = models();
     let tmp = tempfile::tempdir().unwrap();
-    let input = tmp.path().join("in");
-    std::fs::create_dir_all(&input).unwrap();
-    for i in 0..2 {
-        photo(40, 30, i).save(input.join(format!("p{i}.png"))).unwrap();
-    }
+    let input = photos_40x30(tmp.path(), 2);
     let out = tmp.path().join("out");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_moge"));
     cmd.args(["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--no-compress", "--json"]);
@@ -933,11 +940,7 @@ fn a_refused_write_leaves_nothing_behind_and_the_batch_goes_on() {
 fn a_full_disk_stops_the_batch_and_leaves_only_whole_files() {
     let m = models();
     let tmp = tempfile::tempdir().unwrap();
-    let input = tmp.path().join("in");
-    std::fs::create_dir_all(&input).unwrap();
-    for i in 0..6 {
-        photo(40, 30, i).save(input.join(format!("p{i}.png"))).unwrap();
-    }
+    let input = photos_40x30(tmp.path(), 6);
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     // 80 KiB: room for two uncompressed npz files of 40x30 maps (~35 KiB each), not six.

@@ -88,8 +88,9 @@ impl Conv3x3 {
         }
         Ok((residual + self.generic(&x.relu()?)?)?)
     }
-    /// conv(upsample_bilinear_2x(x)) (align_corners=False). The CPU's direct bf16 route
-    /// computes the upsample while it reads its input, so the 4x larger map is never stored.
+    /// conv(upsample_bilinear_2x(x)) (align_corners=False). The CPU's direct route (bf16 or
+    /// f32, on AVX-512) computes the upsample while it reads its input, so the 4x larger map is
+    /// never stored; elsewhere candle upsamples first.
     pub fn forward_upsampled(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(op) = self.cpu_op(x).filter(|op| op.fuses_upsample()) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, true))?);

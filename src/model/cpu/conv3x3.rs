@@ -42,14 +42,12 @@ struct Direct {
     bf16: bool,
 }
 
-impl Direct {
-    /// Words per tap, per output channel (and per slab pixel).
-    fn per_tap(&self, cin: usize) -> usize {
-        if self.bf16 {
-            cin.div_ceil(2)
-        } else {
-            cin
-        }
+/// Words per tap, per output channel (and per slab pixel): channel pairs in bf16.
+fn words_per_tap(cin: usize, bf16: bool) -> usize {
+    if bf16 {
+        cin.div_ceil(2)
+    } else {
+        cin
     }
 }
 
@@ -185,7 +183,7 @@ impl Conv3x3Op {
     /// The direct route: output (cout, h, w) from `src`, in tiles of rows, in parallel.
     fn run_direct(&self, d: &Direct, src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
-        let kc = d.per_tap(cin);
+        let kc = words_per_tap(cin, d.bf16);
         let wp = w + 2;
         let hw = h * w;
         let rows = (SLAB_WORDS / (kc * wp)).saturating_sub(2).clamp(1, h);
@@ -213,7 +211,7 @@ impl Conv3x3Op {
 /// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Direct`]).
 fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool) -> Direct {
     let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
-    let kc = if bf16 { cin.div_ceil(2) } else { cin };
+    let kc = words_per_tap(cin, bf16);
     let mut words = vec![0u32; cout * 9 * kc];
     for o in 0..cout {
         for t in 0..9 {
