@@ -18,6 +18,7 @@
 //! ```
 
 pub mod cli;
+pub mod console;
 pub mod geometry;
 pub mod hub;
 pub mod image_io;

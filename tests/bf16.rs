@@ -28,6 +28,8 @@ fn bf16_cases() {
         ("l_rgb_1800", true),
         ("l_portrait_3600_fov", true),
         ("r_rgb_1200", false),
+        ("f16_rgb_1200", true),
+        ("bf16_portrait_1800", true),
     ] {
         case(name, wp);
     }

@@ -1,7 +1,10 @@
 //! Checkpoint reading: both formats, strict key checks, and clear errors on bad files.
+mod common;
 mod support;
 
 use std::collections::HashMap;
+
+use common::torch_zip::{archive, entries_of, Entry};
 
 use moge::model::checkpoint::{write_safetensors, Checkpoint};
 use moge::{Device, InferOptions, Model};
@@ -122,4 +125,138 @@ fn bad_files_get_a_clear_error_not_a_panic() {
     let msg = err_text(Model::load(&p, &Device::Cpu));
     assert!(msg.contains("other.zip") && msg.contains("no data.pkl"), "{msg}");
     let _ = HashMap::<u8, u8>::new();
+}
+
+fn pickle_of(path: &std::path::Path) -> Vec<u8> {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    let name = z.file_names().filter_map(|n| n.ok().map(|n| n.into_owned())).find(|n| n.ends_with("data.pkl")).unwrap();
+    let mut v = Vec::new();
+    std::io::Read::read_to_end(&mut z.by_name(&name).unwrap(), &mut v).unwrap();
+    v
+}
+
+fn bits(t: &candle_core::Tensor) -> Vec<u32> {
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn state_dict_checkpoints_as_training_code_saves_them() {
+    // tests/make_fixtures.py saved these from model.state_dict(): an OrderedDict whose
+    // `_metadata` attribute is pickled as the dict's state (issue 10).
+    for name in ["tiny_vitl.pt", "random_normal.pt", "tiny_normal_f16.pt", "tiny_normal_bf16.pt"] {
+        let pkl = pickle_of(&fixtures().join(name));
+        assert!(pkl.windows(9).any(|w| w == b"_metadata"), "{name} is not a state_dict() pickle");
+        let ck = Checkpoint::read(&fixtures().join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert!(!ck.tensors.contains_key("_metadata"), "{name}");
+        let n = ck.tensors.len();
+        let m = Model::from_checkpoint(ck, &Device::Cpu).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert!(n > 100 && m.has_normal() == !name.starts_with("tiny_vitl"), "{name}");
+    }
+    assert!(!pickle_of(&tiny()).windows(9).any(|w| w == b"_metadata"), "tiny_normal.pt stays a plain dict");
+}
+
+#[test]
+fn float16_and_bfloat16_weights_are_the_fp32_weights_rounded() {
+    let full = Checkpoint::read(&tiny()).unwrap();
+    for (name, dtype) in [("tiny_normal_f16.pt", candle_core::DType::F16), ("tiny_normal_bf16.pt", candle_core::DType::BF16)] {
+        let ck = Checkpoint::read(&fixtures().join(name)).unwrap();
+        assert_eq!(ck.tensors.len(), full.tensors.len(), "{name}");
+        let mut changed = 0;
+        for (k, t) in &full.tensors {
+            let rounded = t.to_dtype(dtype).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+            assert_eq!(bits(&ck.tensors[k]), bits(&rounded), "{name}: {k}");
+            changed += (bits(&rounded) != bits(t)) as usize;
+        }
+        assert!(changed > full.tensors.len() / 2, "{name}: the weights were really rounded");
+    }
+}
+
+#[test]
+fn safetensors_in_float16_load_widened() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = Checkpoint::read(&tiny()).unwrap();
+    let half: HashMap<String, candle_core::Tensor> =
+        full.tensors.iter().map(|(k, t)| (k.clone(), t.to_dtype(candle_core::DType::F16).unwrap())).collect();
+    let st = dir.path().join("half.safetensors");
+    candle_core::safetensors::save(&half, &st).unwrap();
+    std::fs::write(dir.path().join("half.json"), serde_json::to_string(&full.config).unwrap()).unwrap();
+    let ck = Checkpoint::read(&st).unwrap();
+    for (k, t) in &half {
+        assert_eq!(bits(&ck.tensors[k]), bits(&t.to_dtype(candle_core::DType::F32).unwrap()), "{k}");
+    }
+}
+
+fn tiny_config_json() -> serde_json::Value {
+    serde_json::to_value(&Checkpoint::read(&tiny()).unwrap().config).unwrap()
+}
+
+#[test]
+fn written_archives_load_like_the_fixture() {
+    // The test writer (tests/common/torch_zip.rs) makes archives the loader reads as torch's.
+    let dir = tempfile::tempdir().unwrap();
+    let ck = Checkpoint::read(&tiny()).unwrap();
+    for ordered in [false, true] {
+        let p = dir.path().join(format!("w{ordered}.pt"));
+        std::fs::write(&p, archive(Some(&tiny_config_json()), &entries_of(&ck), ordered)).unwrap();
+        let back = Checkpoint::read(&p).unwrap();
+        assert_eq!(back.tensors.len(), ck.tensors.len());
+        for (k, t) in &ck.tensors {
+            assert_eq!(bits(&back.tensors[k]), bits(t), "{k}");
+        }
+    }
+}
+
+#[test]
+fn non_tensor_entries_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = Checkpoint::read(&tiny()).unwrap();
+    let mut entries = entries_of(&ck);
+    entries.insert(3, ("global_step".into(), Entry::Int(1200)));
+    let p = dir.path().join("extra.pt");
+    std::fs::write(&p, archive(Some(&tiny_config_json()), &entries, true)).unwrap();
+    let msg = err_text(Model::load(&p, &Device::Cpu));
+    assert!(msg.contains("extra.pt") && msg.contains("global_step: not a tensor (a int)"), "{msg}");
+
+    let mut entries = entries_of(&ck);
+    entries.push(("notes".into(), Entry::Str("hello".into())));
+    std::fs::write(&p, archive(Some(&tiny_config_json()), &entries, false)).unwrap();
+    let msg = err_text(Model::load(&p, &Device::Cpu));
+    assert!(msg.contains("notes: not a tensor (a str)"), "{msg}");
+}
+
+#[test]
+fn a_bare_state_dict_is_told_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = Checkpoint::read(&tiny()).unwrap();
+    // torch.save(model.state_dict(), path): the tensors sit at the top, no model_config.
+    let mut p = common::torch_zip::Pickle::new();
+    p.0.extend_from_slice(b"}(");
+    for (i, (k, t)) in ck.tensors.iter().take(2).enumerate() {
+        p.str(k);
+        p.tensor("FloatStorage", &i.to_string(), t.dims());
+    }
+    p.0.extend_from_slice(b"u.");
+    let path = dir.path().join("bare.pt");
+    {
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        z.start_file::<_, ()>("bare/data.pkl", Default::default()).unwrap();
+        std::io::Write::write_all(&mut z, &p.0).unwrap();
+        z.finish().unwrap();
+    }
+    let msg = err_text(Model::load(&path, &Device::Cpu));
+    assert!(msg.contains("bare.pt") && msg.contains("bare state dict") && msg.contains("model_config"), "{msg}");
+}
+
+#[test]
+fn a_data_parallel_prefix_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = Checkpoint::read(&tiny()).unwrap();
+    let entries: Vec<(String, Entry)> = entries_of(&ck).into_iter().map(|(k, e)| (format!("module.{k}"), e)).collect();
+    let p = dir.path().join("ddp.pt");
+    std::fs::write(&p, archive(Some(&tiny_config_json()), &entries, true)).unwrap();
+    let a = Model::load(&tiny(), &Device::Cpu).unwrap();
+    let b = Model::load(&p, &Device::Cpu).unwrap();
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    let opts = InferOptions { num_tokens: Some(100), ..Default::default() };
+    assert_eq!(a.infer(&img, &opts).unwrap().depth, b.infer(&img, &opts).unwrap().depth);
 }

@@ -58,6 +58,11 @@ impl Env {
 
     /// Runs `moge ARGS` with only this test's hub variables, and a deadline.
     fn run(&self, endpoint: &str, args: &[&str], vars: &[(&str, &str)]) -> Out {
+        self.run_with(endpoint, args, vars, false)
+    }
+
+    /// As `run`; with `close_stdout`, the reader of stdout goes away at once (`| head -0`).
+    fn run_with(&self, endpoint: &str, args: &[&str], vars: &[(&str, &str)], close_stdout: bool) -> Out {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_moge"));
         for v in [
             "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_TOKEN", "XDG_CACHE_HOME", "HTTP_PROXY", "HTTPS_PROXY",
@@ -77,7 +82,13 @@ impl Env {
                 s
             })
         };
-        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stdout = child.stdout.take().unwrap();
+        let stdout = if close_stdout {
+            drop(stdout);
+            std::thread::spawn(String::new)
+        } else {
+            drain(Box::new(stdout))
+        };
         let stderr = drain(Box::new(child.stderr.take().unwrap()));
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {
@@ -477,4 +488,20 @@ fn a_partial_file_longer_than_the_file_is_started_over() {
     assert_eq!(hub.gets().len(), 1);
     assert_eq!(hub.gets()[0].range, None, "a fresh start, not a resume");
     assert_eq!(fs::read(env.pointer(COMMIT)).unwrap(), hub.payload);
+}
+
+#[test]
+fn download_and_info_stop_printing_quietly_on_a_closed_stdout() {
+    let hub = FakeHub::start(REPO, Behaviour::default());
+    let env = Env::new();
+    let out = env.run_with(&hub.url, &["download", "--model", MODEL], &[], true);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!out.stderr.contains("panicked"), "{out:?}");
+    // The download itself was finished and is usable.
+    assert_eq!(fs::read(env.pointer(COMMIT)).unwrap(), hub.payload);
+    for args in [&["info"][..], &["info", "--json"], &["info", "--verify"]] {
+        let out = env.run_with(&hub.url, args, &[("HF_HUB_OFFLINE", "1")], true);
+        assert_eq!(out.code, 0, "{args:?}: {out:?}");
+        assert!(!out.stderr.contains("panicked"), "{args:?}: {out:?}");
+    }
 }

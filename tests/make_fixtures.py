@@ -18,6 +18,10 @@ What it writes (all CPU, fp32, ``model.eval()``, ``torch.set_num_threads(2)``):
 
 * ``fixtures/<checkpoint>.pt``: ``torch.save({'model_config': cfg, 'model': state_dict}, path)`` (published format)
   for the tiny checkpoints ``tiny_normal``, ``tiny_vitl``, ``random_normal`` (weights: ``synth_weights.py``, seed 7).
+  ``tiny_normal`` holds a plain dict; ``tiny_vitl`` and ``random_normal`` hold ``model.state_dict()`` (an
+  ``OrderedDict`` with ``_metadata``), as training code saves them. ``tiny_normal_f16`` / ``tiny_normal_bf16``:
+  ``model.half().state_dict()`` / ``model.bfloat16().state_dict()`` of tiny_normal; their cases run upstream's
+  ``MoGeModel.from_pretrained`` on those files (the rounded weights in an fp32 model).
   They use the test-only backbone name ``dinov2_vitt14`` (see ``register_tiny_backbone``): a DINOv2 ViT/14 with
   img_size 518, embed dim E and depth N as given by the checkpoint shapes, heads = E / 64, everything else as in the
   published ``vit_small``/``vit_base``/``vit_large`` backbones.
@@ -125,6 +129,8 @@ CASES = [
     ("l_rgb_1800", "tiny_vitl", "rgb_64x48.png", dict(num_tokens=1800)),
     ("l_portrait_3600_fov", "tiny_vitl", "rgb_40x72.png", dict(num_tokens=3600, fov_x=55)),
     ("r_rgb_1200", "random_normal", "rgb_64x48.png", dict(num_tokens=1200)),
+    ("f16_rgb_1200", "tiny_normal_f16", "rgb_64x48.png", dict(num_tokens=1200)),
+    ("bf16_portrait_1800", "tiny_normal_bf16", "rgb_40x72.png", dict(num_tokens=1800)),
 ]
 
 
@@ -176,8 +182,41 @@ def load_tiny(name: str):
 
 
 def save_checkpoint(path: Path, config: dict, sd_np: dict) -> None:
+    """A plain ``{key: tensor}`` dict as the state dict."""
     sd = {k: torch.from_numpy(np.ascontiguousarray(v).copy()) for k, v in sd_np.items()}
     torch.save({"model_config": copy.deepcopy(config), "model": sd}, str(path))
+
+
+def save_module_checkpoint(path: Path, config: dict, model) -> None:
+    """What training code writes: ``model.state_dict()``, the ``OrderedDict`` whose ``_metadata``
+    attribute holds per-module versions (pickled as the dict's state)."""
+    sd = model.state_dict()
+    assert hasattr(sd, "_metadata") and len(sd._metadata) > 0
+    torch.save({"model_config": copy.deepcopy(config), "model": sd}, str(path))
+
+
+# Reduced-precision copies of tiny_normal, as users make them (``model.half().state_dict()``), and
+# the dtype each stores.
+VARIANTS = {"tiny_normal_f16": torch.float16, "tiny_normal_bf16": torch.bfloat16}
+
+
+def make_variants(model_tiny_normal) -> dict:
+    """Writes ``tiny_normal_{f16,bf16}.pt``, then loads each with upstream's own loader
+    (``MoGeModel.from_pretrained``: ``load_state_dict`` into an fp32 model), which is the reference
+    the cases of these checkpoints are run on."""
+    from moge.model.v2 import MoGeModel
+
+    ck = CHECKPOINTS["tiny_normal"]
+    register_tiny_backbone(ck["embed_dim"], ck["depth"])
+    out = {}
+    for name, dtype in VARIANTS.items():
+        reduced = copy.deepcopy(model_tiny_normal).to(dtype)
+        save_module_checkpoint(FIX / f"{name}.pt", ck["config"], reduced)
+        m = MoGeModel.from_pretrained(str(FIX / f"{name}.pt"))
+        m.eval()
+        assert all(p.dtype == torch.float32 for p in m.parameters())
+        out[name] = m
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -506,9 +545,16 @@ def main():
         for name, ck in CHECKPOINTS.items():
             sd = synth_numpy_state_dict(name)
             register_tiny_backbone(ck["embed_dim"], ck["depth"])
-            if "checkpoints" in todo:
-                save_checkpoint(FIX / f"{name}.pt", ck["config"], sd)
             models[name] = build_model(ck["config"], sd)
+            if "checkpoints" in todo:
+                # tiny_normal as a plain dict; the others as model.state_dict() (an OrderedDict
+                # with _metadata), so that the parity suite covers both.
+                if name == "tiny_normal":
+                    save_checkpoint(FIX / f"{name}.pt", ck["config"], sd)
+                else:
+                    save_module_checkpoint(FIX / f"{name}.pt", ck["config"], models[name])
+        if "checkpoints" in todo or "cases" in todo:
+            models.update(make_variants(models["tiny_normal"]))
     if "cases" in todo:
         make_cases(models)
     if "stages" in todo:

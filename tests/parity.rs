@@ -43,4 +43,8 @@ cases! {
     case_l_rgb_1800 => "l_rgb_1800", true;
     case_l_portrait_3600_fov => "l_portrait_3600_fov", true;
     case_r_rgb_1200 => "r_rgb_1200", false;
+    // model.half().state_dict() / model.bfloat16().state_dict(), against upstream's
+    // from_pretrained on the same files (the rounded weights in an fp32 model).
+    case_f16_checkpoint => "f16_rgb_1200", true;
+    case_bf16_checkpoint => "bf16_portrait_1800", true;
 }

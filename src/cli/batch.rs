@@ -13,7 +13,6 @@ use super::{InferArgs, ModelArgs, OutputArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT
 use crate::pipeline::fit::{Canvas, FitMode};
 use crate::pipeline::inputs::{self, Shard};
 use crate::pipeline::run::{self, Config};
-use crate::Device;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal error, 130 interrupted.")]
@@ -70,7 +69,7 @@ pub struct BatchArgs {
 fn install_signals(stop: Arc<AtomicBool>) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-        eprintln!("moge: warning: cannot install the Ctrl-C handler");
+        crate::errln!("moge: warning: cannot install the Ctrl-C handler");
         return;
     };
     let count = AtomicUsize::new(0);
@@ -78,10 +77,10 @@ fn install_signals(stop: Arc<AtomicBool>) {
         for _ in signals.forever() {
             if count.fetch_add(1, Ordering::SeqCst) == 0 {
                 stop.store(true, Ordering::SeqCst);
-                eprintln!("moge: interrupted: finishing the photos in progress (press Ctrl-C again to abandon them)");
+                crate::errln!("moge: interrupted: finishing the photos in progress (press Ctrl-C again to abandon them)");
             } else {
                 crate::outputs::remove_pending_temp_files();
-                eprintln!("moge: interrupted");
+                crate::errln!("moge: interrupted");
                 std::process::exit(EXIT_INTERRUPTED);
             }
         }
@@ -108,41 +107,36 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     if inputs.is_empty() {
         if !args.quiet {
             let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
-            eprintln!("moge: {s} has none of the {total} images");
+            crate::errln!("moge: {s} has none of the {total} images");
         }
         return Ok(EXIT_OK);
     }
     check_output_dir(&args.output)?;
-    let weights = args.model.checkpoint()?;
-    let model = Arc::new(crate::Model::load_with(&weights, &Device::Cpu, args.model.precision.into())?);
+    let (weights, model) = args.model.load()?;
+    let model = Arc::new(model);
     let cfg = Config {
-        output: args.output.clone(),
-        outputs: args.out.options(),
-        infer: args.infer.options(),
         fit: args.fit,
         canvas: args.canvas,
-        apply_exif: !args.no_exif,
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(default_jobs),
         skip_existing: args.skip_existing,
         progress: true,
         quiet: args.quiet,
         json: args.json,
         stats: args.stats,
-        model_id: args.model.id(),
-        weights,
+        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, args.no_exif)
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());
     let summary = run::run(model, inputs, &cfg, &stop);
     if !args.quiet || args.stats {
-        eprintln!("{}", run::report(&summary, &cfg));
+        crate::errln!("{}", run::report(&summary, &cfg));
     }
     if let Some(f) = &summary.fatal {
-        eprintln!("moge: stopped: {f}");
+        crate::errln!("moge: stopped: {f}");
         return Ok(EXIT_FATAL);
     }
     if summary.interrupted {
-        eprintln!("moge: interrupted; run again with --skip-existing to do the rest");
+        crate::errln!("moge: interrupted; run again with --skip-existing to do the rest");
         return Ok(EXIT_INTERRUPTED);
     }
     Ok(if summary.failed > 0 { EXIT_SOME_FAILED } else { EXIT_OK })

@@ -9,7 +9,6 @@ use clap::Args;
 use serde_json::json;
 
 use super::{InferArgs, ModelArgs, EXIT_OK};
-use crate::Device;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -114,7 +113,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     };
     let weights = args.model.checkpoint()?;
     let t0 = Instant::now();
-    let model = crate::Model::load_with(&weights, &Device::Cpu, args.model.precision.into())?;
+    let model = args.model.load_from(&weights)?;
     let cold = t0.elapsed();
     let opts = args.infer.options();
     let tokens = opts.tokens(model.config.num_tokens_range);
@@ -206,10 +205,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             "stages": st,
             "peak_rss_bytes": peak,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(EXIT_OK);
     }
-    println!(
+    crate::outln!(
         "moge bench: {} ({}), {} tokens (grid {}x{}), {} {}x{}, {}, CPU, {} threads, {}",
         model.config.encoder.backbone,
         weights.display(),
@@ -223,8 +222,8 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         threads(),
         cpu_name()
     );
-    println!("cold start (load weights): {:.3} s", cold.as_secs_f64());
-    println!(
+    crate::outln!("cold start (load weights): {:.3} s", cold.as_secs_f64());
+    crate::outln!(
         "per image, warm, {} runs after {} warm-up: median {:.3} s, p90 {:.3} s, min {:.3} s",
         args.runs,
         args.warmup,
@@ -233,12 +232,12 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         totals.min()
     );
     let sum: f64 = stages.iter().map(|(_, s)| s.median()).sum();
-    println!("{:<24} {:>10} {:>10} {:>7}", "stage", "median s", "min s", "share");
+    crate::outln!("{:<24} {:>10} {:>10} {:>7}", "stage", "median s", "min s", "share");
     for (name, s) in &stages {
-        println!("{:<24} {:>10.4} {:>10.4} {:>6.1}%", name, s.median(), s.min(), 100.0 * s.median() / sum);
+        crate::outln!("{:<24} {:>10.4} {:>10.4} {:>6.1}%", name, s.median(), s.min(), 100.0 * s.median() / sum);
     }
     if let Some(p) = peak {
-        println!("peak memory (RSS high-water mark): {:.0} MiB", p as f64 / (1024.0 * 1024.0));
+        crate::outln!("peak memory (RSS high-water mark): {:.0} MiB", p as f64 / (1024.0 * 1024.0));
     }
     Ok(EXIT_OK)
 }

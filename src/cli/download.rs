@@ -31,7 +31,7 @@ pub fn run(args: DownloadArgs) -> Result<i32> {
     for name in &names {
         let target = Target::new(name, &args.revision)?;
         match get(&hub, &target) {
-            Ok((c, how)) => println!(
+            Ok((c, how)) => crate::outln!(
                 "{name}: {} ({}, sha256 {}, {how})",
                 c.path.display(),
                 indicatif::HumanBytes(c.size),
@@ -39,7 +39,7 @@ pub fn run(args: DownloadArgs) -> Result<i32> {
             ),
             Err(e) => {
                 failed += 1;
-                eprintln!("moge: {e}");
+                crate::errln!("moge: {e}");
             }
         }
     }
@@ -56,7 +56,7 @@ fn get(hub: &Hub, target: &Target) -> Result<(Cached, &'static str), HubError> {
         // A copy we have is still usable when the hub cannot be asked whether it is the latest.
         Err(e) if e.kind == ErrorKind::Unreachable => match hub.cached(target) {
             Some(c) => {
-                eprintln!(
+                crate::errln!(
                     "moge: warning: cannot reach the hub at {}; keeping the cached {} from commit {}, which may not be the latest",
                     hub.endpoint, target.name, c.commit
                 );

@@ -65,7 +65,7 @@ pub fn run(args: InfoArgs) -> Result<i32> {
         });
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&entries)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&entries)?);
     } else {
         print_text(&hub, &entries);
     }
@@ -73,17 +73,17 @@ pub fn run(args: InfoArgs) -> Result<i32> {
 }
 
 fn print_text(hub: &Hub, entries: &[Entry]) {
-    println!("Hugging Face cache: {}", hub.cache_dir.display());
+    crate::outln!("Hugging Face cache: {}", hub.cache_dir.display());
     let offline = if hub.offline { " (not used: HF_HUB_OFFLINE is set)" } else { "" };
-    println!("hub: {}{offline}", hub.endpoint);
-    println!();
+    crate::outln!("hub: {}{offline}", hub.endpoint);
+    crate::outln!();
     for e in entries {
         let head = format!("{:<12}{:<29}", e.name, e.repo);
         match (&e.path, e.size) {
             (Some(path), Some(size)) => {
                 let commit = e.commit.as_deref().unwrap_or("");
-                println!("{head}cached, {}, commit {}", indicatif::HumanBytes(size), &commit[..commit.len().min(12)]);
-                println!("    path    {path}");
+                crate::outln!("{head}cached, {}, commit {}", indicatif::HumanBytes(size), &commit[..commit.len().min(12)]);
+                crate::outln!("    path    {path}");
                 let check = match e.verified {
                     Some(true) => "  (verified)".to_string(),
                     Some(false) => {
@@ -92,9 +92,9 @@ fn print_text(hub: &Hub, entries: &[Entry]) {
                     }
                     None => String::new(),
                 };
-                println!("    sha256  {}{check}", e.sha256.as_deref().unwrap_or("unknown"));
+                crate::outln!("    sha256  {}{check}", e.sha256.as_deref().unwrap_or("unknown"));
             }
-            _ => println!("{head}not cached (revision {}): moge download --model {}", e.revision, e.name),
+            _ => crate::outln!("{head}not cached (revision {}): moge download --model {}", e.revision, e.name),
         }
     }
 }

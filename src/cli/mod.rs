@@ -179,9 +179,45 @@ impl ModelArgs {
         }
     }
 
-    pub fn load(&self, device: &crate::Device) -> anyhow::Result<crate::Model> {
+    /// The checkpoint and the model loaded from it at the resolved precision: every command that
+    /// runs the model loads it here, so the same options give the same numbers everywhere.
+    pub fn load(&self) -> anyhow::Result<(PathBuf, crate::Model)> {
         let path = self.checkpoint()?;
-        crate::Model::load_with(&path, device, self.precision.into())
+        let model = self.load_from(&path)?;
+        Ok((path, model))
+    }
+
+    /// [`ModelArgs::load`] of a checkpoint already resolved (`bench` times this part alone).
+    pub fn load_from(&self, path: &std::path::Path) -> anyhow::Result<crate::Model> {
+        crate::Model::load_with(path, &crate::Device::Cpu, self.precision.into())
+    }
+}
+
+/// The pipeline's settings from the options `predict` and `batch` share; each command then sets
+/// what is its own (threads, progress, fit).
+pub fn pipeline_config(
+    output: &std::path::Path,
+    model: &ModelArgs,
+    weights: PathBuf,
+    infer: &InferArgs,
+    out: &OutputArgs,
+    no_exif: bool,
+) -> crate::pipeline::run::Config {
+    crate::pipeline::run::Config {
+        output: output.to_owned(),
+        outputs: out.options(),
+        infer: infer.options(),
+        fit: crate::pipeline::fit::FitMode::Exact,
+        canvas: crate::pipeline::fit::Canvas { width: 1920, height: 1080 },
+        apply_exif: !no_exif,
+        jobs: 1,
+        skip_existing: false,
+        progress: false,
+        quiet: false,
+        json: false,
+        stats: false,
+        model_id: model.id(),
+        weights,
     }
 }
 
@@ -199,7 +235,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("moge: {e:#}");
+            crate::errln!("moge: {e:#}");
             EXIT_FATAL
         }
     }

@@ -6,10 +6,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::{InferArgs, ModelArgs, OutputArgs, EXIT_OK, EXIT_SOME_FAILED};
-use crate::pipeline::fit::{Canvas, FitMode};
 use crate::pipeline::inputs;
-use crate::pipeline::run::{self, Config, Status};
-use crate::Device;
+use crate::pipeline::run::{self, Status};
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
@@ -31,24 +29,8 @@ pub struct PredictArgs {
 }
 
 pub fn run(args: PredictArgs) -> Result<i32> {
-    let weights = args.model.checkpoint()?;
-    let model = crate::Model::load(&weights, &Device::Cpu)?;
-    let cfg = Config {
-        output: args.output.clone(),
-        outputs: args.out.options(),
-        infer: args.infer.options(),
-        fit: FitMode::Exact,
-        canvas: Canvas { width: 1920, height: 1080 },
-        apply_exif: !args.no_exif,
-        jobs: 1,
-        skip_existing: false,
-        progress: false,
-        quiet: false,
-        json: false,
-        stats: false,
-        model_id: args.model.id(),
-        weights,
-    };
+    let (weights, model) = args.model.load()?;
+    let cfg = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, args.no_exif);
     let mut failed = 0usize;
     // Each path is tried on its own, so that a missing or bad file gets its own error line.
     let mut list: Vec<inputs::Input> = args.images.iter().map(|p| inputs::file_input(p)).collect();
@@ -58,11 +40,11 @@ pub fn run(args: PredictArgs) -> Result<i32> {
         match rec.status {
             Status::Ok => {
                 let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
-                println!("{}: {} -> {}", input.path.display(), rec.summary.unwrap_or_default(), outs.join(", "));
+                crate::outln!("{}: {} -> {}", input.path.display(), rec.summary.unwrap_or_default(), outs.join(", "));
             }
             _ => {
                 failed += 1;
-                eprintln!("moge: {}", rec.error.unwrap_or_default());
+                crate::errln!("moge: {}", rec.error.unwrap_or_default());
             }
         }
     }

@@ -151,7 +151,7 @@ fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path) -> Result<
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(target.name.clone());
-    eprintln!(
+    crate::errln!(
         "moge: downloading {} ({}, {}) into {}",
         target.name,
         target.describe(),
@@ -220,7 +220,7 @@ fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path) -> Result<
             return Err(reject(format!("has sha256 {sha} but the hub announced {}", remote.etag.to_lowercase())));
         }
     } else {
-        eprintln!(
+        crate::errln!(
             "moge: warning: the hub gave no sha256 for {} (ETag {}); only its size was checked",
             target.describe(),
             remote.etag
@@ -321,7 +321,7 @@ fn lock(path: &Path, target: &Target) -> std::io::Result<File> {
         if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::WouldBlock {
-                eprintln!("moge: waiting for another download of {} to finish (lock {})", target.describe(), path.display());
+                crate::errln!("moge: waiting for another download of {} to finish (lock {})", target.describe(), path.display());
                 // SAFETY: as above.
                 if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
                     return Err(std::io::Error::last_os_error());

@@ -7,6 +7,7 @@ pub mod config;
 pub mod cpu;
 pub mod dinov2;
 pub mod modules;
+pub mod pickle;
 pub mod v2;
 pub mod weights;
 

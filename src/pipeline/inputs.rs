@@ -58,7 +58,7 @@ pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
             Err(e) => {
                 // An unreadable subdirectory is reported, the rest of the tree is still used.
                 let path = e.path().map(|p| p.display().to_string()).unwrap_or_else(|| root.display().to_string());
-                eprintln!("moge: {path}: cannot read ({})", e.io_error().map(|x| x.to_string()).unwrap_or_else(|| e.to_string()));
+                crate::errln!("moge: {path}: cannot read ({})", e.io_error().map(|x| x.to_string()).unwrap_or_else(|| e.to_string()));
                 continue;
             }
         };

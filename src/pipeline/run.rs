@@ -467,7 +467,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
                 st.write += rec.timings.write.unwrap_or(0.0) / 1e3;
             }
             if let Some(err) = &rec.error {
-                pb.suspend(|| eprintln!("moge: {err}"));
+                pb.suspend(|| crate::errln!("moge: {err}"));
                 if rec.fatal && summary.fatal.is_none() {
                     summary.fatal = Some(err.clone());
                     halt.store(true, Ordering::Relaxed);

@@ -1,2 +1,3 @@
 //! Shared helpers for the integration tests (`mod common;`): `synth` regenerates the synthetic test weights.
 pub mod synth;
+pub mod torch_zip;

@@ -1,0 +1,82 @@
+//! Lines for stdout and stderr that never panic. `println!` panics when the reader has gone
+//! (`moge predict *.jpg | head -1`, `moge batch dir 2>&1 | head`); for a command line a closed
+//! pipe is not an error: printing stops quietly and the work goes on to its normal end (the
+//! files are the product, the lines only report them), with the usual exit status.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `args` and a newline to stdout; false once stdout is closed.
+pub fn out(args: std::fmt::Arguments) -> bool {
+    write_line(&mut std::io::stdout().lock(), &STDOUT_CLOSED, args)
+}
+
+/// Writes `args` and a newline to stderr; false once stderr is closed.
+pub fn err(args: std::fmt::Arguments) -> bool {
+    write_line(&mut std::io::stderr().lock(), &STDERR_CLOSED, args)
+}
+
+/// Whether a write to stdout has found it closed.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+fn write_line(w: &mut impl Write, closed: &AtomicBool, args: std::fmt::Arguments) -> bool {
+    if closed.load(Ordering::Relaxed) {
+        return false;
+    }
+    // Any failure (EPIPE, EBADF, a full disk behind a redirect) ends printing to that stream;
+    // the work is not stopped for it.
+    match w.write_fmt(args).and_then(|_| w.write_all(b"\n")).and_then(|_| w.flush()) {
+        Ok(()) => true,
+        Err(_) => {
+            closed.store(true, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+/// `println!` that stops quietly on a closed stdout.
+#[macro_export]
+macro_rules! outln {
+    () => {{ let _ = $crate::console::out(format_args!("")); }};
+    ($($t:tt)*) => {{ let _ = $crate::console::out(format_args!($($t)*)); }};
+}
+
+/// `eprintln!` that stops quietly on a closed stderr.
+#[macro_export]
+macro_rules! errln {
+    () => {{ let _ = $crate::console::err(format_args!("")); }};
+    ($($t:tt)*) => {{ let _ = $crate::console::err(format_args!($($t)*)); }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Closed;
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_stream_stops_printing_without_panic() {
+        let flag = AtomicBool::new(false);
+        assert!(!write_line(&mut Closed, &flag, format_args!("a {}", 1)));
+        assert!(flag.load(Ordering::Relaxed));
+        let mut v = Vec::new();
+        assert!(!write_line(&mut v, &flag, format_args!("b")), "stays closed");
+        assert!(v.is_empty());
+        let open = AtomicBool::new(false);
+        assert!(write_line(&mut v, &open, format_args!("c {}", 2)));
+        assert_eq!(v, b"c 2\n");
+    }
+}

@@ -1,0 +1,165 @@
+//! What every command shares: the model options resolve the same way in each (one photo through
+//! `predict` and `batch` gives byte-identical files at every precision), and no command panics
+//! when the reader of its output goes away (`moge predict a b c | head -1`).
+mod support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn moge() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_moge"));
+    c.env("HF_HUB_OFFLINE", "1").env_remove("HF_ENDPOINT");
+    c
+}
+
+#[test]
+fn predict_and_batch_give_identical_files_at_every_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    std::fs::create_dir(&photos).unwrap();
+    std::fs::copy(fixtures().join("images/rgb_40x72.png"), photos.join("p.png")).unwrap();
+    let weights = fixtures().join("tiny_normal_f16.pt");
+    let w = weights.to_str().unwrap();
+    let mut by_precision = Vec::new();
+    for precision in ["f32", "bf16", "auto"] {
+        let a = dir.path().join(format!("predict-{precision}"));
+        let b = dir.path().join(format!("batch-{precision}"));
+        let common = ["--weights", w, "--num-tokens", "400", "--precision", precision, "--format", "npz,png"];
+        let out = moge().args(["predict", photos.join("p.png").to_str().unwrap(), "-o", a.to_str().unwrap()]).args(common).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = moge().args(["batch", photos.to_str().unwrap(), "-o", b.to_str().unwrap(), "--quiet"]).args(common).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for f in ["p.npz", "p.depth.png", "p.normal.png", "p.mask.png"] {
+            let (x, y) = (std::fs::read(a.join(f)).unwrap(), std::fs::read(b.join(f)).unwrap());
+            assert!(x == y, "{precision}: {f} differs between predict and batch");
+        }
+        by_precision.push(std::fs::read(a.join("p.npz")).unwrap());
+    }
+    // The option is honoured: bf16 is not f32, and auto is what this CPU's default says.
+    assert_ne!(by_precision[0], by_precision[1], "--precision bf16 gave the f32 numbers");
+    let auto_is_bf16 = moge::model::cpu::bf16::available();
+    assert_eq!(by_precision[2], by_precision[if auto_is_bf16 { 1 } else { 0 }]);
+}
+
+/// Runs `moge ARGS` with its stdout read for `keep` lines and then closed, as `| head -N` does.
+/// Returns (exit code, stderr). Bounded: the command is killed after 120 s.
+fn with_closed_stdout(args: &[&str], keep: usize) -> (i32, String) {
+    let mut child = moge().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    {
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        for _ in 0..keep {
+            line.clear();
+            if out.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+    } // the reader goes away here
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("moge {args:?} did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status.code().unwrap_or(-1), err.join().unwrap())
+}
+
+fn photos(dir: &Path, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("img{i}.png"));
+            std::fs::copy(fixtures().join("images/rgb_64x48.png"), &p).unwrap();
+            p.to_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn no_command_panics_on_a_closed_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let imgs = photos(dir.path(), 3);
+    let w = fixtures().join("tiny_normal.pt");
+    let w = w.to_str().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let tiny = ["--weights", w, "--num-tokens", "100"];
+
+    // predict a b c | head -1: the first line is read, every photo is still done.
+    let mut args = vec!["predict"];
+    args.extend(imgs.iter().map(String::as_str));
+    args.extend(["-o", o]);
+    args.extend(tiny);
+    let (code, err) = with_closed_stdout(&args, 1);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for i in 0..3 {
+        assert!(out.join(format!("img{i}.npz")).is_file(), "img{i}.npz was not written");
+    }
+
+    let photos_dir = dir.path().to_str().unwrap().to_owned();
+    let out2 = dir.path().join("out2");
+    let cases: Vec<(Vec<&str>, usize, i32)> = vec![
+        (vec!["batch", &photos_dir, "-o", out2.to_str().unwrap(), "--json", "--quiet"], 0, 0),
+        (vec!["bench", "--runs", "1", "--size", "64x48"], 1, 0),
+        (vec!["info"], 1, 0),
+        (vec!["info", "--json"], 0, 0),
+        (vec!["--help"], 0, 0),
+        (vec!["predict", "--help"], 1, 0),
+        (vec!["--version"], 0, 0),
+    ];
+    for (mut args, keep, want) in cases {
+        if args[0] == "bench" {
+            args.extend(tiny);
+        }
+        if args[0] == "batch" {
+            args.extend(tiny);
+        }
+        let (code, err) = with_closed_stdout(&args, keep);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(code, want, "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(&out2).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "npz")).count(), 3);
+}
+
+#[test]
+fn a_closed_stderr_does_not_panic_either() {
+    // moge batch dir 2>&1 | head -1, where the failures go to stderr.
+    let dir = tempfile::tempdir().unwrap();
+    photos(dir.path(), 2);
+    std::fs::write(dir.path().join("bad.png"), b"not a png at all").unwrap();
+    let w = fixtures().join("tiny_normal.pt");
+    let mut child = moge()
+        .args(["batch", dir.path().to_str().unwrap(), "-o", dir.path().join("o").to_str().unwrap(), "--num-tokens", "100", "--weights"])
+        .arg(&w)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "batch did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(1), "one bad input: exit 1, not a panic (101)");
+    assert!(dir.path().join("o/img0.npz").is_file() && dir.path().join("o/img1.npz").is_file());
+}
