@@ -82,7 +82,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --no-compress --no-exif --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -137,6 +137,10 @@ _moge() {
                     return 0
                     ;;
                 --edge-rtol)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-megapixels)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -388,7 +392,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --no-compress --no-exif --help"
+            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --no-compress --no-exif --max-megapixels --allow-truncated --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -439,6 +443,10 @@ _moge() {
                     return 0
                     ;;
                 --edge-rtol)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-megapixels)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -56,10 +56,12 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Store npz arrays uncompressed (larger files, faster writes)'
-complete -c moge -n "__fish_moge_using_subcommand predict" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
 complete -c moge -n "__fish_moge_using_subcommand predict" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l from-list -d 'Also read image paths from FILE, one per line (\'-\' for stdin; \'#\' starts a comment)' -r -F
 complete -c moge -n "__fish_moge_using_subcommand batch" -s o -l output -d 'Output directory: DIR/sub/x.jpg gives OUT/sub/x.<kind>' -r -F
@@ -84,6 +86,7 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
 stretch\t'Stretch onto the canvas, resample the outputs back'"
@@ -94,6 +97,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l no-mask -d 'Keep inv
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Store npz arrays uncompressed (larger files, faster writes)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l skip-existing -d 'Skip photos whose requested outputs all exist (resume an interrupted run)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -s q -l quiet -d 'No progress bar and no summary (errors are still printed)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l json -d 'Print one JSON line per photo on stdout: input, status, outputs, timings, error'

@@ -457,9 +457,9 @@ fn build_tree(root: &Path) -> (Vec<PathBuf>, Vec<(PathBuf, &'static str)>) {
     put("empty.png", b"", "empty file");
     let mut png = Vec::new();
     photo(40, 30, 9).write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
-    put("truncated.png", &png[..png.len() / 2], "cannot decode");
-    put("corrupt.jpg", &[0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], "cannot decode");
-    put("sub/text.png", b"this is a text file, not a PNG", "cannot decode");
+    put("truncated.png", &png[..png.len() / 2], "truncated PNG");
+    put("corrupt.jpg", &[0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], "JPEG");
+    put("sub/text.png", b"this is a text file, not a PNG", "not an image");
     // A BMP header that claims 30000 x 30000 pixels (data absent).
     let mut bmp = b"BM".to_vec();
     for v in [54u32 + 16, 0, 54, 40, 30000, 30000] {

@@ -31,6 +31,7 @@ What it writes (all CPU, fp32, ``model.eval()``, ``torch.set_num_threads(2)``):
 * ``fixtures/numerics.npz``: pos-embed bicubic interpolation (first 16 channels only), antialiased/plain
   bilinear, linspace, nearest (the 700x900 arange source of ``nn_big_out`` is not stored: value = row*900 + col).
 * ``fixtures/synth_check.json``: values of the synthetic-weight rule for the Rust twin (``tests/common/synth.rs``).
+* ``fuzz/corpus/decode/``: small photos in every format and variant (Pillow), seeds of the decode fuzz target.
 
 Keys of a case file (H, W = image size):
   image_u8 (H,W,3 u8, RGB as cv2.imread+cvtColor decoded it), points (H,W,3), depth (H,W), normal (H,W,3, if the
@@ -257,6 +258,41 @@ def make_images() -> None:
     cv2.imwrite(str(out / "rgb16_48x36.png"), rgb16[..., ::-1])
     tiny = _smooth_rgb(rng, 8, 8, noise=25.0).astype(np.uint8)
     cv2.imwrite(str(out / "tiny_8x8.png"), tiny[..., ::-1])
+
+
+def make_corpus() -> None:
+    """``fuzz/corpus/decode/``: small photos in every format and variant the decoders see in the
+    wild, written by Pillow (libjpeg, libpng, libwebp, libtiff): the seeds of the image fuzz target
+    and of the CI replay test, and the whole files the truncation tests cut short."""
+    from PIL import Image
+
+    out = HERE / "fuzz" / "corpus" / "decode"
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(20241130)
+    rgb = _smooth_rgb(rng, 48, 64).astype(np.uint8)
+    im = Image.fromarray(rgb)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 CW to view
+    exif[0x010F] = "moge-test"
+    im.save(out / "baseline_exif6.jpg", quality=90, exif=exif.tobytes())
+    im.save(out / "progressive.jpg", quality=85, progressive=True)
+    im.save(out / "restart_markers.jpg", quality=80, restart_marker_blocks=2)
+    im.save(out / "subsampling_444.jpg", quality=95, subsampling=0)
+    im.convert("L").save(out / "gray.jpg", quality=90)
+    im.convert("CMYK").save(out / "cmyk.jpg", quality=90)
+    im.save(out / "rgb.png")
+    im.convert("P", palette=Image.Palette.ADAPTIVE, colors=32).save(out / "palette.png")
+    Image.fromarray((rgb.astype(np.uint16) * 257)[..., 0]).save(out / "gray16.png")
+    rgba = np.dstack([rgb, np.linspace(0, 255, 64, dtype=np.uint8)[None, :].repeat(48, 0)])
+    Image.fromarray(rgba).save(out / "rgba.png")
+    im.save(out / "lossy.webp", quality=80)
+    im.save(out / "lossless.webp", lossless=True)
+    Image.fromarray(rgba).save(out / "alpha.webp", quality=80)
+    im.save(out / "raw.tif")
+    im.save(out / "lzw.tif", compression="tiff_lzw")
+    im.save(out / "deflate.tif", compression="tiff_adobe_deflate")
+    im.save(out / "rgb24.bmp")
+    Image.fromarray(rgba).save(out / "rgba32.bmp")
 
 
 def load_image(path: Path):
@@ -531,13 +567,15 @@ def make_synth_check() -> None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None,
-                    choices=["images", "checkpoints", "cases", "stages", "numerics", "synth_check"])
+                    choices=["images", "checkpoints", "cases", "stages", "numerics", "synth_check", "corpus"])
     args = ap.parse_args()
-    todo = set(args.only or ["images", "checkpoints", "cases", "stages", "numerics", "synth_check"])
+    todo = set(args.only or ["images", "checkpoints", "cases", "stages", "numerics", "synth_check", "corpus"])
     FIX.mkdir(parents=True, exist_ok=True)
 
     if "images" in todo:
         make_images()
+    if "corpus" in todo:
+        make_corpus()
     if "synth_check" in todo:
         make_synth_check()
     models = {}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::{InferArgs, ModelArgs, OutputArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
+use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
 use crate::pipeline::fit::{Canvas, FitMode};
 use crate::pipeline::inputs::{self, Shard};
 use crate::pipeline::run::{self, Config};
@@ -33,9 +33,8 @@ pub struct BatchArgs {
     pub infer: InferArgs,
     #[command(flatten)]
     pub out: OutputArgs,
-    /// Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation).
-    #[arg(long)]
-    pub no_exif: bool,
+    #[command(flatten)]
+    pub input: InputArgs,
     /// How photos meet the network: at their own aspect, or padded / stretched onto --canvas
     /// (one token grid for every photo); outputs always have the photo's size.
     #[arg(long, value_enum, default_value_t = FitMode::Exact)]
@@ -123,7 +122,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         quiet: args.quiet,
         json: args.json,
         stats: args.stats,
-        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, args.no_exif)
+        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());

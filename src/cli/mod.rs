@@ -79,6 +79,32 @@ impl OutputArgs {
     }
 }
 
+/// How photos are read (`predict` and `batch`).
+#[derive(Args, Debug, Clone)]
+pub struct InputArgs {
+    /// Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation).
+    #[arg(long)]
+    pub no_exif: bool,
+    /// Refuse images larger than this, from their header, before decoding (a small damaged or
+    /// hostile file can claim any size).
+    #[arg(long, value_name = "MP", default_value_t = 250.0, value_parser = parse_positive)]
+    pub max_megapixels: f32,
+    /// Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the
+    /// decoder), with a warning for each, instead of failing them.
+    #[arg(long)]
+    pub allow_truncated: bool,
+}
+
+impl InputArgs {
+    pub fn options(&self) -> crate::image_io::DecodeOptions {
+        crate::image_io::DecodeOptions {
+            apply_exif: !self.no_exif,
+            max_pixels: (self.max_megapixels as f64 * 1e6).round() as u64,
+            allow_truncated: self.allow_truncated,
+        }
+    }
+}
+
 /// Where the weights come from.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -201,7 +227,7 @@ pub fn pipeline_config(
     weights: PathBuf,
     infer: &InferArgs,
     out: &OutputArgs,
-    no_exif: bool,
+    input: &InputArgs,
 ) -> crate::pipeline::run::Config {
     crate::pipeline::run::Config {
         output: output.to_owned(),
@@ -209,7 +235,7 @@ pub fn pipeline_config(
         infer: infer.options(),
         fit: crate::pipeline::fit::FitMode::Exact,
         canvas: crate::pipeline::fit::Canvas { width: 1920, height: 1080 },
-        apply_exif: !no_exif,
+        decode: input.options(),
         jobs: 1,
         skip_existing: false,
         progress: false,

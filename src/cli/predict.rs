@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use super::{InferArgs, ModelArgs, OutputArgs, EXIT_OK, EXIT_SOME_FAILED};
+use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, EXIT_OK, EXIT_SOME_FAILED};
 use crate::pipeline::inputs;
 use crate::pipeline::run::{self, Status};
 
@@ -23,14 +23,13 @@ pub struct PredictArgs {
     pub infer: InferArgs,
     #[command(flatten)]
     pub out: OutputArgs,
-    /// Keep the raw pixel order of JPEG/TIFF files (do not apply the EXIF orientation).
-    #[arg(long)]
-    pub no_exif: bool,
+    #[command(flatten)]
+    pub input: InputArgs,
 }
 
 pub fn run(args: PredictArgs) -> Result<i32> {
     let (weights, model) = args.model.load()?;
-    let cfg = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, args.no_exif);
+    let cfg = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input);
     let mut failed = 0usize;
     // Each path is tried on its own, so that a missing or bad file gets its own error line.
     let mut list: Vec<inputs::Input> = args.images.iter().map(|p| inputs::file_input(p)).collect();
@@ -39,6 +38,9 @@ pub fn run(args: PredictArgs) -> Result<i32> {
         let rec = run::process_one(&model, &cfg, &input);
         match rec.status {
             Status::Ok => {
+                if let Some(w) = &rec.warning {
+                    crate::errln!("moge: warning: {w}");
+                }
                 let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
                 crate::outln!("{}: {} -> {}", input.path.display(), rec.summary.unwrap_or_default(), outs.join(", "));
             }

@@ -37,7 +37,7 @@ pub struct Config {
     pub infer: InferOptions,
     pub fit: FitMode,
     pub canvas: Canvas,
-    pub apply_exif: bool,
+    pub decode: crate::image_io::DecodeOptions,
     /// Host threads per host stage (decode, encode).
     pub jobs: usize,
     pub skip_existing: bool,
@@ -76,6 +76,8 @@ pub struct Record {
     pub saturated: usize,
     /// `Prediction::summary()` of a processed image.
     pub summary: Option<String>,
+    /// What was wrong with an input that was processed all the same (`--allow-truncated`).
+    pub warning: Option<String>,
 }
 
 /// Busy time per stage, summed over images (seconds).
@@ -123,6 +125,7 @@ struct Decoded {
     opts: InferOptions,
     prep: Prepared,
     timings: Timings,
+    warning: Option<String>,
 }
 
 struct Forwarded {
@@ -222,13 +225,14 @@ fn failed(input: &Input, err: &anyhow::Error, timings: Timings) -> Record {
         fatal: outputs::is_fatal_io(err),
         saturated: 0,
         summary: None,
+        warning: None,
     }
 }
 
 fn decode(model: &Model, cfg: &Config, input: &Input) -> Result<Decoded> {
     let mut timings = Timings::default();
     let t = Instant::now();
-    let photo = crate::image_io::load_rgb(&input.path, cfg.apply_exif)?;
+    let crate::image_io::Decoded { image: photo, warning } = crate::image_io::load_rgb_with(&input.path, &cfg.decode)?;
     timings.decode = ms(t);
     let t = Instant::now();
     let photo_size = (photo.width() as usize, photo.height() as usize);
@@ -239,7 +243,8 @@ fn decode(model: &Model, cfg: &Config, input: &Input) -> Result<Decoded> {
     let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens);
     timings.prepare = ms(t);
     let photo = cfg.outputs.needs_image().then_some(photo);
-    Ok(Decoded { input: input.clone(), photo, photo_size, placement, opts, prep, timings })
+    let warning = warning.map(|w| format!("{}: {w}", input.path.display()));
+    Ok(Decoded { input: input.clone(), photo, photo_size, placement, opts, prep, timings, warning })
 }
 
 fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> Result<Record> {
@@ -260,7 +265,7 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
             grid: d.prep.grid,
             fit: cfg.fit.name().into(),
             canvas: (cfg.fit != FitMode::Exact).then_some((cfg.canvas.width, cfg.canvas.height)),
-            exif_orientation: cfg.apply_exif,
+            exif_orientation: cfg.decode.apply_exif,
             fov_x_given: cfg.infer.fov_x,
         };
         Sidecar::new(d.input.path.display().to_string(), &pred, cfg.outputs.depth_png_scale, model_info, inference, timings.clone())
@@ -281,6 +286,7 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
         fatal: false,
         saturated,
         summary: Some(pred.summary()),
+        warning: d.warning,
     })
 }
 
@@ -370,6 +376,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
                             fatal: false,
                             saturated: 0,
                             summary: None,
+                            warning: None,
                         });
                         continue;
                     }
@@ -466,6 +473,9 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
                 st.postprocess += rec.timings.postprocess / 1e3;
                 st.write += rec.timings.write.unwrap_or(0.0) / 1e3;
             }
+            if let Some(w) = &rec.warning {
+                pb.suspend(|| crate::errln!("moge: warning: {w}"));
+            }
             if let Some(err) = &rec.error {
                 pb.suspend(|| crate::errln!("moge: {err}"));
                 if rec.fatal && summary.fatal.is_none() {
@@ -480,6 +490,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
                     "outputs": rec.outputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
                     "timings_ms": rec.timings,
                     "error": rec.error,
+                    "warning": rec.warning,
                 });
                 let mut out = stdout.lock();
                 // A closed stdout (`| head`) must not stop the batch.

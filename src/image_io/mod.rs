@@ -1,0 +1,162 @@
+//! Reading photos the way the upstream CLI does (`cv2.imread` + BGR→RGB): 8-bit RGB, gray
+//! replicated to three channels, alpha dropped (not composited), 16-bit reduced by keeping the
+//! high byte, EXIF orientation applied.
+
+mod integrity;
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use image::{DynamicImage, ImageDecoder, ImageReader, RgbImage};
+
+/// Smallest side accepted: below this the token grid and the 64x64 focal sampling degenerate.
+pub const MIN_SIDE: u32 = 8;
+/// Largest image accepted by default, in pixels: a header may claim any size, and a
+/// 1.3-gigapixel image would need >15 GB of outputs (`--max-megapixels` raises it).
+pub const MAX_PIXELS: u64 = 250_000_000;
+
+/// How photos are read.
+#[derive(Debug, Clone)]
+pub struct DecodeOptions {
+    /// Apply the EXIF orientation.
+    pub apply_exif: bool,
+    /// Refuse images with more pixels than this, before decoding them.
+    pub max_pixels: u64,
+    /// Decode truncated files as far as the decoder goes (a warning instead of an error).
+    pub allow_truncated: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        Self { apply_exif: true, max_pixels: MAX_PIXELS, allow_truncated: false }
+    }
+}
+
+/// A decoded photo, and what was wrong with the file when that was let through.
+#[derive(Debug)]
+pub struct Decoded {
+    pub image: RgbImage,
+    pub warning: Option<String>,
+}
+
+/// Decodes `path` into 8-bit RGB. Errors name the file and the reason.
+pub fn load_rgb(path: &Path, apply_exif: bool) -> Result<RgbImage> {
+    Ok(load_rgb_with(path, &DecodeOptions { apply_exif, ..Default::default() })?.image)
+}
+
+/// [`load_rgb`] with every option.
+pub fn load_rgb_with(path: &Path, opts: &DecodeOptions) -> Result<Decoded> {
+    read_and_decode(path, opts).with_context(|| format!("{}", path.display()))
+}
+
+fn read_and_decode(path: &Path, opts: &DecodeOptions) -> Result<Decoded> {
+    let meta = std::fs::metadata(path).context("cannot open")?;
+    if meta.is_dir() {
+        bail!("is a directory, not an image");
+    }
+    if meta.len() == 0 {
+        bail!("empty file");
+    }
+    // Whole, so that the structure can be checked before decoding (photos are a few MB).
+    let bytes = std::fs::read(path).context("cannot read")?;
+    decode_bytes(&bytes, opts)
+}
+
+/// Decodes an image file held in memory: the format from its first bytes, the file checked
+/// whole, the size checked against the limit before any pixel is decoded.
+pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions) -> Result<Decoded> {
+    if bytes.is_empty() {
+        bail!("empty file");
+    }
+    let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().context("cannot read")?;
+    let Some(format) = reader.format() else { bail!("not an image (unrecognised format)") };
+    let name = format.extensions_str().first().map(|e| e.to_uppercase()).unwrap_or_else(|| format!("{format:?}"));
+    let warning = match integrity::check(format, bytes) {
+        Ok(()) => None,
+        Err(why) if opts.allow_truncated => Some(format!("{why}; decoded anyway (--allow-truncated), missing parts filled in")),
+        Err(why) => bail!("{why}"),
+    };
+    let mut limits = image::Limits::default();
+    // 16-bit RGBA at the pixel limit, and the decoders' working buffers.
+    limits.max_alloc = Some(opts.max_pixels.saturating_mul(8).max(64 << 20));
+    let mut decoder = {
+        let mut r = reader;
+        r.limits(limits);
+        r.into_decoder().map_err(|e| decode_error(e, &name, bytes.len()))?
+    };
+    let (w, h) = decoder.dimensions();
+    let pixels = (w as u64) * (h as u64);
+    if pixels > opts.max_pixels {
+        bail!(
+            "image is {w}x{h} ({:.1} megapixels), over the limit of {} megapixels (--max-megapixels raises it)",
+            pixels as f64 / 1e6,
+            opts.max_pixels as f64 / 1e6
+        );
+    }
+    // The decoder allocates the whole image at once, and an allocation that fails aborts the
+    // process: ask first, so that a size beyond this machine is an error for this file only.
+    let need = decoder.total_bytes();
+    let mut probe: Vec<u8> = Vec::new();
+    if usize::try_from(need).map_or(true, |n| probe.try_reserve_exact(n).is_err()) {
+        bail!("image is {w}x{h}: decoding it needs {:.1} GB, more memory than can be had", need as f64 / 1e9);
+    }
+    drop(probe);
+    let orientation = if opts.apply_exif { decoder.orientation().ok() } else { None };
+    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(e, &name, bytes.len()))?;
+    if let Some(o) = orientation {
+        img.apply_orientation(o);
+    }
+    let rgb = to_rgb8(img);
+    if rgb.width() < MIN_SIDE || rgb.height() < MIN_SIDE {
+        bail!("image is {}x{}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}", rgb.width(), rgb.height());
+    }
+    Ok(Decoded { image: rgb, warning })
+}
+
+/// A decoder's error in words: running out of bytes is a truncated file.
+fn decode_error(e: image::ImageError, format: &str, len: usize) -> anyhow::Error {
+    use image::ImageError as E;
+    let eof = match &e {
+        E::IoError(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        E::Decoding(d) => {
+            let s = d.to_string().to_lowercase();
+            s.contains("end of file") || s.contains("eof") || s.contains("fill whole buffer")
+        }
+        _ => false,
+    };
+    match &e {
+        _ if eof => anyhow!("truncated {format}: image data ends at byte {len} ({e})"),
+        E::Limits(_) => anyhow!("cannot decode: {e} (the image needs more memory than the --max-megapixels limit allows)"),
+        E::Unsupported(_) => anyhow!("cannot decode: unsupported {format} variant ({e})"),
+        _ => anyhow!("damaged {format}: cannot decode ({e})"),
+    }
+}
+
+/// 8-bit RGB with OpenCV's conversions: 16-bit samples keep their high byte, float samples
+/// are scaled by 255 and saturated, alpha is ignored.
+pub fn to_rgb8(img: DynamicImage) -> RgbImage {
+    use DynamicImage as D;
+    let (w, h) = (img.width(), img.height());
+    let from16 = |src: &[u16], ch: usize, gray: bool| -> RgbImage {
+        let mut out = Vec::with_capacity((w * h * 3) as usize);
+        for px in src.chunks_exact(ch) {
+            if gray {
+                let v = (px[0] >> 8) as u8;
+                out.extend_from_slice(&[v, v, v]);
+            } else {
+                out.extend_from_slice(&[(px[0] >> 8) as u8, (px[1] >> 8) as u8, (px[2] >> 8) as u8]);
+            }
+        }
+        RgbImage::from_raw(w, h, out).expect("buffer size matches")
+    };
+    match img {
+        D::ImageRgb8(i) => i,
+        D::ImageLuma16(i) => from16(i.as_raw(), 1, true),
+        D::ImageLumaA16(i) => from16(i.as_raw(), 2, true),
+        D::ImageRgb16(i) => from16(i.as_raw(), 3, false),
+        D::ImageRgba16(i) => from16(i.as_raw(), 4, false),
+        // 8-bit gray, gray+alpha, RGBA, float: the crate's conversion replicates gray and
+        // drops alpha without compositing, as OpenCV does.
+        other => other.to_rgb8(),
+    }
+}
