@@ -31,7 +31,8 @@ What it writes (all CPU, fp32, ``model.eval()``, ``torch.set_num_threads(2)``):
 * ``fixtures/numerics.npz``: pos-embed bicubic interpolation (first 16 channels only), antialiased/plain
   bilinear, linspace, nearest (the 700x900 arange source of ``nn_big_out`` is not stored: value = row*900 + col).
 * ``fixtures/synth_check.json``: values of the synthetic-weight rule for the Rust twin (``tests/common/synth.rs``).
-* ``fuzz/corpus/decode/``: small photos in every format and variant (Pillow), seeds of the decode fuzz target.
+* ``fuzz/corpus/{decode,checkpoint_pt,checkpoint_pickle,checkpoint_safetensors}/``: small photos in every format and variant
+  (Pillow) and small checkpoints in every form torch writes, seeds of the fuzz targets.
 
 Keys of a case file (H, W = image size):
   image_u8 (H,W,3 u8, RGB as cv2.imread+cvtColor decoded it), points (H,W,3), depth (H,W), normal (H,W,3, if the
@@ -293,6 +294,43 @@ def make_corpus() -> None:
     im.save(out / "deflate.tif", compression="tiff_adobe_deflate")
     im.save(out / "rgb24.bmp")
     Image.fromarray(rgba).save(out / "rgba32.bmp")
+
+
+def make_checkpoint_corpus() -> None:
+    """``fuzz/corpus/checkpoint_pt/`` and ``checkpoint_safetensors/``: small checkpoints written
+    by torch itself (a few tensors each: float32, float16, bfloat16, a transposed view, an
+    ``nn.Parameter``, an ``OrderedDict`` with ``_metadata``), seeds of the checkpoint fuzz targets.
+    They do not bind to a model; the loader's reading of every form is what is fuzzed."""
+    from safetensors.torch import save as st_save
+
+    cfg = CHECKPOINTS["random_normal"]["config"]
+    g = torch.Generator().manual_seed(SEED)
+    out = HERE / "fuzz" / "corpus" / "checkpoint_pt"
+    out.mkdir(parents=True, exist_ok=True)
+    lin = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(3, 4, generator=g))
+    sd = lin.state_dict()
+    torch.save({"model_config": cfg, "model": sd}, out / "state_dict.pt")
+    torch.save({"model_config": cfg, "model": {"w": torch.randn(2, 3, generator=g).half(),
+                                                 "b": torch.randn(3, generator=g).bfloat16()}}, out / "half_bf16.pt")
+    base = torch.randn(3, 5, generator=g)
+    torch.save({"model_config": cfg, "model": {"t": base.t(), "row": base[1], "p": torch.nn.Parameter(base[:2, 1:3])}},
+               out / "views_param.pt")
+    torch.save(sd, out / "bare_state_dict.pt")
+    # The same pickles alone, for the target that wraps a data.pkl in an archive of its own.
+    import zipfile
+    pk = HERE / "fuzz" / "corpus" / "checkpoint_pickle"
+    pk.mkdir(parents=True, exist_ok=True)
+    for f in sorted(out.glob("*.pt")):
+        with zipfile.ZipFile(f) as z:
+            name = next(n for n in z.namelist() if n.endswith("data.pkl"))
+            (pk / f"{f.stem}.pkl").write_bytes(z.read(name))
+    st = HERE / "fuzz" / "corpus" / "checkpoint_safetensors"
+    st.mkdir(parents=True, exist_ok=True)
+    blob = st_save({"encoder.image_mean": torch.tensor([[[[0.485]], [[0.456]], [[0.406]]]]),
+                    "w": torch.randn(2, 2, generator=g).half()})
+    (st / "small.bin").write_bytes(json.dumps(cfg).encode() + b"\0" + blob)
 
 
 def load_image(path: Path):
@@ -576,6 +614,7 @@ def main():
         make_images()
     if "corpus" in todo:
         make_corpus()
+        make_checkpoint_corpus()
     if "synth_check" in todo:
         make_synth_check()
     models = {}

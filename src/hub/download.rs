@@ -14,6 +14,7 @@ use hf_hub::Cache;
 use indicatif::{ProgressBar, ProgressStyle};
 use ureq::config::RedirectAuthHeaders;
 
+use super::answer::{read_head, range_continues, Head};
 use super::{is_sha256, sha256_file, Cached, ErrorKind, Fetched, Hub, HubError, Target, FILENAME};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,11 +33,6 @@ struct Remote {
     size: u64,
 }
 
-/// Blob names and commits from the server become file names: keep them plain.
-pub(super) fn is_safe_name(s: &str) -> bool {
-    !s.is_empty() && !s.starts_with('.') && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
-
 fn agent(max_redirects: u32) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_connect(Some(CONNECT_TIMEOUT))
@@ -51,17 +47,6 @@ fn agent(max_redirects: u32) -> ureq::Agent {
         .user_agent(concat!("moge/", env!("CARGO_PKG_VERSION")))
         .build()
         .into()
-}
-
-/// `huggingface_hub`'s ETag normalisation: drop a weak marker and the quotes.
-fn clean_etag(v: &str) -> String {
-    v.trim().trim_start_matches("W/").trim_matches('"').to_string()
-}
-
-/// `scheme://host[:port]` + an absolute path.
-fn join_origin(url: &str, path: &str) -> String {
-    let origin_end = url.find("://").and_then(|i| url[i + 3..].find('/').map(|j| i + 3 + j)).unwrap_or(url.len());
-    format!("{}{path}", &url[..origin_end])
 }
 
 pub(super) fn fetch(hub: &Hub, target: &Target) -> Result<Fetched, HubError> {
@@ -99,28 +84,13 @@ fn metadata(hub: &Hub, target: &Target) -> Result<Remote, HubError> {
     let agent = agent(0);
     for _ in 0..MAX_REDIRECTS {
         let resp = authorized(hub, agent.head(&url)).call().map_err(|e| unreachable(hub, target, &e))?;
-        let status = resp.status().as_u16();
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
-        if (300..400).contains(&status) {
-            if let Some(location) = header("location").filter(|l| l.starts_with('/')) {
-                url = join_origin(&url, location);
-                continue;
-            }
+        let headers = resp.headers();
+        match read_head(&url, resp.status().as_u16(), |name| headers.get(name).and_then(|v| v.to_str().ok())) {
+            Head::Redirect(next) => url = next,
+            Head::Status(status) => return Err(status_error(hub, target, status)),
+            Head::Bad(what) => return Err(bad_server(hub, target, &format!("answered {url} {what}"))),
+            Head::File { etag, commit, size } => return Ok(Remote { url, etag, commit, size }),
         }
-        if status >= 400 {
-            return Err(status_error(hub, target, status));
-        }
-        let missing = |what: &str| bad_server(hub, target, &format!("answered {url} without {what}"));
-        let commit = header("x-repo-commit").ok_or_else(|| missing("an X-Repo-Commit header"))?.to_string();
-        let etag = clean_etag(header("x-linked-etag").or_else(|| header("etag")).ok_or_else(|| missing("an ETag header"))?);
-        let size = header("x-linked-size")
-            .or_else(|| header("content-length"))
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or_else(|| missing("the file size (X-Linked-Size or Content-Length)"))?;
-        if !is_safe_name(&commit) || !is_safe_name(&etag) {
-            return Err(bad_server(hub, target, &format!("answered {url} with a commit '{commit}' or ETag '{etag}' that is not a plain name")));
-        }
-        return Ok(Remote { url, etag, commit, size });
     }
     Err(bad_server(hub, target, &format!("redirected {url} more than {MAX_REDIRECTS} times")))
 }
@@ -249,8 +219,9 @@ fn transfer(
     let status = resp.status().as_u16();
     match status {
         206 => {
-            let range = resp.headers().get("content-range").and_then(|v| v.to_str().ok()).unwrap_or("");
-            if !range.trim().starts_with(&format!("bytes {have}-")) {
+            let range = resp.headers().get("content-range").and_then(|v| v.to_str().ok());
+            if !range_continues(range, have) {
+                let range = range.unwrap_or("");
                 return Err(Stop::Fatal(bad_server(hub, target, &format!("answered a request for bytes {have}- with Content-Range '{range}'"))));
             }
         }
@@ -395,7 +366,7 @@ fn io_error(hub: &Hub, path: &Path, e: std::io::Error) -> HubError {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::answer::{clean_etag, is_safe_name, join_origin};
 
     #[test]
     fn etags_are_normalised_like_huggingface_hub() {

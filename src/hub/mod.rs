@@ -11,6 +11,7 @@
 //! (`download.rs` says why) so that a file is checked against the hub's sha256 before it
 //! becomes visible, and so that `HF_HUB_OFFLINE` is honoured.
 
+pub mod answer;
 mod download;
 
 use std::fmt;
@@ -150,7 +151,7 @@ impl Hub {
             let r = std::fs::read_to_string(self.repo_dir(target.repo).join("refs").join(&target.revision)).ok()?;
             r.trim().to_string()
         };
-        if !download::is_safe_name(&commit) {
+        if !answer::is_safe_name(&commit) {
             return None;
         }
         let path = Cache::new(self.cache_dir.clone()).repo(target.hf_repo()).pointer_path(&commit).join(FILENAME);

@@ -14,6 +14,8 @@ pub struct Weights {
     requested: Vec<(String, Vec<usize>)>,
     missing: Vec<String>,
     mismatched: Vec<String>,
+    /// Elements of the zeros handed out for missing or misshapen tensors.
+    placeholder_elems: usize,
     device: Device,
     dtype: DType,
     pub precision: super::Precision,
@@ -21,7 +23,7 @@ pub struct Weights {
 
 impl Weights {
     pub fn new(tensors: HashMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
-        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], device: device.clone(), dtype, precision: super::Precision::F32 }
+        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], placeholder_elems: 0, device: device.clone(), dtype, precision: super::Precision::F32 }
     }
 
     /// The tensor `key` moved to the model device, checked against `shape`. A missing or
@@ -31,18 +33,32 @@ impl Weights {
         match self.tensors.get(key) {
             None => {
                 self.missing.push(format!("{key} {shape:?}"));
-                Ok(Tensor::zeros(shape, self.dtype, &self.device)?)
+                self.placeholder(key, shape)
             }
             Some(t) if t.dims() != shape => {
                 self.mismatched.push(format!("{key}: checkpoint {:?}, model {shape:?}", t.dims()));
                 self.used.insert(key.to_owned());
-                Ok(Tensor::zeros(shape, self.dtype, &self.device)?)
+                self.placeholder(key, shape)
             }
             Some(t) => {
                 self.used.insert(key.to_owned());
                 Ok(t.to_device(&self.device)?.to_dtype(self.dtype)?)
             }
         }
+    }
+
+    /// Zeros standing in for a tensor the checkpoint lacks. Their shapes come from the
+    /// `model_config`, which is the user's file too: a damaged one may ask for any size, so
+    /// the stand-ins together are capped at ViT-L's size (a real mismatch lists everything
+    /// long before that).
+    fn placeholder(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
+        const MAX_PLACEHOLDER_ELEMS: usize = 400_000_000;
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        self.placeholder_elems = n.and_then(|n| self.placeholder_elems.checked_add(n)).unwrap_or(usize::MAX);
+        if self.placeholder_elems > MAX_PLACEHOLDER_ELEMS {
+            bail!("the model_config asks for {key} of shape {shape:?}, far beyond any MoGe-2 model: the configuration is damaged");
+        }
+        Ok(Tensor::zeros(shape, self.dtype, &self.device)?)
     }
 
     /// Whether the CPU kernels should pre-pack this model's weights for bf16 products.

@@ -1,0 +1,5 @@
+#![no_main]
+
+include!("../targets.rs");
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checkpoint_pickle(data));
