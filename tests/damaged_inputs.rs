@@ -148,6 +148,8 @@ fn png_claiming(w: u32, h: u32) -> Vec<u8> {
 
 /// Runs `moge` and returns its output and its own peak RSS in MiB (wait4's rusage).
 fn run_measured(args: &[&str]) -> (i32, String, f64) {
+    // Reaped by wait4 below, which also gives its rusage.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(env!("CARGO_BIN_EXE_moge"))
         .args(args)
         .args(["--num-tokens", "100", "--weights"])

@@ -109,7 +109,7 @@ fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
 /// failed (saved under the target dir for a rerun).
 fn replay(target: &str, seeds: &[(String, Vec<u8>)], per_seed: usize, f: fn(&[u8])) {
     assert!(!seeds.is_empty(), "{target}: no corpus");
-    let mut rng = Rng(0x6D6F_6765_0000_0001 ^ target.len() as u64 * 0x9E37_79B9);
+    let mut rng = Rng(0x6D6F_6765_0000_0001 ^ (target.len() as u64 * 0x9E37_79B9));
     let mut faults = Vec::new();
     let mut ran = 0usize;
     let check = |name: String, input: Vec<u8>, faults: &mut Vec<String>| {

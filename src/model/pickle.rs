@@ -62,6 +62,8 @@ impl Value {
     }
 }
 
+type Pairs = Vec<(Value, Value)>;
+
 /// A value on the stack or in the memo, with its nesting depth and size in values.
 #[derive(Clone)]
 struct Item {
@@ -178,8 +180,9 @@ impl<'a> Machine<'a> {
         Item { v: make(items.into_iter().map(|i| i.v).collect()), depth, size }
     }
 
-    fn pairs(items: Vec<Item>) -> Result<(Vec<(Value, Value)>, u32, u64)> {
-        if items.len() % 2 != 0 {
+    /// Key-value pairs from alternating items, with their depth and size.
+    fn pairs(items: Vec<Item>) -> Result<(Pairs, u32, u64)> {
+        if !items.len().is_multiple_of(2) {
             bail!("an odd number of values for a dict");
         }
         let depth = items.iter().map(|i| i.depth).max().unwrap_or(0);
