@@ -82,7 +82,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -140,6 +140,10 @@ _moge() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --npz-compression)
+                    COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
+                    return 0
+                    ;;
                 --max-megapixels)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -172,7 +176,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -216,6 +220,22 @@ _moge() {
                     ;;
                 --fov-x)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis" -- "${cur}"))
+                    return 0
+                    ;;
+                --depth-scale)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --edge-rtol)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --npz-compression)
+                    COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -392,7 +412,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --no-compress --no-exif --max-megapixels --allow-truncated --help"
+            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --no-compress --no-exif --max-megapixels --allow-truncated --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -444,6 +464,10 @@ _moge() {
                     ;;
                 --edge-rtol)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --npz-compression)
+                    COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
                     return 0
                     ;;
                 --max-megapixels)

@@ -56,10 +56,13 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d 'How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
+small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
-complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Store npz arrays uncompressed (larger files, faster writes)'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
 complete -c moge -n "__fish_moge_using_subcommand predict" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -86,6 +89,9 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d 'How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
+small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
@@ -95,7 +101,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -s j -l jobs -d 'Host t
 complete -c moge -n "__fish_moge_using_subcommand batch" -l shard -d 'Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash of its output path), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
-complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Store npz arrays uncompressed (larger files, faster writes)'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l skip-existing -d 'Skip photos whose requested outputs all exist (resume an interrupted run)'
@@ -118,9 +124,23 @@ bf16\t'bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times fast
 complete -c moge -n "__fish_moge_using_subcommand bench" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the seed system\'s npz (points, depth, normal, mask, intrinsics, ...)'
+png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
+json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
+exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
+ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
+glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
+complete -c moge -n "__fish_moge_using_subcommand bench" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d 'How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
+small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l host-only -d 'Time only the host stages (decode, prepare, postprocess, write --format) with one forward\'s output reused: what the host costs per image next to a fast device'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c moge -n "__fish_moge_using_subcommand download" -l model -d 'A published model to fetch; repeat for several [default: vitl-normal]' -r -f -a "vits-normal\t''
 vitb-normal\t''

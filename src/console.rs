@@ -11,12 +11,21 @@ static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Writes `args` and a newline to stdout; false once stdout is closed.
 pub fn out(args: std::fmt::Arguments) -> bool {
-    write_line(&mut std::io::stdout().lock(), &STDOUT_CLOSED, args)
+    match write_line(&mut std::io::stdout().lock(), &STDOUT_CLOSED, args) {
+        Ok(written) => written,
+        Err(e) => {
+            // Not a reader that left: a full disk behind `> file`, say. Said once, on stderr.
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                err(format_args!("moge: cannot write to standard output ({e}); its lines stop here"));
+            }
+            false
+        }
+    }
 }
 
 /// Writes `args` and a newline to stderr; false once stderr is closed.
 pub fn err(args: std::fmt::Arguments) -> bool {
-    write_line(&mut std::io::stderr().lock(), &STDERR_CLOSED, args)
+    write_line(&mut std::io::stderr().lock(), &STDERR_CLOSED, args).unwrap_or(false)
 }
 
 /// Whether a write to stdout has found it closed.
@@ -24,17 +33,17 @@ pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 
-fn write_line(w: &mut impl Write, closed: &AtomicBool, args: std::fmt::Arguments) -> bool {
+/// Ok(false) when the stream was closed before; the first failure (EPIPE, EBADF, a full disk
+/// behind a redirect) closes it and is returned. The work is not stopped for it.
+fn write_line(w: &mut impl Write, closed: &AtomicBool, args: std::fmt::Arguments) -> std::io::Result<bool> {
     if closed.load(Ordering::Relaxed) {
-        return false;
+        return Ok(false);
     }
-    // Any failure (EPIPE, EBADF, a full disk behind a redirect) ends printing to that stream;
-    // the work is not stopped for it.
     match w.write_fmt(args).and_then(|_| w.write_all(b"\n")).and_then(|_| w.flush()) {
-        Ok(()) => true,
-        Err(_) => {
+        Ok(()) => Ok(true),
+        Err(e) => {
             closed.store(true, Ordering::Relaxed);
-            false
+            Err(e)
         }
     }
 }
@@ -70,13 +79,13 @@ mod tests {
     #[test]
     fn a_closed_stream_stops_printing_without_panic() {
         let flag = AtomicBool::new(false);
-        assert!(!write_line(&mut Closed, &flag, format_args!("a {}", 1)));
+        assert_eq!(write_line(&mut Closed, &flag, format_args!("a {}", 1)).unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
         assert!(flag.load(Ordering::Relaxed));
         let mut v = Vec::new();
-        assert!(!write_line(&mut v, &flag, format_args!("b")), "stays closed");
+        assert!(!write_line(&mut v, &flag, format_args!("b")).unwrap(), "stays closed");
         assert!(v.is_empty());
         let open = AtomicBool::new(false);
-        assert!(write_line(&mut v, &open, format_args!("c {}", 2)));
+        assert!(write_line(&mut v, &open, format_args!("c {}", 2)).unwrap());
         assert_eq!(v, b"c 2\n");
     }
 }

@@ -956,7 +956,7 @@ fn a_full_disk_stops_the_batch_and_leaves_only_whole_files() {
         }
     }
     let _guard = Unmount(&out);
-    let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--no-compress", "--jobs", "1"]);
+    let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--npz-compression", "none", "--jobs", "1"]);
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("moge: stopped:") && stderr.contains(".npz"), "{stderr}");

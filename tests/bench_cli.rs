@@ -46,3 +46,32 @@ fn bench_table_states_the_conditions() {
     assert!(s.contains("median") && s.contains("p90") && s.contains("peak memory"), "{s}");
     assert!(!s.contains("normal_head"), "no normal head in this model: {s}");
 }
+
+#[test]
+fn host_only_times_each_host_stage_of_the_requested_formats() {
+    let run = |formats: &str| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_moge"))
+            .args(["bench", "--host-only", "--runs", "3", "--size", "320x240", "--num-tokens", "200", "--json", "--format", formats, "--weights"])
+            .arg(fixtures().join("tiny_normal.pt"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = run("npz,png,json");
+    assert_eq!(v["mode"], "host-only");
+    assert_eq!(v["image_size"], serde_json::json!([320, 240]));
+    assert_eq!(v["formats"], serde_json::json!(["npz", "png", "json"]));
+    let st = &v["stages"];
+    let med = |s: &str| st[s]["median_ms"].as_f64().unwrap_or_else(|| panic!("{s} missing: {v}"));
+    for s in ["decode", "prepare", "postprocess", "write", "host total"] {
+        assert!(med(s) > 0.0, "{s}: {v}");
+        assert!(st[s]["min_ms"].as_f64().unwrap() <= med(s) && med(s) <= st[s]["p90_ms"].as_f64().unwrap());
+    }
+    // The total is the stages' sum per round (medians of sums need not add up exactly).
+    let min_sum: f64 = ["decode", "prepare", "postprocess", "write"].iter().map(|s| st[*s]["min_ms"].as_f64().unwrap()).sum();
+    assert!(st["host total"]["min_ms"].as_f64().unwrap() >= min_sum * 0.999);
+    // Writing more formats costs more than writing fewer of the same maps.
+    let lone = run("json");
+    assert!(lone["stages"]["write"]["min_ms"].as_f64().unwrap() < st["write"]["min_ms"].as_f64().unwrap(), "{lone} vs {v}");
+}

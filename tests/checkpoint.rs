@@ -260,3 +260,41 @@ fn a_data_parallel_prefix_is_removed() {
     let opts = InferOptions { num_tokens: Some(100), ..Default::default() };
     assert_eq!(a.infer(&img, &opts).unwrap().depth, b.infer(&img, &opts).unwrap().depth);
 }
+
+fn corpus_pt(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus/checkpoint_pt").join(name)
+}
+
+#[test]
+fn a_state_dict_saved_under_two_keys_is_read_whole_under_both() {
+    // torch.save({'ema': sd, 'model': sd}): the second is a memo reference to the first,
+    // which the pickle memoized while it was still empty.
+    let ck = Checkpoint::read(&corpus_pt("shared_ema.pt")).unwrap();
+    let mut keys: Vec<&String> = ck.tensors.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["bias", "weight"]);
+    assert_eq!(ck.tensors["weight"].dims(), &[3, 4]);
+}
+
+#[test]
+fn views_that_repeat_storage_are_refused_by_name() {
+    let msg = match Checkpoint::read(&corpus_pt("expanded.pt")) {
+        Ok(_) => panic!("an expanded view loaded"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(msg.contains("expanded.pt") && msg.contains("e: ") && msg.contains("repeat"), "{msg}");
+}
+
+#[test]
+fn views_and_parameters_are_read_through_their_strides() {
+    // views_param.pt: t = base.t(), row = base[1], p = Parameter(base[:2, 1:3]), base 3x5.
+    let ck = Checkpoint::read(&corpus_pt("views_param.pt")).unwrap();
+    let t = ck.tensors["t"].to_vec2::<f32>().unwrap();
+    let row = ck.tensors["row"].to_vec1::<f32>().unwrap();
+    let p = ck.tensors["p"].to_vec2::<f32>().unwrap();
+    assert_eq!((t.len(), t[0].len()), (5, 3));
+    for j in 0..5 {
+        assert_eq!(t[j][1], row[j], "t = base.t(), row = base[1]");
+    }
+    assert_eq!(p, vec![vec![t[1][0], t[2][0]], vec![t[1][1], t[2][1]]]);
+}

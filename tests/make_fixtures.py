@@ -318,6 +318,10 @@ def make_checkpoint_corpus() -> None:
     torch.save({"model_config": cfg, "model": {"t": base.t(), "row": base[1], "p": torch.nn.Parameter(base[:2, 1:3])}},
                out / "views_param.pt")
     torch.save(sd, out / "bare_state_dict.pt")
+    # One state dict under two keys: pickle writes the second as a memo reference.
+    torch.save({"model_config": cfg, "ema": sd, "model": sd}, out / "shared_ema.pt")
+    # A broadcast view (stride 0) repeats storage elements.
+    torch.save({"model_config": cfg, "model": {"e": torch.arange(3.0).expand(4, 3)}}, out / "expanded.pt")
     # The same pickles alone, for the target that wraps a data.pkl in an archive of its own.
     import zipfile
     pk = HERE / "fuzz" / "corpus" / "checkpoint_pickle"

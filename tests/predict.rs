@@ -115,3 +115,45 @@ fn usage_errors_exit_2() {
     let out = moge().args(["predict", "x.png", "--precision", "f8"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn every_npz_compression_reads_back_the_same_arrays() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = fixtures().join("images/rgb_64x48.png");
+    let mut files = Vec::new();
+    for (how, flag) in [("none", "--npz-compression=none"), ("fast", "--npz-compression=fast"), ("small", "--npz-compression=small"), ("alias", "--no-compress")] {
+        let out_dir = dir.path().join(how);
+        let out = moge()
+            .args(["predict", img.to_str().unwrap(), "--weights"])
+            .arg(fixtures().join("tiny_normal.pt"))
+            .args(["--num-tokens", "300", "--precision", "f32", flag, "-o"])
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{how}: {}", String::from_utf8_lossy(&out.stderr));
+        files.push((how, out_dir.join("rgb_64x48.npz")));
+    }
+    let arrays = |p: &std::path::Path| {
+        let mut z = Npz::open(p);
+        (z.vec_f32("points"), z.vec_f32("depth"), z.vec_f32("normal"), z.u8("mask").iter().copied().collect::<Vec<u8>>(), z.vec_f32("intrinsics"))
+    };
+    let want = arrays(&files[0].1);
+    for (how, p) in &files[1..] {
+        let got = arrays(p);
+        assert!(got.0.iter().zip(&want.0).all(|(a, b)| a.to_bits() == b.to_bits()), "{how}: points differ");
+        assert_eq!((&got.3, &got.4), (&want.3, &want.4), "{how}");
+        assert!(got.1.iter().zip(&want.1).all(|(a, b)| a.to_bits() == b.to_bits()) && got.2 == want.2, "{how}");
+    }
+    // How each is stored: plain entries for none (and its old spelling), deflate otherwise.
+    let methods = |p: &std::path::Path| {
+        let mut z = zip::ZipArchive::new(std::fs::File::open(p).unwrap()).unwrap();
+        (0..z.len()).map(|i| z.by_index(i).unwrap().compression()).collect::<Vec<_>>()
+    };
+    for (how, p) in &files {
+        let stored = matches!(*how, "none" | "alias");
+        assert!(methods(p).iter().all(|m| (*m == zip::CompressionMethod::Stored) == stored), "{how}: {:?}", methods(p));
+    }
+    let size = |i: usize| std::fs::metadata(&files[i].1).unwrap().len();
+    assert!(size(0) > size(1) && size(1) >= size(2), "none {} fast {} small {}", size(0), size(1), size(2));
+    assert_eq!(std::fs::read(&files[0].1).unwrap(), std::fs::read(&files[3].1).unwrap());
+}

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 
-use super::{InferArgs, ModelArgs, EXIT_OK};
+use super::{InferArgs, ModelArgs, OutputArgs, EXIT_OK};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -31,6 +31,12 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Time only the host stages (decode, prepare, postprocess, write --format) with one
+    /// forward's output reused: what the host costs per image next to a fast device.
+    #[arg(long)]
+    pub host_only: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -111,6 +117,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             p
         }
     };
+    if args.host_only {
+        return host_only(&args, &input, &tmp);
+    }
     let weights = args.model.checkpoint()?;
     let t0 = Instant::now();
     let model = args.model.load_from(&weights)?;
@@ -150,7 +159,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         lap2("resize+remap", &mut laps);
         let pred = crate::infer::postprocess(maps, w, h, prep.grid, &opts);
         lap2("focal/shift+projection", &mut laps);
-        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, true)?;
+        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, args.out.options().npz_compression)?;
         lap2("write npz", &mut laps);
         let total = start.elapsed();
         if run >= args.warmup {
@@ -251,3 +260,49 @@ fn tempdir() -> Result<PathBuf> {
     Ok(p)
 }
 
+
+/// `--host-only`: per-stage busy time of the host work for one photo, in milliseconds.
+fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -> Result<i32> {
+    use crate::pipeline::{inputs, run};
+    let (weights, model) = args.model.load()?;
+    let cfg = super::pipeline_config(&tmp.join("out"), &args.model, weights, &args.infer, &args.out, &Default::default());
+    std::fs::create_dir_all(&cfg.output)?;
+    let photo = inputs::file_input(input);
+    let timings = run::host_only(&model, &cfg, &photo, args.warmup as usize, args.runs as usize)?;
+    let (w, h) = image::image_dimensions(input).unwrap_or((0, 0));
+    let _ = std::fs::remove_dir_all(tmp);
+    let ms = |f: &dyn Fn(&crate::outputs::json::Timings) -> f64| Samples(timings.iter().map(|t| Duration::from_secs_f64(f(t) / 1e3)).collect());
+    let stages: Vec<(&str, Samples)> = vec![
+        ("decode", ms(&|t| t.decode)),
+        ("prepare", ms(&|t| t.prepare)),
+        ("postprocess", ms(&|t| t.postprocess)),
+        ("write", ms(&|t| t.write.unwrap_or(0.0))),
+        ("host total", ms(&|t| t.decode + t.prepare + t.postprocess + t.write.unwrap_or(0.0))),
+    ];
+    let formats: Vec<String> = args.out.format.iter().map(|f| format!("{f:?}").to_lowercase()).collect();
+    if args.json {
+        let st: serde_json::Map<String, serde_json::Value> = stages
+            .iter()
+            .map(|(n, s)| (n.to_string(), json!({"median_ms": s.median() * 1e3, "min_ms": s.min() * 1e3, "p90_ms": s.p90() * 1e3})))
+            .collect();
+        crate::outln!(
+            "{}",
+            json!({"mode": "host-only", "image_size": [w, h], "formats": formats, "npz_compression": format!("{:?}", cfg.outputs.npz_compression).to_lowercase(),
+                   "runs": args.runs, "threads": 1, "cpu": cpu_name(), "stages": st})
+        );
+        return Ok(EXIT_OK);
+    }
+    crate::outln!(
+        "host stages only, one thread, {w}x{h}, --format {} (npz {:?}), {} runs after {} warm-up ({}):",
+        formats.join(","),
+        cfg.outputs.npz_compression,
+        args.runs,
+        args.warmup,
+        cpu_name()
+    );
+    crate::outln!("{:<12} {:>10} {:>10} {:>10}", "stage", "median ms", "min ms", "p90 ms");
+    for (name, s) in &stages {
+        crate::outln!("{:<12} {:>10.1} {:>10.1} {:>10.1}", name, s.median() * 1e3, s.min() * 1e3, s.p90() * 1e3);
+    }
+    Ok(EXIT_OK)
+}

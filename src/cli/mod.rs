@@ -54,8 +54,11 @@ pub struct OutputArgs {
     /// Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb ('inf' keeps all).
     #[arg(long, value_name = "R", default_value_t = 0.04, value_parser = parse_positive)]
     pub edge_rtol: f32,
-    /// Store npz arrays uncompressed (larger files, faster writes).
-    #[arg(long)]
+    /// How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::Fast)]
+    pub npz_compression: crate::outputs::npz::Compression,
+    /// Same as --npz-compression none.
+    #[arg(long, hide = true, conflicts_with = "npz_compression")]
     pub no_compress: bool,
 }
 
@@ -74,7 +77,7 @@ impl OutputArgs {
             formats: self.format.clone(),
             depth_png_scale: self.depth_scale,
             edge_rtol: self.edge_rtol,
-            compress_npz: !self.no_compress,
+            npz_compression: if self.no_compress { crate::outputs::npz::Compression::None } else { self.npz_compression },
         }
     }
 }
@@ -93,6 +96,13 @@ pub struct InputArgs {
     /// decoder), with a warning for each, instead of failing them.
     #[arg(long)]
     pub allow_truncated: bool,
+}
+
+impl Default for InputArgs {
+    /// The command line's defaults.
+    fn default() -> Self {
+        Self { no_exif: false, max_megapixels: crate::image_io::MAX_PIXELS as f32 / 1e6, allow_truncated: false }
+    }
 }
 
 impl InputArgs {

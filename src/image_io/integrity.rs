@@ -38,7 +38,11 @@ fn jpeg(b: &[u8]) -> Result<(), String> {
             return Err(cut(seen_scan));
         }
         if b[pos] != 0xFF {
-            return Err(format!("damaged JPEG: no marker at byte {pos} (found 0x{:02X})", b[pos]));
+            // Stray bytes between segments: skipped, as libjpeg's next_marker does.
+            match memchr(0xFF, &b[pos..]) {
+                Some(i) => pos += i,
+                None => return Err(cut(seen_scan)),
+            }
         }
         while pos < n && b[pos] == 0xFF {
             pos += 1;
@@ -158,6 +162,17 @@ mod tests {
                 assert!(e.starts_with("truncated") || e.starts_with("damaged"), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn stray_bytes_between_jpeg_segments_are_skipped_as_libjpeg_does() {
+        let b = encoded(image::ImageFormat::Jpeg);
+        // After APP0 (or the first segment): 5 zero bytes.
+        let seg_end = 4 + u16::from_be_bytes([b[4], b[5]]) as usize;
+        let mut odd = b[..seg_end].to_vec();
+        odd.extend_from_slice(&[0; 5]);
+        odd.extend_from_slice(&b[seg_end..]);
+        assert_eq!(check(image::ImageFormat::Jpeg, &odd), Ok(()));
     }
 
     #[test]

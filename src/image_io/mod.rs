@@ -70,7 +70,11 @@ pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions) -> Result<Decoded> {
     }
     let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().context("cannot read")?;
     let Some(format) = reader.format() else { bail!("not an image (unrecognised format)") };
-    let name = format.extensions_str().first().map(|e| e.to_uppercase()).unwrap_or_else(|| format!("{format:?}"));
+    let name = match format {
+        image::ImageFormat::Jpeg => "JPEG".to_owned(),
+        image::ImageFormat::WebP => "WebP".to_owned(),
+        other => other.extensions_str().first().map(|e| e.to_uppercase()).unwrap_or_else(|| format!("{other:?}")),
+    };
     let warning = match integrity::check(format, bytes) {
         Ok(()) => None,
         Err(why) if opts.allow_truncated => Some(format!("{why}; decoded anyway (--allow-truncated), missing parts filled in")),
@@ -138,7 +142,7 @@ pub fn to_rgb8(img: DynamicImage) -> RgbImage {
     use DynamicImage as D;
     let (w, h) = (img.width(), img.height());
     let from16 = |src: &[u16], ch: usize, gray: bool| -> RgbImage {
-        let mut out = Vec::with_capacity((w * h * 3) as usize);
+        let mut out = Vec::with_capacity(w as usize * h as usize * 3);
         for px in src.chunks_exact(ch) {
             if gray {
                 let v = (px[0] >> 8) as u8;

@@ -73,6 +73,8 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// Largest `data.pkl` read (ViT-L's is about 100 KB).
 const MAX_PICKLE: u64 = 64 << 20;
+/// Most numbers in a state dict (ViT-L's holds about 0.33 billion).
+const MAX_ELEMENTS: usize = 2_000_000_000;
 
 type Loaded = (ModelConfig, HashMap<String, Tensor>);
 
@@ -95,9 +97,12 @@ fn read_torch_zip<R: Read + Seek>(reader: R) -> Result<Loaded> {
         let mut bytes = Vec::new();
         zip.by_name(&pkl_name)
             .context("cannot read data.pkl")?
-            .take(MAX_PICKLE)
+            .take(MAX_PICKLE + 1)
             .read_to_end(&mut bytes)
             .context("cannot read data.pkl")?;
+        if bytes.len() as u64 > MAX_PICKLE {
+            bail!("data.pkl is over {} MB: not a checkpoint's", MAX_PICKLE >> 20);
+        }
         pickle::parse(&bytes).context("data.pkl is not a readable checkpoint pickle")?
     };
     let Value::Dict(entries) = root else {
@@ -129,15 +134,20 @@ fn read_torch_zip<R: Read + Seek>(reader: R) -> Result<Loaded> {
 
     let Value::Dict(items) = state else { bail!("'model' is a {}, not a state dict", state.kind()) };
     let mut tensors = HashMap::with_capacity(items.len());
+    let mut elements = 0usize;
     for (name, value) in items {
         let Value::Str(key) = name else { bail!("the state dict has a {} key; expected names", name.kind()) };
         // A plain-dict copy of `state_dict()` may carry its per-module versions as an item.
         if key == "_metadata" && matches!(value, Value::Dict(_)) {
             continue;
         }
-        let t = tensor_ref(&value)
-            .map_err(|e| anyhow!("{key}: {e}"))
-            .and_then(|r| read_zip_tensor(&mut zip, &prefix, &r).with_context(|| format!("{key}: cannot read the tensor data")))?;
+        let r = tensor_ref(&value).map_err(|e| anyhow!("{key}: {e}"))?;
+        // Storages may be shared between keys; what they add up to is capped all the same.
+        elements = elements.saturating_add(r.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX));
+        if elements > MAX_ELEMENTS {
+            bail!("the state dict holds more than {MAX_ELEMENTS} numbers: far beyond any MoGe-2 model");
+        }
+        let t = read_zip_tensor(&mut zip, &prefix, &r).with_context(|| format!("{key}: cannot read the tensor data"))?;
         if tensors.insert(key.clone(), t).is_some() {
             bail!("{key}: appears twice in the state dict");
         }
@@ -243,10 +253,16 @@ fn read_zip_tensor<R: Read + Seek>(zip: &mut zip::ZipArchive<R>, prefix: &str, r
     if span > r.storage_len {
         bail!("the tensor reaches element {span} of a storage of {}", r.storage_len);
     }
+    // A view that repeats storage elements (an `expand`ed tensor) has more elements than its
+    // storage; state dicts hold none, and the count would not be bounded by the file.
+    if count > r.storage_len {
+        bail!("the tensor has {count} elements over a storage of {}: views that repeat elements are not supported", r.storage_len);
+    }
     let want = span.checked_mul(elem).ok_or_else(|| anyhow!("the storage is too large"))?;
     let name = format!("{prefix}data/{}", r.storage);
     let mut reader = zip.by_name(&name).with_context(|| format!("missing storage {name}"))?;
-    let mut bytes = Vec::with_capacity(want.min(reader.size() as usize));
+    // Sized from what the file claims only up to a point: the data itself must then arrive.
+    let mut bytes = Vec::with_capacity(want.min(reader.size() as usize).min(64 << 20));
     reader.by_ref().take(want as u64).read_to_end(&mut bytes)?;
     if bytes.len() < want {
         bail!("storage {name} holds {} bytes, the tensor needs {want}", bytes.len());

@@ -50,12 +50,12 @@ pub struct OutputOptions {
     pub depth_png_scale: f32,
     /// Relative depth jump that removes a pixel from the ply / glb (upstream `--threshold`).
     pub edge_rtol: f32,
-    pub compress_npz: bool,
+    pub npz_compression: npz::Compression,
 }
 
 impl Default for OutputOptions {
     fn default() -> Self {
-        Self { formats: vec![Format::Npz], depth_png_scale: 0.001, edge_rtol: 0.04, compress_npz: true }
+        Self { formats: vec![Format::Npz], depth_png_scale: 0.001, edge_rtol: 0.04, npz_compression: npz::Compression::default() }
     }
 }
 
@@ -171,7 +171,7 @@ pub fn write_all(
     for kind in planned_files(opts, pred.normal.is_some()) {
         let path = with_suffix(stem, kind.suffix());
         match kind {
-            FileKind::Npz => npz::write(&path, pred, opts.compress_npz)?,
+            FileKind::Npz => npz::write(&path, pred, opts.npz_compression)?,
             FileKind::DepthPng => {
                 png::write_depth(&path, pred, opts.depth_png_scale)?;
             }

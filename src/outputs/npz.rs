@@ -3,8 +3,8 @@
 //! intrinsics_pixels f32 (3,3), metric_scale / fov_x / fov_y f32 scalars (degrees).
 //!
 //! Each array is serialised as `.npy` by ndarray-npy and stored in the zip here, so that the
-//! deflate level can be chosen: level 1 writes several times faster than numpy's default
-//! (6) for float maps at a small cost in size, and any zip reader (numpy included) reads it.
+//! compression can be chosen ([`Compression`]); numpy (`np.load`) and any zip reader read every
+//! choice.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -18,19 +18,36 @@ use zip::{CompressionMethod, ZipWriter};
 use super::write_atomic;
 use crate::infer::Prediction;
 
-/// Deflate level of compressed npz files.
-pub const DEFLATE_LEVEL: i64 = 1;
+/// How the arrays are stored in the npz.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Compression {
+    /// Stored as they are (`np.savez`): the fastest to write and to read, the largest.
+    None,
+    /// Deflate level 1: float maps take several times less time than numpy's default level 6,
+    /// at a small cost in size.
+    #[default]
+    Fast,
+    /// Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest.
+    Small,
+}
 
-pub fn write(path: &Path, p: &Prediction, compress: bool) -> Result<()> {
+impl Compression {
+    fn zip_options(self) -> SimpleFileOptions {
+        let deflate = |level| SimpleFileOptions::default().compression_method(CompressionMethod::Deflated).compression_level(Some(level));
+        match self {
+            Compression::None => SimpleFileOptions::default().compression_method(CompressionMethod::Stored),
+            Compression::Fast => deflate(1),
+            Compression::Small => deflate(9),
+        }
+    }
+}
+
+pub fn write(path: &Path, p: &Prediction, compression: Compression) -> Result<()> {
     write_atomic(path, |f| {
         let (h, w) = (p.height, p.width);
         let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, f));
         let mut add = |name: &str, npy: Vec<u8>| -> Result<()> {
-            let opts = if compress {
-                SimpleFileOptions::default().compression_method(CompressionMethod::Deflated).compression_level(Some(DEFLATE_LEVEL))
-            } else {
-                SimpleFileOptions::default().compression_method(CompressionMethod::Stored)
-            };
+            let opts = compression.zip_options();
             // Zip64 only where needed (arrays of 4 GiB), so small files stay plain zip.
             zip.start_file(format!("{name}.npy"), opts.large_file(npy.len() as u64 >= u32::MAX as u64))?;
             zip.write_all(&npy)?;

@@ -290,6 +290,25 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
     })
 }
 
+/// The host stages alone, on one photo: one forward first, whose output is then reused, so
+/// that `warmup + runs` rounds of decode, prepare, postprocess and write measure what a device
+/// faster than this CPU would leave to the host (`moge bench --host-only`). Returns the timings
+/// of the timed rounds.
+pub fn host_only(model: &Model, cfg: &Config, input: &Input, warmup: usize, runs: usize) -> Result<Vec<Timings>> {
+    let first = decode(model, cfg, input)?;
+    let raw = model.forward(&first.prep).context("forward failed")?;
+    let sha = OnceLock::new();
+    let mut out = Vec::with_capacity(runs);
+    for round in 0..warmup + runs {
+        let d = decode(model, cfg, input)?;
+        let rec = encode(model, cfg, &sha, Forwarded { d, raw: raw.clone() })?;
+        if round >= warmup {
+            out.push(rec.timings);
+        }
+    }
+    Ok(out)
+}
+
 /// One image through every stage on the calling thread (`moge predict`).
 pub fn process_one(model: &Model, cfg: &Config, input: &Input) -> Record {
     install_panic_hook();
