@@ -10,7 +10,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::Result;
-use ndarray::{arr0, Array2, Array3};
+use ndarray::{arr0, Array2, ArrayView2, ArrayView3};
 use ndarray_npy::WriteNpyExt;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
@@ -46,32 +46,29 @@ pub fn write(path: &Path, p: &Prediction, compression: Compression) -> Result<()
     write_atomic(path, |f| {
         let (h, w) = (p.height, p.width);
         let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, f));
-        let mut add = |name: &str, npy: Vec<u8>| -> Result<()> {
-            let opts = compression.zip_options();
-            // Zip64 only where needed (arrays of 4 GiB), so small files stay plain zip.
-            zip.start_file(format!("{name}.npy"), opts.large_file(npy.len() as u64 >= u32::MAX as u64))?;
-            zip.write_all(&npy)?;
+        let opts = compression.zip_options();
+        // Each array is written by ndarray-npy straight into its zip entry from a view of the
+        // prediction's buffer (no copy); Zip64 only where needed (arrays of 4 GiB), so small
+        // files stay plain zip.
+        let mut add = |name: &str, bytes: usize, write: &dyn Fn(&mut ZipWriter<_>) -> Result<(), ndarray_npy::WriteNpyError>| -> Result<()> {
+            zip.start_file(format!("{name}.npy"), opts.large_file(bytes as u64 + 256 >= u32::MAX as u64))?;
+            write(&mut zip)?;
             Ok(())
         };
-        let npy = |a: &dyn Fn(&mut Vec<u8>) -> Result<(), ndarray_npy::WriteNpyError>| -> Result<Vec<u8>> {
-            let mut v = Vec::new();
-            a(&mut v)?;
-            Ok(v)
-        };
-        add("points", npy(&|v| Array3::from_shape_vec((h, w, 3), p.points.clone()).unwrap().write_npy(v))?)?;
-        add("depth", npy(&|v| Array2::from_shape_vec((h, w), p.depth.clone()).unwrap().write_npy(v))?)?;
+        add("points", 12 * h * w, &|z| ArrayView3::from_shape((h, w, 3), &p.points[..]).expect("points are H x W x 3").write_npy(z))?;
+        add("depth", 4 * h * w, &|z| ArrayView2::from_shape((h, w), &p.depth[..]).expect("depth is H x W").write_npy(z))?;
         if let Some(n) = &p.normal {
-            add("normal", npy(&|v| Array3::from_shape_vec((h, w, 3), n.clone()).unwrap().write_npy(v))?)?;
+            add("normal", 12 * h * w, &|z| ArrayView3::from_shape((h, w, 3), &n[..]).expect("normal is H x W x 3").write_npy(z))?;
         }
         let mask: Vec<u8> = p.mask.iter().map(|&m| m as u8).collect();
-        add("mask", npy(&|v| Array2::from_shape_vec((h, w), mask.clone()).unwrap().write_npy(v))?)?;
+        add("mask", h * w, &|z| ArrayView2::from_shape((h, w), &mask[..]).expect("mask is H x W").write_npy(z))?;
         let k = |m: [[f32; 3]; 3]| Array2::from_shape_fn((3, 3), |(i, j)| m[i][j]);
-        add("intrinsics", npy(&|v| k(p.intrinsics).write_npy(v))?)?;
-        add("intrinsics_pixels", npy(&|v| k(p.intrinsics_pixels()).write_npy(v))?)?;
+        add("intrinsics", 36, &|z| k(p.intrinsics).write_npy(z))?;
+        add("intrinsics_pixels", 36, &|z| k(p.intrinsics_pixels()).write_npy(z))?;
         let (fx, fy) = p.fov_degrees();
-        add("metric_scale", npy(&|v| arr0(p.metric_scale).write_npy(v))?)?;
-        add("fov_x", npy(&|v| arr0(fx).write_npy(v))?)?;
-        add("fov_y", npy(&|v| arr0(fy).write_npy(v))?)?;
+        add("metric_scale", 4, &|z| arr0(p.metric_scale).write_npy(z))?;
+        add("fov_x", 4, &|z| arr0(fx).write_npy(z))?;
+        add("fov_y", 4, &|z| arr0(fy).write_npy(z))?;
         zip.finish()?.flush()?;
         Ok(())
     })
