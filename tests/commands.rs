@@ -65,18 +65,23 @@ fn with_closed_stdout(args: &[&str], keep: usize) -> (i32, String) {
             }
         }
     } // the reader goes away here
+    let status = wait_bounded(&mut child, &format!("moge {args:?}"));
+    (status.code().unwrap_or(-1), err.join().unwrap())
+}
+
+/// Waits for `child`, killing it (and failing) after 120 s.
+fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
+    loop {
         if let Some(s) = child.try_wait().unwrap() {
-            break s;
+            return s;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("moge {args:?} did not finish within 120 s");
+            panic!("{what} did not finish within 120 s");
         }
         std::thread::sleep(Duration::from_millis(10));
-    };
-    (status.code().unwrap_or(-1), err.join().unwrap())
+    }
 }
 
 fn photos(dir: &Path, n: usize) -> Vec<String> {
@@ -152,14 +157,7 @@ fn a_closed_stderr_does_not_panic_either() {
         .spawn()
         .unwrap();
     drop(child.stderr.take());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "batch did not finish");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_bounded(&mut child, "batch");
     assert_eq!(status.code(), Some(1), "one bad input: exit 1, not a panic (101)");
     assert!(dir.path().join("o/img0.npz").is_file() && dir.path().join("o/img1.npz").is_file());
 }

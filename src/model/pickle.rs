@@ -113,6 +113,15 @@ struct Machine<'a> {
     created: u64,
 }
 
+/// Adds `n` to the values created so far, failing past the limit.
+fn charge(created: &mut u64, n: u64) -> Result<()> {
+    *created = created.saturating_add(n);
+    if *created > MAX_VALUES {
+        bail!("the pickle creates more than {MAX_VALUES} values: not a checkpoint");
+    }
+    Ok(())
+}
+
 /// Reads one pickle from `data` (which must end at or after its `STOP`).
 pub fn parse(data: &[u8]) -> Result<Value> {
     let mut m = Machine { data, pos: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), pointing: HashMap::new(), serials: 0, created: 0 };
@@ -164,11 +173,7 @@ impl<'a> Machine<'a> {
     }
 
     fn count(&mut self, n: u64) -> Result<()> {
-        self.created = self.created.saturating_add(n);
-        if self.created > MAX_VALUES {
-            bail!("the pickle creates more than {MAX_VALUES} values: not a checkpoint");
-        }
-        Ok(())
+        charge(&mut self.created, n)
     }
 
     fn push(&mut self, it: Item) -> Result<()> {
@@ -278,25 +283,18 @@ impl<'a> Machine<'a> {
     }
 
     fn memo_get(&mut self, id: u32) -> Result<()> {
+        // Paid for before the copy is made.
         let it = match self.memo.get(&id).ok_or_else(|| anyhow!("memo entry {id} was never stored"))? {
             Slot::Done(it) => {
-                let size = it.size;
-                self.count(size)?;
-                self.memo.get(&id).and_then(|s| if let Slot::Done(it) = s { Some(it.clone()) } else { None }).unwrap()
+                charge(&mut self.created, it.size)?;
+                it.clone()
             }
             Slot::OnStack(serial) => {
-                let serial = *serial;
-                // Still being filled: the object is on the stack (searching it is paid for).
-                let mut found = None;
-                for (steps, it) in self.stack.iter().rev().enumerate() {
-                    if it.serial == Some(serial) {
-                        found = Some((steps, it.size));
-                        break;
-                    }
-                }
-                let (steps, size) = found.ok_or_else(|| anyhow!("memo entry {id} refers to a value that is gone"))?;
-                self.count(steps as u64 + size)?;
+                // Still being filled: the object is on the stack (searching it is paid for too).
+                let steps = self.stack.iter().rev().position(|it| it.serial == Some(*serial));
+                let steps = steps.ok_or_else(|| anyhow!("memo entry {id} refers to a value that is gone"))?;
                 let at = self.stack.len() - 1 - steps;
+                charge(&mut self.created, steps as u64 + self.stack[at].size)?;
                 Item { serial: None, ..self.stack[at].clone() }
             }
         };
