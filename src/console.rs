@@ -28,11 +28,6 @@ pub fn err(args: std::fmt::Arguments) -> bool {
     write_line(&mut std::io::stderr().lock(), &STDERR_CLOSED, args).unwrap_or(false)
 }
 
-/// Whether a write to stdout has found it closed.
-pub fn stdout_closed() -> bool {
-    STDOUT_CLOSED.load(Ordering::Relaxed)
-}
-
 /// Ok(false) when the stream was closed before; the first failure (EPIPE, EBADF, a full disk
 /// behind a redirect) closes it and is returned. The work is not stopped for it.
 fn write_line(w: &mut impl Write, closed: &AtomicBool, args: std::fmt::Arguments) -> std::io::Result<bool> {

@@ -129,6 +129,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
 
     let stage_names = ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "resize+remap", "focal/shift+projection", "write npz"];
     let mut per_stage: Vec<Vec<Duration>> = vec![vec![]; stage_names.len()];
+    let npz_compression = args.out.options().npz_compression;
     let mut totals = Vec::new();
     let mut size = (0, 0);
     let mut grid = (0, 0);
@@ -159,7 +160,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         lap2("resize+remap", &mut laps);
         let pred = crate::infer::postprocess(maps, w, h, prep.grid, &opts);
         lap2("focal/shift+projection", &mut laps);
-        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, args.out.options().npz_compression)?;
+        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, npz_compression)?;
         lap2("write npz", &mut laps);
         let total = start.elapsed();
         if run >= args.warmup {

@@ -90,7 +90,7 @@ pub struct InputArgs {
     pub no_exif: bool,
     /// Refuse images larger than this, from their header, before decoding (a small damaged or
     /// hostile file can claim any size).
-    #[arg(long, value_name = "MP", default_value_t = 250.0, value_parser = parse_positive)]
+    #[arg(long, value_name = "MP", default_value_t = crate::image_io::MAX_PIXELS as f32 / 1e6, value_parser = parse_positive)]
     pub max_megapixels: f32,
     /// Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the
     /// decoder), with a warning for each, instead of failing them.
