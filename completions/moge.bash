@@ -82,7 +82,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -144,6 +144,10 @@ _moge() {
                     COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
                     return 0
                     ;;
+                --npz-normal-dtype)
+                    COMPREPLY=($(compgen -W "float32 float16" -- "${cur}"))
+                    return 0
+                    ;;
                 --max-megapixels)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -176,7 +180,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --no-compress --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -236,6 +240,10 @@ _moge() {
                     ;;
                 --npz-compression)
                     COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
+                    return 0
+                    ;;
+                --npz-normal-dtype)
+                    COMPREPLY=($(compgen -W "float32 float16" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -412,7 +420,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --no-compress --no-exif --max-megapixels --allow-truncated --help"
+            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -468,6 +476,10 @@ _moge() {
                     ;;
                 --npz-compression)
                     COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
+                    return 0
+                    ;;
+                --npz-normal-dtype)
+                    COMPREPLY=($(compgen -W "float32 float16" -- "${cur}"))
                     return 0
                     ;;
                 --max-megapixels)

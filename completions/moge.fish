@@ -56,9 +56,11 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d 'How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
+complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
@@ -89,9 +91,11 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d 'How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
@@ -133,9 +137,11 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
-complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d 'How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
+complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'

@@ -1,8 +1,8 @@
 //! Upstream `MoGeModel.infer` after the network: resize the head outputs to the input size,
 //! remap, solve focal and shift, build intrinsics, re-project, apply metric scale and mask.
 
-use crate::geometry::focal_shift::recover_focal_shift;
-use crate::geometry::resize::resize_bilinear;
+use crate::geometry::focal_shift::{recover_focal_shift, recover_focal_shift_sampled};
+use crate::geometry::resize::{bilinear_at, bilinear_axis, resize_bilinear, BilinearRows};
 use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
 use crate::model::RawOutput;
@@ -97,13 +97,18 @@ impl Prediction {
 
     /// `MoGeOutput(1920x1080, valid 90.5%, median depth 13.322 m, fov_x 86.1 deg, ...)`.
     pub fn summary(&self) -> String {
+        self.summary_with_median(self.median_depth())
+    }
+
+    /// [`Prediction::summary`] with the median depth already known.
+    pub fn summary_with_median(&self, median_depth: f32) -> String {
         let (fx, fy) = self.fov_degrees();
         format!(
             "MoGeOutput({}x{}, valid {:.1}%, median depth {:.3} m, fov_x {:.1} deg, fov_y {:.1} deg, metric_scale {:.4})",
             self.width,
             self.height,
             100.0 * self.valid_fraction(),
-            self.median_depth(),
+            median_depth,
             fx,
             fy,
             self.metric_scale
@@ -133,58 +138,264 @@ fn resize_interleave(planar: &[f32], c: usize, (h, w): (usize, usize), width: us
     out
 }
 
+/// `remap_output` of one point, as upstream `forward()` applies it.
+#[inline]
+fn remap_point(remap: RemapOutput, p: &mut [f32]) {
+    match remap {
+        RemapOutput::Linear => {}
+        RemapOutput::Exp => {
+            let z = p[2].exp();
+            p[0] *= z;
+            p[1] *= z;
+            p[2] = z;
+        }
+        RemapOutput::Sinh => p.iter_mut().for_each(|v| *v = v.sinh()),
+        RemapOutput::SinhExp => {
+            p[0] = p[0].sinh();
+            p[1] = p[1].sinh();
+            p[2] = p[2].exp();
+        }
+    }
+}
+
+/// The z of [`remap_point`] alone (it never depends on x and y).
+#[inline]
+fn remap_z(remap: RemapOutput, z: f32) -> f32 {
+    match remap {
+        RemapOutput::Linear => z,
+        RemapOutput::Sinh => z.sinh(),
+        RemapOutput::Exp | RemapOutput::SinhExp => z.exp(),
+    }
+}
+
+/// `F.normalize(normal, dim=-1)`: v / max(|v|, 1e-12).
+#[inline]
+fn normalized(a: f32, b: f32, c: f32) -> (f32, f32, f32) {
+    let norm = (a * a + b * b + c * c).sqrt().max(1e-12);
+    (a / norm, b / norm, c / norm)
+}
+
+#[inline]
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// `sigmoid(v) > 0.5` as `infer()` thresholds the mask, without the exp where the answer
+/// cannot depend on it: for v >= 1, 1 + e^-v <= 1.37 and the quotient is far above 0.5; for
+/// v <= -1 it is far below (NaN falls through to the full expression, false as there).
+#[inline]
+fn mask_valid(v: f32) -> bool {
+    if v >= 1.0 {
+        true
+    } else if v <= -1.0 {
+        false
+    } else {
+        sigmoid(v) > 0.5
+    }
+}
+
 /// Tail of upstream `forward()`: resize the head outputs, then remap, normalize, sigmoid, exp.
 pub fn forward_maps(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize) -> ForwardMaps {
     let mut points = resize_interleave(&raw.points, 3, raw.size, width, height);
-    for p in points.chunks_exact_mut(3) {
-        match remap {
-            RemapOutput::Linear => {}
-            RemapOutput::Exp => {
-                let z = p[2].exp();
-                p[0] *= z;
-                p[1] *= z;
-                p[2] = z;
-            }
-            RemapOutput::Sinh => p.iter_mut().for_each(|v| *v = v.sinh()),
-            RemapOutput::SinhExp => {
-                p[0] = p[0].sinh();
-                p[1] = p[1].sinh();
-                p[2] = p[2].exp();
-            }
-        }
-    }
+    points.chunks_exact_mut(3).for_each(|p| remap_point(remap, p));
     let normal = raw.normal.as_ref().map(|n| {
         let mut n = resize_interleave(n, 3, raw.size, width, height);
-        for v in n.chunks_exact_mut(3) {
-            let norm = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt().max(1e-12);
-            v.iter_mut().for_each(|c| *c /= norm);
-        }
+        n.chunks_exact_mut(3).for_each(|v| (v[0], v[1], v[2]) = normalized(v[0], v[1], v[2]));
         n
     });
     let mask = raw.mask.as_ref().map(|m| {
         let mut m = resize_bilinear(m, 1, raw.size.0, raw.size.1, height, width);
-        m.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
+        m.iter_mut().for_each(|v| *v = sigmoid(*v));
         m
     });
     ForwardMaps { points, normal, mask, metric_scale: raw.metric_scale.map(f32::exp) }
 }
 
+/// The focal and the normalised intrinsics `infer()` builds from it.
+fn intrinsics_of(focal: f32, width: usize, height: usize) -> [[f32; 3]; 3] {
+    let aspect = width as f64 / height as f64;
+    let diag = (1.0 + aspect * aspect).sqrt();
+    let fx = focal / 2.0 * diag as f32 / aspect as f32;
+    let fy = focal / 2.0 * diag as f32;
+    [[fx, 0.0, 0.5], [0.0, fy, 0.5], [0.0, 0.0, 1.0]]
+}
+
+/// The focal `infer()` derives from a known horizontal field of view.
+fn given_focal(opts: &InferOptions, width: usize, height: usize) -> Option<f32> {
+    let aspect = width as f64 / height as f64;
+    let diag = (1.0 + aspect * aspect).sqrt();
+    opts.fov_x.map(|fov| {
+        let half = (fov * (std::f32::consts::PI / 180.0)) / 2.0;
+        (1.0 / half.tan()) * (aspect / diag) as f32
+    })
+}
+
+/// `(u − 0.5) / f` per pixel centre along one axis: utils3d `depth_map_to_point_map` with
+/// pixel centres in [0, 1], so that X = ray · depth.
+fn rays(n: usize, f: f32) -> Vec<f32> {
+    linspace(0.5 / n as f64, 1.0 - 0.5 / n as f64, n).iter().map(|&u| (u - 0.5) / f).collect()
+}
+
+/// [`forward_maps`] then [`postprocess`] in one pass over the output, with the same numbers
+/// bit for bit (tests/host_paths.rs holds them side by side): the focal/shift solve reads its
+/// 64x64 samples computed alone, then each output row is interpolated, remapped, shifted,
+/// projected, scaled and masked while it is in cache, and written once into the maps. No
+/// full-size temporary, and the x and y of the points are not interpolated when the projection
+/// replaces them.
+pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
+    let (h, w) = raw.size;
+    let plane = h * w;
+    let (xs, ys) = (bilinear_axis(w, width), bilinear_axis(h, height));
+    let points_plane = |c: usize| &raw.points[c * plane..(c + 1) * plane];
+    let metric_scale = raw.metric_scale.map(f32::exp);
+
+    let fs = recover_focal_shift_sampled(width, height, given_focal(opts, width, height), |x, y| {
+        if let Some(m) = &raw.mask {
+            if !mask_valid(bilinear_at(m, w, xs[x], ys[y])) {
+                return None;
+            }
+        }
+        let mut p = [0, 1, 2].map(|c| bilinear_at(points_plane(c), w, xs[x], ys[y]));
+        remap_point(remap, &mut p);
+        Some(p)
+    });
+    let intrinsics = intrinsics_of(fs.focal, width, height);
+    let (fx, fy) = (intrinsics[0][0], intrinsics[1][1]);
+    let (ray_x, ray_y) = (rays(width, fx), rays(height, fy));
+
+    // The maps are filled a row at a time from row buffers that stay in cache; they are never
+    // zeroed first (56 MB per 1080p image).
+    let n = width * height;
+    let mut points = Vec::with_capacity(3 * n);
+    let mut depth = Vec::with_capacity(n);
+    let mut normal = raw.normal.as_ref().map(|_| Vec::with_capacity(3 * n));
+    let mut mask = Vec::with_capacity(n);
+    let project = opts.force_projection;
+    let masking = opts.apply_mask && raw.mask.is_some();
+    // Interpolated rows: the points' z (and x, y unless projected), the normal, the mask logits.
+    let mut pz = BilinearRows::new(points_plane(2), w, &xs);
+    let mut pxy = (!project).then(|| [BilinearRows::new(points_plane(0), w, &xs), BilinearRows::new(points_plane(1), w, &xs)]);
+    let mut nrm = raw.normal.as_ref().map(|d| [0, 1, 2].map(|c| BilinearRows::new(&d[c * plane..(c + 1) * plane], w, &xs)));
+    let mut msk = raw.mask.as_ref().map(|d| BilinearRows::new(d, w, &xs));
+    let mut row = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
+    let mut nrow = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
+    let mut mrow = vec![0f32; width];
+    let (mut prow, mut drow, mut nout, mut valid) = (vec![0f32; 3 * width], vec![0f32; width], vec![0f32; 3 * width], vec![true; width]);
+
+    for (y, &ty) in ys.iter().enumerate() {
+        if let Some(m) = msk.as_mut() {
+            m.row(ty, &mut mrow);
+            valid.iter_mut().zip(&mrow).for_each(|(v, &l)| *v = mask_valid(l));
+        }
+        pz.row(ty, &mut row[2]);
+        if let Some([px, py]) = pxy.as_mut() {
+            px.row(ty, &mut row[0]);
+            py.row(ty, &mut row[1]);
+        }
+        let has_mask = raw.mask.is_some();
+        if project {
+            // Only z survives the projection: remap it alone (a libm call per pixel where the
+            // remap has one), then the rest over whole planar rows, which vectorise: shift,
+            // validity, x, y = ray · depth, scale, mask, and one interleaving store.
+            let [px, py, z] = &mut row;
+            if remap != RemapOutput::Linear {
+                z.iter_mut().for_each(|v| *v = remap_z(remap, *v));
+            }
+            z.iter_mut().for_each(|v| *v += fs.shift);
+            if has_mask {
+                valid.iter_mut().zip(z.iter()).for_each(|(m, &v)| *m &= v > 0.0);
+            }
+            let ry = ray_y[y];
+            for (((x, yv), &zv), &rx) in px.iter_mut().zip(py.iter_mut()).zip(z.iter()).zip(&ray_x) {
+                *x = rx * zv;
+                *yv = ry * zv;
+            }
+            if let Some(s) = metric_scale {
+                for ((x, yv), zv) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()) {
+                    *x *= s;
+                    *yv *= s;
+                    *zv *= s;
+                }
+            }
+            if masking {
+                for (((x, yv), zv), &m) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()).zip(valid.iter()) {
+                    let inf = f32::INFINITY;
+                    (*x, *yv, *zv) = if m { (*x, *yv, *zv) } else { (inf, inf, inf) };
+                }
+            }
+            drow.copy_from_slice(z);
+            for (p, ((&x, &yv), &zv)) in prow.chunks_exact_mut(3).zip(px.iter().zip(py.iter()).zip(z.iter())) {
+                p.copy_from_slice(&[x, yv, zv]);
+            }
+        } else {
+            for (i, (p, d)) in prow.chunks_exact_mut(3).zip(drow.iter_mut()).enumerate() {
+                p.copy_from_slice(&[row[0][i], row[1][i], row[2][i]]);
+                remap_point(remap, p);
+                p[2] += fs.shift;
+                if has_mask {
+                    valid[i] &= p[2] > 0.0;
+                }
+                *d = p[2];
+            }
+            if let Some(s) = metric_scale {
+                prow.iter_mut().for_each(|v| *v *= s);
+                drow.iter_mut().for_each(|v| *v *= s);
+            }
+            if masking {
+                for (i, _) in valid.iter().enumerate().filter(|(_, &v)| !v) {
+                    prow[3 * i..3 * i + 3].fill(f32::INFINITY);
+                    drow[i] = f32::INFINITY;
+                }
+            }
+        }
+        if let Some(nr) = nrm.as_mut() {
+            for (r, buf) in nr.iter_mut().zip(nrow.iter_mut()) {
+                r.row(ty, buf);
+            }
+            // Normalised on planar rows (vectorises), then interleaved.
+            let [n0, n1, n2] = &mut nrow;
+            for ((a, b), c) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()) {
+                (*a, *b, *c) = normalized(*a, *b, *c);
+            }
+            if masking {
+                for (((a, b), c), &m) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()).zip(valid.iter()) {
+                    (*a, *b, *c) = if m { (*a, *b, *c) } else { (0.0, 0.0, 0.0) };
+                }
+            }
+            for (v, ((&a, &b), &c)) in nout.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
+                v.copy_from_slice(&[a, b, c]);
+            }
+        }
+        points.extend_from_slice(&prow);
+        depth.extend_from_slice(&drow);
+        if let Some(nmap) = normal.as_mut() {
+            nmap.extend_from_slice(&nout);
+        }
+        mask.extend_from_slice(&valid);
+    }
+    Prediction {
+        width,
+        height,
+        points,
+        depth,
+        normal,
+        mask,
+        intrinsics,
+        metric_scale: metric_scale.unwrap_or(1.0),
+        focal: fs.focal,
+        shift: fs.shift,
+        grid,
+    }
+}
+
 /// `infer()` after `forward()`.
 pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
     let ForwardMaps { mut points, mut normal, mask, metric_scale } = fwd;
-    let aspect = width as f64 / height as f64;
-    let diag = (1.0 + aspect * aspect).sqrt();
     let mut mask_binary: Option<Vec<bool>> = mask.map(|m| m.iter().map(|&v| v > 0.5).collect());
-
-    let given_focal = opts.fov_x.map(|fov| {
-        let half = (fov * (std::f32::consts::PI / 180.0)) / 2.0;
-        (1.0 / half.tan()) * (aspect / diag) as f32
-    });
-    let fs = recover_focal_shift(&points, mask_binary.as_deref(), width, height, given_focal);
+    let fs = recover_focal_shift(&points, mask_binary.as_deref(), width, height, given_focal(opts, width, height));
     let focal = fs.focal;
-    let fx = focal / 2.0 * diag as f32 / aspect as f32;
-    let fy = focal / 2.0 * diag as f32;
-    let intrinsics = [[fx, 0.0, 0.5], [0.0, fy, 0.5], [0.0, 0.0, 1.0]];
+    let intrinsics = intrinsics_of(focal, width, height);
+    let (fx, fy) = (intrinsics[0][0], intrinsics[1][1]);
 
     for p in points.chunks_exact_mut(3) {
         p[2] += fs.shift;
@@ -197,14 +408,11 @@ pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, 
     let mut depth: Vec<f32> = points.chunks_exact(3).map(|p| p[2]).collect();
 
     if opts.force_projection {
-        // utils3d depth_map_to_point_map: pixel centres in [0,1], X = (u − cx)/fx · d.
-        let u = linspace(0.5 / width as f64, 1.0 - 0.5 / width as f64, width);
-        let v = linspace(0.5 / height as f64, 1.0 - 0.5 / height as f64, height);
+        let (ray_x, ray_y) = (rays(width, fx), rays(height, fy));
         for (i, p) in points.chunks_exact_mut(3).enumerate() {
             let d = depth[i];
-            let (x, y) = (i % width, i / width);
-            p[0] = (u[x] - 0.5) / fx * d;
-            p[1] = (v[y] - 0.5) / fy * d;
+            p[0] = ray_x[i % width] * d;
+            p[1] = ray_y[i / width] * d;
             p[2] = d;
         }
     }

@@ -23,7 +23,7 @@ fn bench_json_reports_stages_conditions_and_memory() {
     assert_eq!(per["all"].as_array().unwrap().len(), 3);
     let (min, med, p90) = (per["min"].as_f64().unwrap(), per["median"].as_f64().unwrap(), per["p90"].as_f64().unwrap());
     assert!(0.0 < min && min <= med && med <= p90, "{per}");
-    for stage in ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "focal/shift+projection", "write npz"] {
+    for stage in ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "postprocess", "write npz"] {
         assert!(v["stages"][stage]["median_s"].as_f64().unwrap() >= 0.0, "{stage} missing");
     }
     // The stages account for (almost) all of the per-image time.

@@ -121,7 +121,7 @@ fn every_npz_compression_reads_back_the_same_arrays() {
     let dir = tempfile::tempdir().unwrap();
     let img = fixtures().join("images/rgb_64x48.png");
     let mut files = Vec::new();
-    for (how, flag) in [("none", "--npz-compression=none"), ("fast", "--npz-compression=fast"), ("small", "--npz-compression=small"), ("alias", "--no-compress")] {
+    for (how, flag) in [("none", "--npz-compression=none"), ("fast", "--npz-compression=fast"), ("small", "--npz-compression=small"), ("alias", "--no-compress"), ("default", "--npz-normal-dtype=float32")] {
         let out_dir = dir.path().join(how);
         let out = moge()
             .args(["predict", img.to_str().unwrap(), "--weights"])
@@ -144,16 +144,17 @@ fn every_npz_compression_reads_back_the_same_arrays() {
         assert_eq!((&got.3, &got.4), (&want.3, &want.4), "{how}");
         assert!(got.1.iter().zip(&want.1).all(|(a, b)| a.to_bits() == b.to_bits()) && got.2 == want.2, "{how}");
     }
-    // How each is stored: plain entries for none (and its old spelling), deflate otherwise.
+    // How each is stored: plain entries for none (its old spelling, and the default), deflate otherwise.
     let methods = |p: &std::path::Path| {
         let mut z = zip::ZipArchive::new(std::fs::File::open(p).unwrap()).unwrap();
         (0..z.len()).map(|i| z.by_index(i).unwrap().compression()).collect::<Vec<_>>()
     };
     for (how, p) in &files {
-        let stored = matches!(*how, "none" | "alias");
+        let stored = matches!(*how, "none" | "alias" | "default");
         assert!(methods(p).iter().all(|m| (*m == zip::CompressionMethod::Stored) == stored), "{how}: {:?}", methods(p));
     }
     let size = |i: usize| std::fs::metadata(&files[i].1).unwrap().len();
     assert!(size(0) > size(1) && size(1) >= size(2), "none {} fast {} small {}", size(0), size(1), size(2));
     assert_eq!(std::fs::read(&files[0].1).unwrap(), std::fs::read(&files[3].1).unwrap());
+    assert_eq!(std::fs::read(&files[0].1).unwrap(), std::fs::read(&files[4].1).unwrap(), "the default is not none");
 }

@@ -127,9 +127,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     let opts = args.infer.options();
     let tokens = opts.tokens(model.config.num_tokens_range);
 
-    let stage_names = ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "resize+remap", "focal/shift+projection", "write npz"];
+    let stage_names = ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "postprocess", "write npz"];
     let mut per_stage: Vec<Vec<Duration>> = vec![vec![]; stage_names.len()];
-    let npz_compression = args.out.options().npz_compression;
+    let out_opts = args.out.options();
     let mut totals = Vec::new();
     let mut size = (0, 0);
     let mut grid = (0, 0);
@@ -151,16 +151,14 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         let stages = model.forward_stages(&prep, Some(&mut fwd_laps))?;
         laps.extend(fwd_laps);
         t = Instant::now();
-        let maps = crate::infer::forward_maps(&stages.raw, model.config.remap_output, w, h);
+        let pred = model.postprocess(&stages.raw, (w, h, prep.grid), &opts);
         let mut lap2 = |name: &'static str, laps: &mut Vec<(&'static str, Duration)>| {
             let now = Instant::now();
             laps.push((name, now - t));
             t = now;
         };
-        lap2("resize+remap", &mut laps);
-        let pred = crate::infer::postprocess(maps, w, h, prep.grid, &opts);
-        lap2("focal/shift+projection", &mut laps);
-        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, npz_compression)?;
+        lap2("postprocess", &mut laps);
+        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, out_opts.npz_compression, out_opts.npz_normal)?;
         lap2("write npz", &mut laps);
         let total = start.elapsed();
         if run >= args.warmup {

@@ -54,9 +54,13 @@ pub struct OutputArgs {
     /// Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb ('inf' keeps all).
     #[arg(long, value_name = "R", default_value_t = 0.04, value_parser = parse_positive)]
     pub edge_rtol: f32,
-    /// How npz arrays are stored: none (np.savez), fast (deflate level 1), small (level 9).
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::Fast)]
+    /// How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller,
+    /// several times slower to write), small (deflate level 9).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::default())]
     pub npz_compression: crate::outputs::npz::Compression,
+    /// Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it.
+    #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::outputs::npz::NormalDtype::default())]
+    pub npz_normal_dtype: crate::outputs::npz::NormalDtype,
     /// Same as --npz-compression none.
     #[arg(long, hide = true, conflicts_with = "npz_compression")]
     pub no_compress: bool,
@@ -78,6 +82,7 @@ impl OutputArgs {
             depth_png_scale: self.depth_scale,
             edge_rtol: self.edge_rtol,
             npz_compression: if self.no_compress { crate::outputs::npz::Compression::None } else { self.npz_compression },
+            npz_normal: self.npz_normal_dtype,
         }
     }
 }

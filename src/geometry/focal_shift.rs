@@ -25,6 +25,24 @@ pub struct FocalShift {
 ///   is not finite either.
 pub fn recover_focal_shift(points: &[f32], mask: Option<&[bool]>, width: usize, height: usize, focal: Option<f32>) -> FocalShift {
     assert_eq!(points.len(), width * height * 3);
+    recover_focal_shift_sampled(width, height, focal, |x, y| {
+        let i = y * width + x;
+        if mask.is_some_and(|m| !m[i]) {
+            return None;
+        }
+        Some([points[3 * i], points[3 * i + 1], points[3 * i + 2]])
+    })
+}
+
+/// As [`recover_focal_shift`], reading only the 64x64 samples: `sample(x, y)` gives the point
+/// of pixel (x, y), or None where the mask is off. The post-processing computes those pixels
+/// alone before the full-size pass, which needs the shift.
+pub fn recover_focal_shift_sampled(
+    width: usize,
+    height: usize,
+    focal: Option<f32>,
+    sample: impl Fn(usize, usize) -> Option<[f32; 3]>,
+) -> FocalShift {
     let (u, v) = view_plane_uv(width, height, width as f64 / height as f64);
     let ys = nearest_axis(height, DOWNSAMPLE);
     let xs = nearest_axis(width, DOWNSAMPLE);
@@ -32,11 +50,7 @@ pub fn recover_focal_shift(points: &[f32], mask: Option<&[bool]>, width: usize, 
     let mut xyz = Vec::with_capacity(DOWNSAMPLE * DOWNSAMPLE);
     for &y in &ys {
         for &x in &xs {
-            let i = y * width + x;
-            if mask.is_some_and(|m| !m[i]) {
-                continue;
-            }
-            let p = [points[3 * i], points[3 * i + 1], points[3 * i + 2]];
+            let Some(p) = sample(x, y) else { continue };
             if p.iter().all(|c| c.is_finite()) {
                 uv.push([u[x] as f64, v[y] as f64]);
                 xyz.push(p);

@@ -9,8 +9,11 @@ struct Taps {
     weights: Vec<f32>,
 }
 
+/// One output index of a plain bilinear resize: the two source indices and their weights.
+pub type BilinearTap = (usize, usize, f32, f32);
+
 /// `F.interpolate(mode='bilinear', align_corners=False, antialias=False)` weights for one axis.
-fn bilinear_axis(input: usize, output: usize) -> Vec<(usize, usize, f32, f32)> {
+pub fn bilinear_axis(input: usize, output: usize) -> Vec<BilinearTap> {
     let scale = input as f32 / output as f32;
     (0..output)
         .map(|dst| {
@@ -50,6 +53,59 @@ pub fn resize_bilinear(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow:
     out
 }
 
+/// One value of [`resize_bilinear`] of a plane, bit for bit: pixel (`x`, `y`) of the output.
+#[inline]
+pub fn bilinear_at(plane: &[f32], w: usize, (x0, x1, wx0, wx1): BilinearTap, (y0, y1, wy0, wy1): BilinearTap) -> f32 {
+    let (r0, r1) = (&plane[y0 * w..(y0 + 1) * w], &plane[y1 * w..(y1 + 1) * w]);
+    let t0 = r0[x0] * wx0 + r0[x1] * wx1;
+    let t1 = r1[x0] * wx0 + r1[x1] * wx1;
+    t0 * wy0 + t1 * wy1
+}
+
+/// [`resize_bilinear`] of one plane, an output row at a time, with the same values bit for bit.
+/// Each source row is interpolated along x once and kept while output rows read it (an upsample
+/// by k reads every source row k times), and the vertical blend runs over whole rows, which the
+/// compiler vectorises; the post-processing builds the full-size maps a row at a time from these.
+pub struct BilinearRows<'a> {
+    plane: &'a [f32],
+    w: usize,
+    xs: &'a [BilinearTap],
+    /// Source row index held by each slot, and its x-interpolated values.
+    held: [Option<usize>; 2],
+    rows: [Vec<f32>; 2],
+}
+
+impl<'a> BilinearRows<'a> {
+    /// `plane` is `h` x `w`; `xs` the output columns' taps (`bilinear_axis(w, ow)`).
+    pub fn new(plane: &'a [f32], w: usize, xs: &'a [BilinearTap]) -> Self {
+        Self { plane, w, xs, held: [None, None], rows: [vec![0.0; xs.len()], vec![0.0; xs.len()]] }
+    }
+
+    /// The slot holding source row `y`, filling one that does not hold `keep`.
+    fn slot(&mut self, y: usize, keep: Option<usize>) -> usize {
+        if let Some(s) = self.held.iter().position(|&h| h == Some(y)) {
+            return s;
+        }
+        let s = usize::from(keep.is_some() && self.held[0] == keep);
+        let src = &self.plane[y * self.w..(y + 1) * self.w];
+        for (o, &(x0, x1, wx0, wx1)) in self.rows[s].iter_mut().zip(self.xs) {
+            *o = src[x0] * wx0 + src[x1] * wx1;
+        }
+        self.held[s] = Some(y);
+        s
+    }
+
+    /// Output row with vertical tap `ty` into `out` (length `ow`).
+    pub fn row(&mut self, (y0, y1, wy0, wy1): BilinearTap, out: &mut [f32]) {
+        let s0 = self.slot(y0, Some(y1));
+        let s1 = self.slot(y1, Some(y0));
+        let (t0, t1) = (&self.rows[s0], &self.rows[s1]);
+        for ((o, &a), &b) in out.iter_mut().zip(t0).zip(t1) {
+            *o = a * wy0 + b * wy1;
+        }
+    }
+}
+
 /// Antialiased bilinear (triangle filter) weights for one axis, as PyTorch's
 /// `_compute_indices_weights_aa` with interp_size 2.
 fn antialias_axis(input: usize, output: usize) -> Vec<Taps> {
@@ -84,7 +140,6 @@ fn antialias_axis(input: usize, output: usize) -> Vec<Taps> {
 pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     assert_eq!(src.len(), c * h * w);
     let xs = antialias_axis(w, ow);
-    let ys = antialias_axis(h, oh);
     let mut tmp = vec![0f32; c * h * ow];
     for (srow, trow) in src.chunks_exact(w).zip(tmp.chunks_exact_mut(ow)) {
         for (t, tap) in trow.iter_mut().zip(&xs) {
@@ -95,6 +150,37 @@ pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: 
             *t = acc;
         }
     }
+    vertical_antialias(&tmp, c, h, ow, oh)
+}
+
+/// [`resize_bilinear_antialias`] of an interleaved 8-bit RGB image whose float values are
+/// `lut[byte]`, to planar (3, oh, ow), bit for bit the same: the horizontal pass reads the bytes,
+/// so the full-size float copy of the photo is never made (24 MB at 1080p), and the three
+/// channels' sums run side by side.
+pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usize, lut: &[f32; 256]) -> Vec<f32> {
+    assert_eq!(rgb.len(), 3 * h * w);
+    let xs = antialias_axis(w, ow);
+    let mut tmp = vec![0f32; 3 * h * ow];
+    let (t0, rest) = tmp.split_at_mut(h * ow);
+    let (t1, t2) = rest.split_at_mut(h * ow);
+    for (y, src) in rgb.chunks_exact(3 * w).enumerate() {
+        let out = y * ow..(y + 1) * ow;
+        for (((o0, o1), o2), tap) in t0[out.clone()].iter_mut().zip(&mut t1[out.clone()]).zip(&mut t2[out]).zip(&xs) {
+            let (mut a0, mut a1, mut a2) = (0f32, 0f32, 0f32);
+            for (px, wv) in src[3 * tap.start..].chunks_exact(3).zip(&tap.weights) {
+                a0 += lut[px[0] as usize] * wv;
+                a1 += lut[px[1] as usize] * wv;
+                a2 += lut[px[2] as usize] * wv;
+            }
+            (*o0, *o1, *o2) = (a0, a1, a2);
+        }
+    }
+    vertical_antialias(&tmp, 3, h, ow, oh)
+}
+
+/// The vertical pass of the antialiased resize over `c` planes of `h` x `ow`.
+fn vertical_antialias(tmp: &[f32], c: usize, h: usize, ow: usize, oh: usize) -> Vec<f32> {
+    let ys = antialias_axis(h, oh);
     let mut out = vec![0f32; c * oh * ow];
     for ch in 0..c {
         let plane = &tmp[ch * h * ow..(ch + 1) * h * ow];

@@ -15,9 +15,9 @@ use super::modules::{ConvStack, Dinov2Encoder, Mlp};
 use super::token_grid;
 use super::weights::Weights;
 use super::Precision;
-use crate::geometry::resize::{resize_bicubic_scaled, resize_bilinear_antialias};
+use crate::geometry::resize::{resize_bicubic_scaled, resize_bilinear_antialias, resize_rgb8_antialias};
 use crate::geometry::uv::view_plane_uv_planar;
-use crate::infer::{forward_maps, postprocess, InferOptions, Prediction};
+use crate::infer::{postprocess_raw, InferOptions, Prediction};
 
 /// A loaded MoGe-2 model on one device.
 pub struct Model {
@@ -176,23 +176,25 @@ impl Model {
     /// ViT input → ImageNet normalisation.
     pub fn prepare(&self, rgb: &[u8], width: usize, height: usize, num_tokens: u32) -> Prepared {
         assert_eq!(rgb.len(), width * height * 3);
-        let n = width * height;
-        let mut planar = vec![0f32; 3 * n];
-        for (i, px) in rgb.chunks_exact(3).enumerate() {
-            for c in 0..3 {
-                // numpy `image / 255` in float64, then cast to float32, as the upstream CLI.
-                planar[c * n + i] = (px[c] as f64 / 255.0) as f32;
-            }
-        }
-        self.prepare_float(&planar, width, height, num_tokens)
+        // numpy `image / 255` in float64, then cast to float32, as the upstream CLI: 256 values.
+        let lut: [f32; 256] = std::array::from_fn(|v| (v as f64 / 255.0) as f32);
+        let grid = token_grid(width, height, num_tokens);
+        let (ih, iw) = (grid.0 * PATCH_SIZE, grid.1 * PATCH_SIZE);
+        let input = resize_rgb8_antialias(rgb, height, width, ih, iw, &lut);
+        self.normalized(input, width, height, grid)
     }
 
     /// As [`Model::prepare`] for a planar (3, H, W) float image in [0, 1].
     pub fn prepare_float(&self, planar: &[f32], width: usize, height: usize, num_tokens: u32) -> Prepared {
         let grid = token_grid(width, height, num_tokens);
         let (ih, iw) = (grid.0 * PATCH_SIZE, grid.1 * PATCH_SIZE);
-        let mut input = resize_bilinear_antialias(planar, 3, height, width, ih, iw);
-        let plane = ih * iw;
+        let input = resize_bilinear_antialias(planar, 3, height, width, ih, iw);
+        self.normalized(input, width, height, grid)
+    }
+
+    /// `(image − mean) / std` per channel of the resized input.
+    fn normalized(&self, mut input: Vec<f32>, width: usize, height: usize, grid: (usize, usize)) -> Prepared {
+        let plane = grid.0 * PATCH_SIZE * grid.1 * PATCH_SIZE;
         for c in 0..3 {
             let (m, s) = (self.encoder.image_mean[c], self.encoder.image_std[c]);
             input[c * plane..(c + 1) * plane].iter_mut().for_each(|v| *v = (*v - m) / s);
@@ -293,8 +295,7 @@ impl Model {
     /// Host post-processing of one forward (any thread).
     pub fn postprocess(&self, raw: &RawOutput, prep_meta: (usize, usize, (usize, usize)), opts: &InferOptions) -> Prediction {
         let (width, height, grid) = prep_meta;
-        let maps = forward_maps(raw, self.config.remap_output, width, height);
-        postprocess(maps, width, height, grid, opts)
+        postprocess_raw(raw, self.config.remap_output, width, height, grid, opts)
     }
 
     /// `infer()` on one 8-bit RGB image: prepare, forward, post-process.

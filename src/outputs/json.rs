@@ -46,7 +46,8 @@ pub struct DepthStats {
 pub struct DepthPng {
     /// Metres per unit of `x.depth.png` (0 = invalid).
     pub scale: f32,
-    /// Valid pixels whose depth does not fit the 16-bit range at this scale (clamped).
+    /// Valid pixels whose depth does not fit the 16-bit range at this scale (clamped); counted
+    /// by `write_all` as it writes (or would write) the depth PNG.
     pub saturated: usize,
 }
 
@@ -94,25 +95,60 @@ pub struct Timings {
 }
 
 impl DepthStats {
+    /// Over the valid, finite depths. One pass gathers the count, min, max, the sum (in pixel
+    /// order, in f64) and a histogram of each value's 16 high order bits; the median (the
+    /// element of rank n/2 in `total_cmp` order) is then picked among the few values of its
+    /// bin, not by selecting over a copy of every depth.
     pub fn of(p: &Prediction) -> Self {
-        let mut d: Vec<f32> = p.depth.iter().zip(&p.mask).filter(|(v, &m)| m && v.is_finite()).map(|(v, _)| *v).collect();
-        let n = d.len();
+        let mut hist = vec![0u32; 1 << 16];
+        // -0.0: the neutral element `Iterator::sum` starts from.
+        let (mut n, mut sum) = (0usize, -0f64);
+        let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
+        for (&v, &m) in p.depth.iter().zip(&p.mask) {
+            if m && v.is_finite() {
+                n += 1;
+                sum += v as f64;
+                (min, max) = (min.min(v), max.max(v));
+                hist[(order_key(v) >> 16) as usize] += 1;
+            }
+        }
         let valid_fraction = if p.mask.is_empty() { 0.0 } else { n as f64 / p.mask.len() as f64 };
         if n == 0 {
             return Self { valid_pixels: 0, valid_fraction, min: None, max: None, mean: None, median: None };
         }
-        let mean = d.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
-        let (min, max) = d.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
-        let (_, med, _) = d.select_nth_unstable_by(n / 2, f32::total_cmp);
-        Self { valid_pixels: n, valid_fraction, min: Some(min), max: Some(max), mean: Some(mean), median: Some(*med) }
+        let rank = n / 2;
+        let (mut below, mut bin) = (0usize, 0usize);
+        for (i, &c) in hist.iter().enumerate() {
+            if below + c as usize > rank {
+                bin = i;
+                break;
+            }
+            below += c as usize;
+        }
+        let mut in_bin: Vec<f32> =
+            p.depth.iter().zip(&p.mask).filter(|&(&v, &m)| m && v.is_finite() && (order_key(v) >> 16) as usize == bin).map(|(&v, _)| v).collect();
+        let (_, med, _) = in_bin.select_nth_unstable_by(rank - below, f32::total_cmp);
+        Self { valid_pixels: n, valid_fraction, min: Some(min), max: Some(max), mean: Some(sum / n as f64), median: Some(*med) }
+    }
+}
+
+/// The bits of a float as an unsigned key in `f32::total_cmp` order.
+fn order_key(v: f32) -> u32 {
+    let b = v.to_bits();
+    if b >> 31 == 1 {
+        !b
+    } else {
+        b | 0x8000_0000
     }
 }
 
 impl Sidecar {
-    /// The prediction part of the sidecar; the caller fills in provenance and timings.
+    /// The prediction part of the sidecar; the caller fills in provenance, timings and the depth
+    /// statistics (computed once per image: the summary line shares the median).
     pub fn new(
         input: String,
         p: &Prediction,
+        depth: DepthStats,
         depth_png_scale: f32,
         model: ModelInfo,
         inference: InferenceInfo,
@@ -128,8 +164,8 @@ impl Sidecar {
             intrinsics: p.intrinsics,
             intrinsics_pixels: p.intrinsics_pixels(),
             metric_scale: p.metric_scale,
-            depth: DepthStats::of(p),
-            depth_png: DepthPng { scale: depth_png_scale, saturated: super::png::encode_depth(p, depth_png_scale).1 },
+            depth,
+            depth_png: DepthPng { scale: depth_png_scale, saturated: 0 },
             has_normal: p.normal.is_some(),
             model,
             tool: ToolInfo::default(),

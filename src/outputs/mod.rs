@@ -51,11 +51,12 @@ pub struct OutputOptions {
     /// Relative depth jump that removes a pixel from the ply / glb (upstream `--threshold`).
     pub edge_rtol: f32,
     pub npz_compression: npz::Compression,
+    pub npz_normal: npz::NormalDtype,
 }
 
 impl Default for OutputOptions {
     fn default() -> Self {
-        Self { formats: vec![Format::Npz], depth_png_scale: 0.001, edge_rtol: 0.04, npz_compression: npz::Compression::default() }
+        Self { formats: vec![Format::Npz], depth_png_scale: 0.001, edge_rtol: 0.04, npz_compression: npz::Compression::default(), npz_normal: npz::NormalDtype::default() }
     }
 }
 
@@ -168,13 +169,12 @@ pub fn write_all(
     let started = std::time::Instant::now();
     let mut written = Vec::new();
     let mut surface: Option<edges::Surface> = None;
+    let mut depth_saturated = None;
     for kind in planned_files(opts, pred.normal.is_some()) {
         let path = with_suffix(stem, kind.suffix());
         match kind {
-            FileKind::Npz => npz::write(&path, pred, opts.npz_compression)?,
-            FileKind::DepthPng => {
-                png::write_depth(&path, pred, opts.depth_png_scale)?;
-            }
+            FileKind::Npz => npz::write(&path, pred, opts.npz_compression, opts.npz_normal)?,
+            FileKind::DepthPng => depth_saturated = Some(png::write_depth(&path, pred, opts.depth_png_scale)?),
             FileKind::NormalPng => png::write_normal(&path, pred)?,
             FileKind::MaskPng => png::write_mask(&path, pred)?,
             FileKind::DepthExr => exr::write_depth(&path, pred)?,
@@ -193,6 +193,7 @@ pub fn write_all(
             }
             FileKind::Sidecar => {
                 let s = sidecar.as_deref_mut().context("internal: no sidecar data")?;
+                s.depth_png.saturated = depth_saturated.unwrap_or_else(|| png::count_saturated(pred, opts.depth_png_scale));
                 s.timings_ms.write = Some(started.elapsed().as_secs_f64() * 1e3);
                 json::write(&path, s)?
             }

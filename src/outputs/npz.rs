@@ -1,6 +1,7 @@
 //! The npz layout of the seed system (`save_npz`): points f32 (H,W,3), depth f32 (H,W),
-//! normal f32 (H,W,3) when present, mask u8 (H,W) 1 = valid, intrinsics f32 (3,3) normalised,
-//! intrinsics_pixels f32 (3,3), metric_scale / fov_x / fov_y f32 scalars (degrees).
+//! normal f32 (H,W,3) when present (or f16, [`NormalDtype`], as the Tenstorrent server sends
+//! it), mask u8 (H,W) 1 = valid, intrinsics f32 (3,3) normalised, intrinsics_pixels f32 (3,3),
+//! metric_scale / fov_x / fov_y f32 scalars (degrees).
 //!
 //! Each array is serialised as `.npy` by ndarray-npy and stored in the zip here, so that the
 //! compression can be chosen ([`Compression`]); numpy (`np.load`) and any zip reader read every
@@ -19,16 +20,31 @@ use super::write_atomic;
 use crate::infer::Prediction;
 
 /// How the arrays are stored in the npz.
+///
+/// The default is `none`: at 1920x1080, deflate's fastest level spends ~380 ms of a core per
+/// image on the 60 MB of float maps (to make them 36 MB), several times the rest of the host
+/// work together, and would cap a fast device's throughput (PERFORMANCE.md, "Host stages").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Compression {
     /// Stored as they are (`np.savez`): the fastest to write and to read, the largest.
+    #[default]
     None,
     /// Deflate level 1: float maps take several times less time than numpy's default level 6,
     /// at a small cost in size.
-    #[default]
     Fast,
     /// Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest.
     Small,
+}
+
+/// The element type of `normal` in the npz.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum NormalDtype {
+    /// As upstream `infer()` returns it.
+    #[default]
+    Float32,
+    /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the Tenstorrent
+    /// server's layout, half the bytes (unit normals keep ~3 decimal digits).
+    Float16,
 }
 
 impl Compression {
@@ -42,7 +58,7 @@ impl Compression {
     }
 }
 
-pub fn write(path: &Path, p: &Prediction, compression: Compression) -> Result<()> {
+pub fn write(path: &Path, p: &Prediction, compression: Compression, normal_dtype: NormalDtype) -> Result<()> {
     write_atomic(path, |f| {
         let (h, w) = (p.height, p.width);
         let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, f));
@@ -58,7 +74,10 @@ pub fn write(path: &Path, p: &Prediction, compression: Compression) -> Result<()
         add("points", 12 * h * w, &|z| ArrayView3::from_shape((h, w, 3), &p.points[..]).expect("points are H x W x 3").write_npy(z))?;
         add("depth", 4 * h * w, &|z| ArrayView2::from_shape((h, w), &p.depth[..]).expect("depth is H x W").write_npy(z))?;
         if let Some(n) = &p.normal {
-            add("normal", 12 * h * w, &|z| ArrayView3::from_shape((h, w, 3), &n[..]).expect("normal is H x W x 3").write_npy(z))?;
+            match normal_dtype {
+                NormalDtype::Float32 => add("normal", 12 * h * w, &|z| ArrayView3::from_shape((h, w, 3), &n[..]).expect("normal is H x W x 3").write_npy(z))?,
+                NormalDtype::Float16 => add("normal", 6 * h * w, &|z| write_npy_f16(z, &[h, w, 3], n).map_err(ndarray_npy::WriteNpyError::Io))?,
+            }
         }
         let mask: Vec<u8> = p.mask.iter().map(|&m| m as u8).collect();
         add("mask", h * w, &|z| ArrayView2::from_shape((h, w), &mask[..]).expect("mask is H x W").write_npy(z))?;
@@ -72,4 +91,31 @@ pub fn write(path: &Path, p: &Prediction, compression: Compression) -> Result<()
         zip.finish()?.flush()?;
         Ok(())
     })
+}
+
+/// `.npy` (format 1.0) of `data` cast to float16, little-endian, C order: the one element type
+/// ndarray-npy cannot write.
+pub fn write_npy_f16(w: &mut impl Write, shape: &[usize], data: &[f32]) -> std::io::Result<()> {
+    use half::slice::HalfFloatSliceExt;
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '<f2', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6) + version (2) + length (2) + header + '\n', padded with spaces to 64 bytes.
+    let total = (10 + header.len() + 1).div_ceil(64) * 64;
+    header.extend(std::iter::repeat_n(' ', total - 10 - header.len() - 1));
+    header.push('\n');
+    w.write_all(b"\x93NUMPY\x01\x00")?;
+    w.write_all(&(header.len() as u16).to_le_bytes())?;
+    w.write_all(header.as_bytes())?;
+    // In blocks, through half's vectorised conversion (F16C where the CPU has it).
+    let mut halves = vec![half::f16::ZERO; data.len().min(1 << 16)];
+    let mut bytes = Vec::with_capacity(2 * halves.len());
+    for block in data.chunks(1 << 16) {
+        let out = &mut halves[..block.len()];
+        out.convert_from_f32_slice(block);
+        bytes.clear();
+        bytes.extend(out.iter().flat_map(|v| v.to_le_bytes()));
+        w.write_all(&bytes)?;
+    }
+    Ok(())
 }

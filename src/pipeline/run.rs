@@ -25,7 +25,7 @@ use super::fit::{self, Canvas, FitMode, Placement};
 use super::inputs::Input;
 use crate::infer::InferOptions;
 use crate::model::{Prepared, RawOutput};
-use crate::outputs::json::{InferenceInfo, ModelInfo, Sidecar, Timings};
+use crate::outputs::json::{DepthStats, InferenceInfo, ModelInfo, Sidecar, Timings};
 use crate::outputs::{self, OutputOptions};
 use crate::Model;
 
@@ -253,8 +253,11 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
     let t = Instant::now();
     let work = model.postprocess(&raw, (d.prep.width, d.prep.height, d.prep.grid), &d.opts);
     let pred = fit::restore(work, d.placement, d.photo_size.0, d.photo_size.1, &cfg.infer);
+    let stats = DepthStats::of(&pred);
     timings.postprocess = ms(t);
     let stem = stem(cfg, &d.input);
+    // Everything from here is the write stage, the sidecar's assembly included.
+    let t = Instant::now();
     let mut sidecar = cfg.outputs.wants_sidecar().then(|| {
         let model_info = ModelInfo {
             id: cfg.model_id.clone(),
@@ -268,14 +271,13 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
             exif_orientation: cfg.decode.apply_exif,
             fov_x_given: cfg.infer.fov_x,
         };
-        Sidecar::new(d.input.path.display().to_string(), &pred, cfg.outputs.depth_png_scale, model_info, inference, timings.clone())
+        Sidecar::new(d.input.path.display().to_string(), &pred, stats.clone(), cfg.outputs.depth_png_scale, model_info, inference, timings.clone())
     });
+    let written = outputs::write_all(&stem, &pred, d.photo.as_ref(), &cfg.outputs, sidecar.as_mut())?;
     let saturated = match &sidecar {
         Some(s) if cfg.outputs.wants(outputs::Format::Png) => s.depth_png.saturated,
         _ => 0,
     };
-    let t = Instant::now();
-    let written = outputs::write_all(&stem, &pred, d.photo.as_ref(), &cfg.outputs, sidecar.as_mut())?;
     timings.write = Some(ms(t));
     Ok(Record {
         input: d.input.path.clone(),
@@ -285,7 +287,7 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
         error: None,
         fatal: false,
         saturated,
-        summary: Some(pred.summary()),
+        summary: Some(pred.summary_with_median(stats.median.unwrap_or(f32::NAN))),
         warning: d.warning,
     })
 }

@@ -172,6 +172,11 @@ pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &ima
     // infer(): the final maps.
     let fwd_z: Vec<f32> = fwd.points.chunks_exact(3).map(|p| p[2]).collect();
     let pred = postprocess(fwd, w, h, prep.grid, opts);
+    // What the tool runs: the one-pass post-processing, bit for bit the same numbers.
+    let fused = model.postprocess(&raw, (w, h, prep.grid), opts);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&fused.points) == bits(&pred.points) && bits(&fused.depth) == bits(&pred.depth), "{name}: one-pass points/depth differ");
+    assert!(fused.mask == pred.mask && fused.normal.as_deref().map(bits) == pred.normal.as_deref().map(bits), "{name}: one-pass mask/normal differ");
     let want_mask = z.u8("mask");
     let agree = pred.mask.iter().zip(want_mask.iter()).filter(|(a, b)| **a == (**b != 0)).count() as f64 / pred.mask.len() as f64;
     let valid = pred.valid_fraction();
