@@ -82,7 +82,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -114,6 +114,10 @@ _moge() {
                     ;;
                 --precision)
                     COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --num-tokens)
@@ -180,7 +184,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -212,6 +216,10 @@ _moge() {
                     ;;
                 --precision)
                     COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --num-tokens)
@@ -420,7 +428,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --help"
+            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -448,6 +456,10 @@ _moge() {
                     ;;
                 --precision)
                     COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --num-tokens)

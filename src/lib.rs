@@ -1,6 +1,7 @@
 //! `moge`: metric 3D geometry from photos with Microsoft's MoGe-2.
 //!
 //! The crate is laid out as the data flows:
+//! - [`device`]: `--device auto|cpu|cuda[:N]`, and why the GPU is not used where it is not.
 //! - [`model`]: the network, one module per upstream module (`moge/model/*.py`), over candle.
 //! - [`geometry`]: PyTorch-faithful resizes, the UV plane, the focal/shift solve.
 //! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
@@ -19,6 +20,7 @@
 
 pub mod cli;
 pub mod console;
+pub mod device;
 pub mod geometry;
 pub mod hub;
 pub mod image_io;

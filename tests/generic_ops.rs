@@ -11,3 +11,64 @@ fn generic_ops_match_upstream_stages() {
         support::check_stages(ckpt);
     }
 }
+
+/// The 3x3 convolution a CUDA build without cuDNN runs (nine shifted views, one product)
+/// against candle's f32 conv2d: in f32, and in bf16 (its inputs rounded to bf16 for the reference).
+#[test]
+fn unfolded_conv3x3_matches_conv2d() {
+    use candle_core::{DType, Device, Tensor};
+    std::env::set_var("MOGE_GENERIC_OPS", "1");
+    let (cin, cout, h, w) = (5, 7, 6, 9);
+    let conv = |weight: &Tensor, bias: &Tensor, dtype| {
+        let tensors = [("c.weight".to_string(), weight.clone()), ("c.bias".to_string(), bias.clone())].into();
+        let mut ws = moge::model::weights::Weights::new(tensors, &Device::Cpu, dtype);
+        let conv = moge::model::modules::Conv3x3::load(&mut ws, "c", cin, cout).unwrap();
+        ws.finish().unwrap();
+        conv
+    };
+    let round = |t: Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+    let weight = round(Tensor::randn(0f32, 1.0, (cout, cin, 3, 3), &Device::Cpu).unwrap());
+    let bias = round(Tensor::randn(0f32, 1.0, (cout,), &Device::Cpu).unwrap());
+    let x = round(Tensor::randn(0f32, 1.0, (cin, h, w), &Device::Cpu).unwrap());
+    let reference = conv(&weight, &bias, DType::F32).forward(&x).unwrap();
+    assert_eq!(reference.dims(), &[cout, h, w]);
+    let scale = reference.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let f32 = conv(&weight, &bias, DType::F32).forward_unfolded(&x).unwrap();
+    let bf16 = conv(&weight, &bias, DType::BF16).forward(&x).unwrap();
+    assert_eq!(bf16.dtype(), DType::F32, "activations stay f32 between products");
+    assert_ne!(bf16.to_vec3::<f32>().unwrap(), reference.to_vec3::<f32>().unwrap(), "the product is rounded to bf16");
+    for (got, tol) in [(f32, 1e-6), (bf16, 1e-2)] {
+        let err = (&reference - &got).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(err <= tol * scale, "max error {err} of {scale}");
+    }
+}
+
+/// What the CUDA device computes with `--precision bf16` (its default): candle's generic ops,
+/// every matrix product with bf16 weights and inputs, f32 accumulation, a bf16 result, and f32
+/// between products. Run here on the CPU with the same arithmetic (`moge::model::matmul`),
+/// against upstream fp32 with the reduced-precision gates.
+fn bf16_model(ckpt: &std::path::Path) -> moge::Model {
+    let ck = moge::model::checkpoint::Checkpoint::read(ckpt).unwrap();
+    let m = moge::Model::build_with_dtype(ck.config, ck.tensors, &candle_core::Device::Cpu, moge::model::Precision::Bf16, candle_core::DType::BF16).unwrap();
+    assert_eq!(m.dtype, candle_core::DType::BF16);
+    m
+}
+
+#[test]
+fn bf16_products_match_upstream() {
+    use support::*;
+    std::env::set_var("MOGE_GENERIC_OPS", "1");
+    for (name, wp) in [("n_rgb_1200", true), ("n_portrait_1200", true), ("l_rgb_1800", true), ("r_rgb_1200", false)] {
+        let (c, opts) = fixture_case(name);
+        let model = bf16_model(&fixtures().join(c["checkpoint"].as_str().unwrap()));
+        let mut z = Npz::open(&fixtures().join(format!("cases/{name}.npz")));
+        let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
+        check_against_reference(&format!("bf16 products {name}"), &model, &mut z, &img, &opts, wp, &REDUCED);
+    }
+    // The dtype really changes the arithmetic (else the gates above prove nothing).
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    let opts = moge::InferOptions { num_tokens: Some(300), ..Default::default() };
+    let a = moge::Model::load(&fixtures().join("tiny_normal.pt"), &candle_core::Device::Cpu).unwrap().infer(&img, &opts).unwrap();
+    let b = bf16_model(&fixtures().join("tiny_normal.pt")).infer(&img, &opts).unwrap();
+    assert_ne!(a.depth, b.depth);
+}

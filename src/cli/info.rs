@@ -76,6 +76,15 @@ fn print_text(hub: &Hub, entries: &[Entry]) {
     crate::outln!("Hugging Face cache: {}", hub.cache_dir.display());
     let offline = if hub.offline { " (not used: HF_HUB_OFFLINE is set)" } else { "" };
     crate::outln!("hub: {}{offline}", hub.endpoint);
+    // What `--device auto` takes on this machine (and why not the GPU, where it does not).
+    let device = match crate::device::open(crate::device::DeviceRequest::Auto) {
+        Ok(d) => match &d.cpu_because {
+            Some(why) => format!("{} ({why})", d.name),
+            None => d.describe(),
+        },
+        Err(e) => format!("cpu ({e})"),
+    };
+    crate::outln!("device (--device auto): {device}");
     crate::outln!();
     for e in entries {
         let head = format!("{:<12}{:<29}", e.name, e.repo);

@@ -132,10 +132,18 @@ pub struct ModelArgs {
     /// Branch, tag or commit of the published model's repo.
     #[arg(long, value_name = "REV", default_value = crate::hub::DEFAULT_REVISION, conflicts_with = "weights")]
     pub revision: String,
-    /// Arithmetic of the matrix products. auto: bf16 where the CPU has AVX512-BF16 (every output
-    /// keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity.
+    /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU with AVX512-BF16 (every
+    /// output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity.
     #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
+    /// Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees
+    /// one, else the CPU), cpu, cuda or cuda:N.
+    #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device)]
+    pub device: crate::device::DeviceRequest,
+}
+
+fn parse_device(s: &str) -> Result<crate::device::DeviceRequest, String> {
+    s.parse()
 }
 
 fn model_names() -> clap::builder::PossibleValuesParser {
@@ -152,10 +160,12 @@ pub enum Precision {
     Bf16,
 }
 
-impl From<Precision> for crate::model::Precision {
-    fn from(p: Precision) -> Self {
-        match p {
-            Precision::Auto if crate::model::cpu::bf16::available() => crate::model::Precision::Bf16,
+impl Precision {
+    /// The arithmetic on `device`: auto is bf16 products (f32 accumulation, f32 between
+    /// products) on a GPU and on a CPU that computes bf16 products natively, else f32.
+    pub fn resolve(self, device: &crate::Device) -> crate::model::Precision {
+        match self {
+            Precision::Auto if !device.is_cpu() || crate::model::cpu::bf16::available() => crate::model::Precision::Bf16,
             Precision::Auto | Precision::F32 => crate::model::Precision::F32,
             Precision::Bf16 => crate::model::Precision::Bf16,
         }
@@ -220,17 +230,25 @@ impl ModelArgs {
         }
     }
 
-    /// The checkpoint and the model loaded from it at the resolved precision: every command that
-    /// runs the model loads it here, so the same options give the same numbers everywhere.
+    /// The checkpoint and the model loaded from it on `--device` at the resolved precision:
+    /// every command that runs the model loads it here, so the same options give the same
+    /// numbers everywhere. The device is opened first, so a missing GPU is said before a download.
     pub fn load(&self) -> anyhow::Result<(PathBuf, crate::Model)> {
+        let device = self.open_device()?;
         let path = self.checkpoint()?;
-        let model = self.load_from(&path)?;
+        let model = self.load_on(&path, &device.device)?;
         Ok((path, model))
     }
 
-    /// [`ModelArgs::load`] of a checkpoint already resolved (`bench` times this part alone).
-    pub fn load_from(&self, path: &std::path::Path) -> anyhow::Result<crate::Model> {
-        crate::Model::load_with(path, &crate::Device::Cpu, self.precision.into())
+    /// `--device`, opened; an impossible request is one line naming what is missing.
+    pub fn open_device(&self) -> anyhow::Result<crate::device::Opened> {
+        crate::device::open(self.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))
+    }
+
+    /// [`ModelArgs::load`] of a checkpoint already resolved on a device already open (`bench`
+    /// times this part alone).
+    pub fn load_on(&self, path: &std::path::Path, device: &crate::Device) -> anyhow::Result<crate::Model> {
+        crate::Model::load_with(path, device, self.precision.resolve(device))
     }
 }
 

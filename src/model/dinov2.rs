@@ -26,9 +26,9 @@ pub struct Linear {
 
 impl Linear {
     pub fn load(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize) -> Result<Self> {
-        let weight = w.get(&format!("{prefix}.weight"), &[d_out, d_in])?;
+        let weight = w.get_product(&format!("{prefix}.weight"), &[d_out, d_in])?;
         let bias = w.get(&format!("{prefix}.bias"), &[d_out])?;
-        let cpu = if weight.device().is_cpu() {
+        let cpu = if w.cpu_kernels() {
             let b: Vec<f32> = bias.to_vec1()?;
             let packed = if w.bf16() { Some(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)) } else { None };
             let op = |epilogue| LinearOp { weight: weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone() };
@@ -45,7 +45,7 @@ impl Linear {
         if let Some(op) = self.cpu_op(x, false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
         }
-        Ok(x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?)
+        Ok(super::matmul(x, &self.weight.t()?, self.weight.dtype())?.broadcast_add(&self.bias)?)
     }
     /// GELU(linear(x)), exact erf.
     pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
@@ -57,9 +57,9 @@ impl Linear {
 }
 
 /// x + gamma ⊙ y: LayerScale and the residual add.
-fn scaled_residual(x: &Tensor, y: &Tensor, gamma: &(Tensor, ScaledResidualOp)) -> Result<Tensor> {
-    if x.device().is_cpu() && super::cpu::enabled() {
-        return Ok(x.contiguous()?.apply_op2_no_bwd(&y.contiguous()?, &gamma.1)?);
+fn scaled_residual(x: &Tensor, y: &Tensor, gamma: &(Tensor, Option<ScaledResidualOp>)) -> Result<Tensor> {
+    if let (Some(op), true) = (&gamma.1, x.device().is_cpu() && super::cpu::enabled()) {
+        return Ok(x.contiguous()?.apply_op2_no_bwd(&y.contiguous()?, op)?);
     }
     Ok((x + y.broadcast_mul(&gamma.0)?)?)
 }
@@ -85,13 +85,15 @@ pub struct Attention {
     proj: Linear,
     num_heads: usize,
     bf16: bool,
+    /// Whether the CPU kernel applies (f32 weights on the CPU).
+    cpu: bool,
 }
 
 impl Attention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
         let hd = d / self.num_heads;
-        if x.device().is_cpu() && super::cpu::enabled() {
+        if self.cpu && x.device().is_cpu() && super::cpu::enabled() {
             let qkv = self.qkv.forward(x)?.contiguous()?;
             let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16 })?;
             return self.proj.forward(&out);
@@ -101,9 +103,11 @@ impl Attention {
         let q = (qkv.get(0)?.contiguous()? * scale)?;
         let k = qkv.get(1)?.contiguous()?;
         let v = qkv.get(2)?.contiguous()?;
-        let att = q.matmul(&k.t()?)?;
+        // The products in the dtype of the weights (bf16 on a GPU), softmax in f32.
+        let dt = self.qkv.weight.dtype();
+        let att = super::matmul(&q, &k.t()?, dt)?;
         let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let out = att.matmul(&v)?; // (heads, n, hd)
+        let out = super::matmul(&att, &v, dt)?; // (heads, n, hd)
         let out = out.permute((1, 0, 2))?.reshape((n, d))?;
         self.proj.forward(&out)
     }
@@ -113,17 +117,17 @@ impl Attention {
 pub struct Block {
     norm1: LayerNorm,
     attn: Attention,
-    ls1: (Tensor, ScaledResidualOp),
+    ls1: (Tensor, Option<ScaledResidualOp>),
     norm2: LayerNorm,
     fc1: Linear,
     fc2: Linear,
-    ls2: (Tensor, ScaledResidualOp),
+    ls2: (Tensor, Option<ScaledResidualOp>),
 }
 
-fn layer_scale(w: &mut Weights, key: &str, dim: usize) -> Result<(Tensor, ScaledResidualOp)> {
+fn layer_scale(w: &mut Weights, key: &str, dim: usize) -> Result<(Tensor, Option<ScaledResidualOp>)> {
     let g = w.get(key, &[dim])?;
-    let host = g.to_device(&candle_core::Device::Cpu)?.to_vec1()?;
-    Ok((g, ScaledResidualOp { gamma: host }))
+    let op = if w.cpu_kernels() { Some(ScaledResidualOp { gamma: g.to_vec1()? }) } else { None };
+    Ok((g, op))
 }
 
 impl Block {
@@ -135,6 +139,7 @@ impl Block {
                 proj: Linear::load(w, &format!("{p}.attn.proj"), dim, dim)?,
                 num_heads,
                 bf16: w.bf16(),
+                cpu: w.cpu_kernels(),
             },
             ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
@@ -166,7 +171,7 @@ pub struct DinoVisionTransformer {
 
 impl DinoVisionTransformer {
     pub fn load(w: &mut Weights, p: &str, dim: usize, depth: usize, num_heads: usize) -> Result<Self> {
-        let patch_weight = w.get(&format!("{p}.patch_embed.proj.weight"), &[dim, 3, PATCH_SIZE, PATCH_SIZE])?;
+        let patch_weight = w.get_product(&format!("{p}.patch_embed.proj.weight"), &[dim, 3, PATCH_SIZE, PATCH_SIZE])?;
         let patch_bias = w.get(&format!("{p}.patch_embed.proj.bias"), &[dim])?;
         let cls_token = w.get(&format!("{p}.cls_token"), &[1, 1, dim])?.reshape((1, dim))?;
         let pos_embed = w.get(&format!("{p}.pos_embed"), &[1, 1 + POS_GRID * POS_GRID, dim])?.reshape((1 + POS_GRID * POS_GRID, dim))?;
@@ -191,7 +196,7 @@ impl DinoVisionTransformer {
             .reshape((3, h, PATCH_SIZE, w, PATCH_SIZE))?
             .permute((1, 3, 0, 2, 4))?
             .reshape((h * w, 3 * PATCH_SIZE * PATCH_SIZE))?;
-        let x = patches.matmul(&self.patch_weight_t)?.broadcast_add(&self.patch_bias)?;
+        let x = super::matmul(&patches, &self.patch_weight_t, self.patch_weight_t.dtype())?.broadcast_add(&self.patch_bias)?;
         let x = Tensor::cat(&[&self.cls_token, &x], 0)?;
         Ok((x + pos_embed)?)
     }

@@ -23,6 +23,23 @@ pub enum Precision {
     Bf16,
 }
 
+/// The generic path's matrix product of f32 activations (either side may be a weight already
+/// in `dtype`), with an f32 result. In bf16 both inputs are rounded to bf16 and the product is
+/// accumulated in f32 and rounded to bf16 once (cuBLAS's bf16 product, as under PyTorch's
+/// autocast); everything between products stays f32. candle's CPU has no bf16 product: there the
+/// same arithmetic runs in f32 on the rounded inputs, so the tests can check the GPU's numbers.
+pub fn matmul(a: &candle_core::Tensor, b: &candle_core::Tensor, dtype: candle_core::DType) -> candle_core::Result<candle_core::Tensor> {
+    use candle_core::DType;
+    match dtype {
+        DType::F32 => a.matmul(b),
+        _ if a.device().is_cpu() => {
+            let round = |t: &candle_core::Tensor| t.to_dtype(dtype)?.to_dtype(DType::F32);
+            round(&round(a)?.matmul(&round(b)?)?)
+        }
+        _ => a.to_dtype(dtype)?.matmul(&b.to_dtype(dtype)?)?.to_dtype(DType::F32),
+    }
+}
+
 /// Token grid of `forward()`: rows = round(√(n/a)), cols = round(√(n·a)), half to even as
 /// Python's `round`.
 pub fn token_grid(width: usize, height: usize, num_tokens: u32) -> (usize, usize) {

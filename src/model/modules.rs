@@ -20,9 +20,9 @@ pub struct Conv1x1 {
 
 impl Conv1x1 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
-        let weight = w.get(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
+        let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let cpu = if weight.device().is_cpu() {
+        let cpu = if w.cpu_kernels() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
             Some(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed })
         } else {
@@ -45,7 +45,7 @@ impl Conv1x1 {
             return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
         }
         let (c, h, wd) = x.dims3()?;
-        let y = self.weight.matmul(&x.reshape((c, h * wd))?)?.broadcast_add(&self.bias)?;
+        let y = super::matmul(&self.weight, &x.reshape((c, h * wd))?, self.weight.dtype())?.broadcast_add(&self.bias)?;
         Ok(y.reshape((self.weight.dim(0)?, h, wd))?)
     }
 }
@@ -60,9 +60,9 @@ pub struct Conv3x3 {
 
 impl Conv3x3 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
-        let weight = w.get(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
+        let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let cpu = if weight.device().is_cpu() { Some(Conv3x3Op::new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?) } else { None };
+        let cpu = if w.cpu_kernels() { Some(Conv3x3Op::new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?) } else { None };
         Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu })
     }
     fn cpu_op(&self, x: &Tensor) -> Option<&Conv3x3Op> {
@@ -100,10 +100,36 @@ impl Conv3x3 {
         let up = x.unsqueeze(0)?.upsample_bilinear2d(2 * h, 2 * w, false)?.squeeze(0)?;
         self.forward(&up)
     }
-    /// candle's own ops (any device).
+    /// candle's own ops (any device), in the dtype of the weight, with an f32 result.
     fn generic(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?.unsqueeze(0)?;
-        let y = x.conv2d(&self.weight, 0, 1, 1, 1)?.broadcast_add(&self.bias)?;
+        let dt = self.weight.dtype();
+        let x = x.to_dtype(dt)?.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?;
+        // conv2d is unusable on a CUDA build without its cuDNN, and candle's CPU has no bf16 conv2d.
+        if !crate::device::conv2d_usable(x.device()) || (x.device().is_cpu() && dt != candle_core::DType::F32) {
+            return self.unfolded(&x);
+        }
+        let y = x.unsqueeze(0)?.conv2d(&self.weight, 0, 1, 1, 1)?.to_dtype(candle_core::DType::F32)?.broadcast_add(&self.bias)?;
+        Ok(y.squeeze(0)?)
+    }
+    /// The unfolded route on any device (its test compares it with conv2d on the CPU).
+    pub fn forward_unfolded(&self, x: &Tensor) -> Result<Tensor> {
+        self.unfolded(&x.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?)
+    }
+    /// The convolution of the padded (cin, h+2, w+2) `x` as one matrix product over its nine
+    /// shifted views (what candle's im2col does), for a CUDA build whose cuDNN is absent.
+    fn unfolded(&self, x: &Tensor) -> Result<Tensor> {
+        let (cin, hp, wp) = x.dims3()?;
+        let (h, w) = (hp - 2, wp - 2);
+        let cout = self.weight.dim(0)?;
+        let mut taps = Vec::with_capacity(9);
+        for dy in 0..3 {
+            for dx in 0..3 {
+                taps.push(x.narrow(1, dy, h)?.narrow(2, dx, w)?);
+            }
+        }
+        // (cin, 9, h, w): row ci·9 + 3·dy + dx, the layout of the (cout, cin, 3, 3) weight.
+        let cols = Tensor::stack(&taps, 1)?.reshape((cin * 9, h * w))?;
+        let y = super::matmul(&self.weight.reshape((cout, cin * 9))?, &cols, self.weight.dtype())?.reshape((1, cout, h, w))?.broadcast_add(&self.bias)?;
         Ok(y.squeeze(0)?)
     }
 }
@@ -119,10 +145,10 @@ pub struct ConvTranspose2x2 {
 
 impl ConvTranspose2x2 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
-        let weight = w.get(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
+        let weight = w.get_product(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let cpu = if weight.device().is_cpu() {
+        let cpu = if w.cpu_kernels() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             Some(ConvTranspose2x2Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed })
         } else {
@@ -135,7 +161,7 @@ impl ConvTranspose2x2 {
             return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
         }
         let (c, h, wd) = x.dims3()?;
-        let y = self.weight.matmul(&x.reshape((c, h * wd))?)?; // (cout·4, h·w) as (o, di, dj, i, j)
+        let y = super::matmul(&self.weight, &x.reshape((c, h * wd))?, self.weight.dtype())?; // (cout·4, h·w) as (o, di, dj, i, j)
         let y = y.reshape((self.cout, 2, 2, h, wd))?.permute((0, 3, 1, 4, 2))?; // (o, i, di, j, dj)
         let y = y.broadcast_add(&self.bias)?;
         Ok(y.reshape((self.cout, 2 * h, 2 * wd))?)

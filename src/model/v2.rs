@@ -24,6 +24,10 @@ pub struct Model {
     pub config: ModelConfig,
     pub precision: Precision,
     pub device: Device,
+    /// The dtype of the matrix products' weights on the device: f32, or bf16 for
+    /// `Precision::Bf16` off the CPU (the CPU kernels keep f32 weights and round while packing).
+    /// Activations are f32 between products either way.
+    pub dtype: DType,
     encoder: Dinov2Encoder,
     neck: ConvStack,
     points_head: Option<ConvStack>,
@@ -130,10 +134,17 @@ impl Model {
     }
 
     pub fn build_with(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device, precision: Precision) -> Result<Self> {
-        if precision == Precision::Bf16 && !device.is_cpu() {
-            bail!("bf16 is implemented for the CPU kernels only");
+        let dtype = if precision == Precision::Bf16 && !device.is_cpu() { DType::BF16 } else { DType::F32 };
+        Self::build_with_dtype(config, tensors, device, precision, dtype)
+    }
+
+    /// As [`Model::build_with`] with the dtype of the products' weights given: bf16 on the CPU
+    /// runs candle's generic ops with the GPU's arithmetic (the tests' stand-in for it).
+    pub fn build_with_dtype(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device, precision: Precision, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F32 | DType::BF16) {
+            bail!("the matrix products run in f32 or bf16, not {dtype:?}");
         }
-        let mut w = Weights::new(tensors, device, DType::F32);
+        let mut w = Weights::new(tensors, device, dtype);
         w.precision = precision;
         let parts = Parts::bind(&config, &mut w)?;
         w.finish()?;
@@ -148,6 +159,7 @@ impl Model {
             precision,
             config,
             device: device.clone(),
+            dtype,
             encoder,
             neck,
             points_head,

@@ -17,6 +17,7 @@ pub struct Weights {
     /// Elements of the zeros handed out for missing or misshapen tensors.
     placeholder_elems: usize,
     device: Device,
+    /// The dtype of the matrix products' weights ([`Weights::get_product`]).
     dtype: DType,
     pub precision: super::Precision,
 }
@@ -29,20 +30,31 @@ impl Weights {
     /// The tensor `key` moved to the model device, checked against `shape`. A missing or
     /// misshapen tensor is recorded and replaced by zeros so that binding can go on.
     pub fn get(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get_as(key, shape, DType::F32)
+    }
+
+    /// As [`Weights::get`] for the weight of a matrix product (linear, convolution), in the
+    /// dtype of the products: f32, or bf16 on a GPU (activations stay f32 either way).
+    pub fn get_product(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get_as(key, shape, self.dtype)
+    }
+
+    fn get_as(&mut self, key: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         self.requested.push((key.to_owned(), shape.to_vec()));
         match self.tensors.get(key) {
             None => {
                 self.missing.push(format!("{key} {shape:?}"));
-                self.placeholder(key, shape)
+                self.placeholder(key, shape, dtype)
             }
             Some(t) if t.dims() != shape => {
                 self.mismatched.push(format!("{key}: checkpoint {:?}, model {shape:?}", t.dims()));
                 self.used.insert(key.to_owned());
-                self.placeholder(key, shape)
+                self.placeholder(key, shape, dtype)
             }
             Some(t) => {
                 self.used.insert(key.to_owned());
-                Ok(t.to_device(&self.device)?.to_dtype(self.dtype)?)
+                // Widened or narrowed on the host, so the device receives the final dtype.
+                Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
             }
         }
     }
@@ -51,14 +63,20 @@ impl Weights {
     /// `model_config`, which is the user's file too: a damaged one may ask for any size, so
     /// the stand-ins together are capped at ViT-L's size (a real mismatch lists everything
     /// long before that).
-    fn placeholder(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
+    fn placeholder(&mut self, key: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         const MAX_PLACEHOLDER_ELEMS: usize = 400_000_000;
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         self.placeholder_elems = n.and_then(|n| self.placeholder_elems.checked_add(n)).unwrap_or(usize::MAX);
         if self.placeholder_elems > MAX_PLACEHOLDER_ELEMS {
             bail!("the model_config asks for {key} of shape {shape:?}, far beyond any MoGe-2 model: the configuration is damaged");
         }
-        Ok(Tensor::zeros(shape, self.dtype, &self.device)?)
+        Ok(Tensor::zeros(shape, dtype, &self.device)?)
+    }
+
+    /// Whether the layers get the CPU kernels (`crate::model::cpu`): f32 weights on the CPU.
+    /// Anything else (another device, bf16 product weights) runs candle's generic ops.
+    pub fn cpu_kernels(&self) -> bool {
+        self.device.is_cpu() && self.dtype == DType::F32
     }
 
     /// Whether the CPU kernels should pre-pack this model's weights for bf16 products.

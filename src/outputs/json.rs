@@ -72,6 +72,8 @@ impl Default for ToolInfo {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct InferenceInfo {
+    /// Where the network ran: `cpu` or `cuda:N`.
+    pub device: String,
     pub num_tokens: u32,
     /// ViT token grid (rows, cols).
     pub grid: (usize, usize),

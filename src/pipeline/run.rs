@@ -264,6 +264,7 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
             weights_sha256: sha.get_or_init(|| sha256_file(&cfg.weights).unwrap_or_else(|e| format!("unavailable: {e:#}"))).clone(),
         };
         let inference = InferenceInfo {
+            device: crate::device::name_of(&model.device),
             num_tokens: d.opts.tokens(model.config.num_tokens_range),
             grid: d.prep.grid,
             fit: cfg.fit.name().into(),
