@@ -18,41 +18,43 @@ use crate::infer::Prediction;
 /// loop vectorises on any x86-64 instead of calling libm's `round` per pixel.
 #[inline]
 fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
-    if !valid || !d.is_finite() || d <= 0.0 {
-        return (0, false);
-    }
+    let ok = valid && d.is_finite() && d > 0.0;
     let q = d as f64 / scale as f64;
-    if q >= 65535.5 {
-        (65535, true)
-    } else if q < 0.5 {
-        (1, true)
+    let (high, low) = (q >= 65535.5, q < 0.5);
+    // Selects rather than branches, so the loop vectorises; `inside` is in [0.5, 65535.5).
+    let inside = if !high && !low && !q.is_nan() { q } else { 1.0 };
+    // SAFETY: `inside` is finite and in [0.5, 65535.5), so the conversion is exact truncation.
+    let i: u32 = unsafe { inside.to_int_unchecked() };
+    let rounded = (i + u32::from(inside - i as f64 >= 0.5)) as u16;
+    let code = if !ok {
+        0
+    } else if high {
+        65535
+    } else if low {
+        1
     } else {
-        let i = q as u32;
-        ((i + u32::from(q - i as f64 >= 0.5)) as u16, false)
-    }
+        rounded
+    };
+    (code, ok && (high || low))
 }
 
 /// Depth in units of `scale`, rounded; 0 for invalid pixels. Valid depths that do not fit
 /// (beyond 65535 units, or under half a unit, which would read as invalid) saturate to
 /// 65535 / 1; returns the codes and how many saturated.
 pub fn encode_depth(p: &Prediction, scale: f32) -> (Vec<u16>, usize) {
+    let mut codes = vec![0u16; p.depth.len()];
     let mut saturated = 0;
-    let codes = p
-        .depth
-        .iter()
-        .zip(&p.mask)
-        .map(|(&d, &m)| {
-            let (v, s) = depth_code(d, m, scale);
-            saturated += usize::from(s);
-            v
-        })
-        .collect();
+    for ((c, &d), &m) in codes.iter_mut().zip(&p.depth).zip(&p.mask) {
+        let (code, sat) = depth_code(d, m, scale);
+        *c = code;
+        saturated += usize::from(sat);
+    }
     (codes, saturated)
 }
 
 /// How many valid depths [`encode_depth`] would saturate, without the codes.
 pub fn count_saturated(p: &Prediction, scale: f32) -> usize {
-    p.depth.iter().zip(&p.mask).filter(|(&d, &m)| depth_code(d, m, scale).1).count()
+    p.depth.iter().zip(&p.mask).map(|(&d, &m)| usize::from(depth_code(d, m, scale).1)).sum()
 }
 
 /// `round((n + 1) / 2 · 255)` per component (half away from zero, as `f32::round`, through a
@@ -60,8 +62,11 @@ pub fn count_saturated(p: &Prediction, scale: f32) -> usize {
 pub fn encode_normal(n: &[f32]) -> Vec<u8> {
     n.iter()
         .map(|&c| {
-            let x = (c.clamp(-1.0, 1.0) + 1.0) * 0.5 * 255.0;
-            let i = x as i32; // in 0..=255; NaN → 0, as `round() as u8` gives
+            // NaN codes 0, as `round() as u8` gives it: the same as -1.
+            let c = if c.is_nan() { -1.0 } else { c.clamp(-1.0, 1.0) };
+            let x = (c + 1.0) * 0.5 * 255.0;
+            // SAFETY: x is finite and in [0, 255], so the conversion is exact truncation.
+            let i: i32 = unsafe { x.to_int_unchecked() };
             (i + i32::from(x - i as f32 >= 0.5)) as u8
         })
         .collect()
