@@ -7,7 +7,7 @@
 //! compression can be chosen ([`Compression`]); numpy (`np.load`) and any zip reader read every
 //! choice.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::Path;
 
 use anyhow::Result;
@@ -60,8 +60,17 @@ impl Compression {
 
 pub fn write(path: &Path, p: &Prediction, compression: Compression, normal_dtype: NormalDtype) -> Result<()> {
     write_atomic(path, |f| {
+        encode(BufWriter::with_capacity(1 << 20, f), p, compression, normal_dtype)?.flush()?;
+        Ok(())
+    })
+}
+
+/// The npz of `p` into `out` (a file, or a `Cursor<Vec<u8>>` for an HTTP response); returns
+/// `out` after the zip's central directory.
+pub fn encode<W: Write + Seek>(out: W, p: &Prediction, compression: Compression, normal_dtype: NormalDtype) -> Result<W> {
+    {
         let (h, w) = (p.height, p.width);
-        let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, f));
+        let mut zip = ZipWriter::new(out);
         let opts = compression.zip_options();
         // Each array is written by ndarray-npy straight into its zip entry from a view of the
         // prediction's buffer (no copy); Zip64 only where needed (arrays of 4 GiB), so small
@@ -88,9 +97,8 @@ pub fn write(path: &Path, p: &Prediction, compression: Compression, normal_dtype
         add("metric_scale", 4, &|z| arr0(p.metric_scale).write_npy(z))?;
         add("fov_x", 4, &|z| arr0(fx).write_npy(z))?;
         add("fov_y", 4, &|z| arr0(fy).write_npy(z))?;
-        zip.finish()?.flush()?;
-        Ok(())
-    })
+        Ok(zip.finish()?)
+    }
 }
 
 /// `.npy` (format 1.0) of `data` cast to float16, little-endian, C order: the one element type

@@ -72,9 +72,28 @@ pub fn encode_normal(n: &[f32]) -> Vec<u8> {
         .collect()
 }
 
-pub fn write_depth(path: &Path, p: &Prediction, scale: f32) -> Result<usize> {
+/// The 16-bit depth PNG of `p` and how many valid depths saturated.
+pub fn depth_png(p: &Prediction, scale: f32) -> Result<(Vec<u8>, usize)> {
     let (codes, saturated) = encode_depth(p, scale);
     // The encoder takes 16-bit samples in native byte order (PNG's big-endian is its job).
+    Ok((encode_png(bytemuck::cast_slice(&codes), p.width, p.height, ExtendedColorType::L16)?, saturated))
+}
+
+pub fn normal_png(p: &Prediction) -> Result<Vec<u8>> {
+    let n = p.normal.as_ref().ok_or_else(|| anyhow::anyhow!("the model has no normal head"))?;
+    encode_png(&encode_normal(n), p.width, p.height, ExtendedColorType::Rgb8)
+}
+
+pub fn mask_png(p: &Prediction) -> Result<Vec<u8>> {
+    encode_png(&mask_codes(p), p.width, p.height, ExtendedColorType::L8)
+}
+
+fn mask_codes(p: &Prediction) -> Vec<u8> {
+    p.mask.iter().map(|&v| if v { 255 } else { 0 }).collect()
+}
+
+pub fn write_depth(path: &Path, p: &Prediction, scale: f32) -> Result<usize> {
+    let (codes, saturated) = encode_depth(p, scale);
     write_png(path, bytemuck::cast_slice(&codes), p.width, p.height, ExtendedColorType::L16)?;
     Ok(saturated)
 }
@@ -85,19 +104,30 @@ pub fn write_normal(path: &Path, p: &Prediction) -> Result<()> {
 }
 
 pub fn write_mask(path: &Path, p: &Prediction) -> Result<()> {
-    let m: Vec<u8> = p.mask.iter().map(|&v| if v { 255 } else { 0 }).collect();
-    write_png(path, &m, p.width, p.height, ExtendedColorType::L8)
+    write_png(path, &mask_codes(p), p.width, p.height, ExtendedColorType::L8)
 }
 
 /// `data` as the encoder takes it: 8-bit samples, or 16-bit ones in native byte order.
 pub fn write_png(path: &Path, data: &[u8], w: usize, h: usize, color: ExtendedColorType) -> Result<()> {
     write_atomic(path, |f| {
         let mut out = BufWriter::new(f);
-        // fdeflate's fast mode, one Paeth filter for every row: the same size as the adaptive
-        // choice on depth and normal maps (which picks Paeth nearly everywhere), without trying
-        // five filters per row.
-        PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Paeth).write_image(data, w as u32, h as u32, color)?;
+        encode_png_to(&mut out, data, w, h, color)?;
         std::io::Write::flush(&mut out)?;
         Ok(())
     })
+}
+
+/// The PNG file of `data` in memory (an HTTP response's field).
+pub fn encode_png(data: &[u8], w: usize, h: usize, color: ExtendedColorType) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(data.len() / 2);
+    encode_png_to(&mut out, data, w, h, color)?;
+    Ok(out)
+}
+
+fn encode_png_to(out: &mut impl std::io::Write, data: &[u8], w: usize, h: usize, color: ExtendedColorType) -> Result<()> {
+    // fdeflate's fast mode, one Paeth filter for every row: the same size as the adaptive
+    // choice on depth and normal maps (which picks Paeth nearly everywhere), without trying
+    // five filters per row.
+    PngEncoder::new_with_quality(out, CompressionType::Fast, FilterType::Paeth).write_image(data, w as u32, h as u32, color)?;
+    Ok(())
 }
