@@ -39,6 +39,29 @@ pub struct Decoded {
     pub warning: Option<String>,
 }
 
+/// What the file held beyond its pixels: whether another decoder given the same bytes (a
+/// server's) would see the image this crate decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    pub format: image::ImageFormat,
+    /// The file carries an EXIF orientation other than "as stored", whether it was applied
+    /// here or not (another reader may decide otherwise).
+    pub oriented: bool,
+    /// Samples wider than 8 bits (16-bit PNG or TIFF, float), reduced here to 8 bits; other
+    /// readers reduce them differently.
+    pub wide_samples: bool,
+    /// The file is damaged and was decoded anyway (`allow_truncated`).
+    pub damaged: bool,
+}
+
+/// A photo read from disk: its pixels, what the file was, and the file's bytes.
+#[derive(Debug)]
+pub struct Loaded {
+    pub decoded: Decoded,
+    pub source: Source,
+    pub bytes: Vec<u8>,
+}
+
 /// Decodes `path` into 8-bit RGB. Errors name the file and the reason.
 pub fn load_rgb(path: &Path, apply_exif: bool) -> Result<RgbImage> {
     Ok(load_rgb_with(path, &DecodeOptions { apply_exif, ..Default::default() })?.image)
@@ -46,10 +69,16 @@ pub fn load_rgb(path: &Path, apply_exif: bool) -> Result<RgbImage> {
 
 /// [`load_rgb`] with every option.
 pub fn load_rgb_with(path: &Path, opts: &DecodeOptions) -> Result<Decoded> {
+    Ok(load_with_source(path, opts)?.decoded)
+}
+
+/// [`load_rgb_with`] that also returns the file's bytes and what they held (to send the file
+/// to a server as it is where that server would decode it alike).
+pub fn load_with_source(path: &Path, opts: &DecodeOptions) -> Result<Loaded> {
     read_and_decode(path, opts).with_context(|| format!("{}", path.display()))
 }
 
-fn read_and_decode(path: &Path, opts: &DecodeOptions) -> Result<Decoded> {
+fn read_and_decode(path: &Path, opts: &DecodeOptions) -> Result<Loaded> {
     let meta = std::fs::metadata(path).context("cannot open")?;
     if meta.is_dir() {
         bail!("is a directory, not an image");
@@ -59,12 +88,18 @@ fn read_and_decode(path: &Path, opts: &DecodeOptions) -> Result<Decoded> {
     }
     // Whole, so that the structure can be checked before decoding (photos are a few MB).
     let bytes = std::fs::read(path).context("cannot read")?;
-    decode_bytes(&bytes, opts)
+    let (decoded, source) = decode_bytes_with_source(&bytes, opts)?;
+    Ok(Loaded { decoded, source, bytes })
 }
 
 /// Decodes an image file held in memory: the format from its first bytes, the file checked
 /// whole, the size checked against the limit before any pixel is decoded.
 pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions) -> Result<Decoded> {
+    Ok(decode_bytes_with_source(bytes, opts)?.0)
+}
+
+/// [`decode_bytes`], and what the file held beyond its pixels.
+pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(Decoded, Source)> {
     if bytes.is_empty() {
         bail!("empty file");
     }
@@ -105,16 +140,19 @@ pub fn decode_bytes(bytes: &[u8], opts: &DecodeOptions) -> Result<Decoded> {
         bail!("image is {w}x{h}: decoding it needs {:.1} GB, more memory than can be had", need as f64 / 1e9);
     }
     drop(probe);
-    let orientation = if opts.apply_exif { decoder.orientation().ok() } else { None };
+    // Read even when it is not applied: the file still carries it for another reader.
+    let orientation = decoder.orientation().ok().filter(|&o| o != image::metadata::Orientation::NoTransforms);
+    let wide_samples = decoder.color_type().bytes_per_pixel() > decoder.color_type().channel_count();
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(e, &name, bytes.len()))?;
-    if let Some(o) = orientation {
+    if let Some(o) = orientation.filter(|_| opts.apply_exif) {
         img.apply_orientation(o);
     }
     let rgb = to_rgb8(img);
     if rgb.width() < MIN_SIDE || rgb.height() < MIN_SIDE {
         bail!("image is {}x{}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}", rgb.width(), rgb.height());
     }
-    Ok(Decoded { image: rgb, warning })
+    let source = Source { format, oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
+    Ok((Decoded { image: rgb, warning }, source))
 }
 
 /// A decoder's error in words: running out of bytes is a truncated file.
