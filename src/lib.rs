@@ -7,6 +7,7 @@
 //! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
 //! - [`image_io`]: reading photos as the upstream CLI reads them.
 //! - [`outputs`]: writing predictions (npz, ...).
+//! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model.
 //! - [`cli`]: the `moge` command line.
 //!
 //! ```no_run
@@ -28,6 +29,7 @@ pub mod infer;
 pub mod model;
 pub mod outputs;
 pub mod pipeline;
+pub mod remote;
 
 pub use candle_core::Device;
 pub use infer::{InferOptions, Prediction};
