@@ -1,6 +1,575 @@
 //! The client side of `--server URL`: predictions from a MoGe-2 HTTP server (`moge serve`, or
 //! the Tenstorrent server tt-MoGe whose API it copies) instead of a local model.
+//!
+//! The API: `GET /health`, `GET /info` (JSON), and `POST /predict` with a JSON body holding the
+//! image file in base64 and the options. The answer is the npz itself with its metadata in the
+//! `X-MoGe-Meta` header (`output_format: "npz_binary"`), or, from servers that do not know that
+//! format, JSON with the npz in base64 (`"npz"`). A server whose `/info` lists
+//! `"output_formats"` is asked in the best one it has; otherwise the client asks for
+//! `npz_binary`, and when that is refused (400 or 422) asks again for `npz`, and keeps to `npz`
+//! once that succeeded.
+//!
+//! ```no_run
+//! use moge::remote::{Client, ClientOptions, Request};
+//! let client = Client::connect("127.0.0.1:20000", ClientOptions::default())?;
+//! let bytes = std::fs::read("photo.jpg")?;
+//! let answer = client.predict(&bytes, &Request::default())?;
+//! println!("{}", answer.pred.summary());
+//! # Ok::<(), anyhow::Error>(())
+//! ```
 
 mod npz;
 
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use image::RgbImage;
+use serde::Serialize;
+use serde_json::Value;
+
 pub use npz::read_prediction;
+
+use crate::image_io::Source;
+use crate::infer::{InferOptions, Prediction};
+
+/// The longest wait between two attempts that the client chooses itself, and the longest
+/// `Retry-After` it honours.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Error bodies are messages: what is read of one.
+const MAX_ERROR_BODY: u64 = 1 << 20;
+
+/// How the client talks to the server.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Longest time for one attempt of one request, the answer's body included.
+    pub timeout: Duration,
+    /// Attempts after the first, for failures that may pass: no connection, a timeout, a
+    /// 500/502/503/504, 408 or 429.
+    pub retries: u32,
+    /// Most requests this client has open at once; callers beyond it wait for a turn.
+    pub in_flight: usize,
+    /// The wait before the first retry, doubled at each next one (up to 8 s), unless the
+    /// server says how long in `Retry-After` (honoured up to 30 s).
+    pub backoff: Duration,
+    /// Largest answer accepted. float32 maps of a 12-megapixel photo are ~350 MB as npz, a
+    /// third more in base64.
+    pub max_response_bytes: u64,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(60), retries: 3, in_flight: 4, backoff: Duration::from_millis(250), max_response_bytes: 2 << 30 }
+    }
+}
+
+/// How the server fits the photo to its canvas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fit {
+    Pad,
+    Stretch,
+    Exact,
+}
+
+/// The options of one prediction; `None` leaves the server's default (and is not sent, as
+/// older servers refuse fields they do not know).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request {
+    pub fit: Option<Fit>,
+    /// Known horizontal field of view, degrees.
+    pub fov_x: Option<f32>,
+    pub apply_mask: Option<bool>,
+    pub force_projection: Option<bool>,
+    pub num_tokens: Option<u32>,
+    pub resolution_level: Option<u32>,
+}
+
+impl Request {
+    /// The options of `opts` that differ from upstream `infer()`'s defaults, which servers
+    /// share.
+    pub fn from_options(opts: &InferOptions) -> Request {
+        let d = InferOptions::default();
+        Request {
+            fit: None,
+            fov_x: opts.fov_x,
+            apply_mask: (opts.apply_mask != d.apply_mask).then_some(opts.apply_mask),
+            force_projection: (opts.force_projection != d.force_projection).then_some(opts.force_projection),
+            num_tokens: opts.num_tokens,
+            resolution_level: (opts.num_tokens.is_none() && opts.resolution_level != d.resolution_level).then_some(opts.resolution_level),
+        }
+    }
+}
+
+/// A prediction from the server.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// `focal`, `shift` and `grid` are not known from the server (see [`read_prediction`]).
+    pub pred: Prediction,
+    /// The server's metadata (size, fov, depth statistics, timings, ...), without the npz.
+    pub meta: Value,
+    /// `timing_ms.device` and `timing_ms.total` of the metadata.
+    pub device_ms: Option<f64>,
+    pub total_ms: Option<f64>,
+    /// HTTP requests made for this prediction, retries and the format fallback included.
+    pub attempts: u32,
+}
+
+/// Why a request failed. Every message names the URL and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// No connection, or the connection dropped with no answer, on every attempt: the server
+    /// is down, and a batch cannot go on.
+    #[error("cannot reach the server at {url}: {reason}{}", after(*attempts))]
+    Unreachable { url: String, reason: String, attempts: u32 },
+    /// A 4xx: the server refused this request (the image or an option), so it is not retried
+    /// (except 408 and 429, which end here when the retries are spent).
+    #[error("the server at {url} refused the request ({}): {message}", status_text(*status))]
+    Rejected { url: String, status: u16, message: String },
+    /// A 5xx on every attempt.
+    #[error("the server at {url} failed with {}{}: {message}", status_text(*status), after(*attempts))]
+    Server { url: String, status: u16, message: String, attempts: u32 },
+    /// No whole answer within [`ClientOptions::timeout`] on every attempt.
+    #[error("no answer from the server at {url} within {:.1} s{}", limit.as_secs_f64(), after(*attempts))]
+    Timeout { url: String, limit: Duration, attempts: u32 },
+    /// An answer that is not what the API says (a damaged npz, missing metadata, bad JSON).
+    #[error("bad answer from the server at {url}: {message}")]
+    Protocol { url: String, message: String },
+}
+
+impl RemoteError {
+    /// The server cannot be reached: fatal for a whole batch, not one photo's failure.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, RemoteError::Unreachable { .. })
+    }
+}
+
+fn after(attempts: u32) -> String {
+    if attempts > 1 {
+        format!(" (after {attempts} attempts)")
+    } else {
+        String::new()
+    }
+}
+
+fn status_text(status: u16) -> String {
+    match ureq::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()) {
+        Some(reason) => format!("{status} {reason}"),
+        None => status.to_string(),
+    }
+}
+
+/// What to send for a photo: the file itself where the server decodes it to the same pixels
+/// (a JPEG or PNG of 8-bit samples, whole, with no EXIF orientation), else the pixels decoded
+/// here (orientation applied or not as asked) as a fast-compressed PNG.
+pub fn image_for_server<'a>(bytes: &'a [u8], source: &Source, image: &RgbImage) -> Result<Cow<'a, [u8]>> {
+    use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+    use image::ImageEncoder;
+    let plain = matches!(source.format, image::ImageFormat::Jpeg | image::ImageFormat::Png);
+    if plain && !source.oriented && !source.wide_samples && !source.damaged {
+        return Ok(Cow::Borrowed(bytes));
+    }
+    let mut out = Vec::with_capacity(image.as_raw().len() / 2);
+    PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Adaptive)
+        .write_image(image.as_raw(), image.width(), image.height(), image::ExtendedColorType::Rgb8)
+        .context("cannot encode the image as PNG for the server")?;
+    Ok(Cow::Owned(out))
+}
+
+/// Which answer format the server is known to give.
+const FORMAT_UNKNOWN: u8 = 0;
+const FORMAT_BINARY: u8 = 1;
+const FORMAT_JSON: u8 = 2;
+
+/// A connection to one server, shared by reference across threads.
+pub struct Client {
+    base: String,
+    agent: ureq::Agent,
+    opts: ClientOptions,
+    info: Value,
+    format: AtomicU8,
+    slots: Slots,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("url", &self.base).field("info", &self.info).finish_non_exhaustive()
+    }
+}
+
+/// One HTTP answer, of any status.
+struct Reply {
+    status: u16,
+    headers: ureq::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// Why one attempt got no answer.
+enum NoAnswer {
+    Unreachable(String),
+    Timeout,
+    Protocol(String),
+}
+
+impl Client {
+    /// Checks that the server answers `/health`, then reads `/info` (kept as [`Value::Null`]
+    /// where the server has none). `url` is `http://host:port`, `https://...` or `host:port`,
+    /// with or without a path prefix and trailing slash.
+    pub fn connect(url: &str, opts: ClientOptions) -> Result<Client> {
+        let base = normalise_url(url)?;
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(opts.timeout))
+                .timeout_connect(Some(opts.timeout.min(Duration::from_secs(10))))
+                .max_redirects(0)
+                .max_redirects_will_error(false)
+                .max_idle_connections_per_host(opts.in_flight.max(1))
+                .user_agent(format!("moge/{}", env!("CARGO_PKG_VERSION")))
+                .build(),
+        );
+        let slots = Slots::new(opts.in_flight.max(1));
+        let mut client = Client { base, agent, opts, info: Value::Null, format: AtomicU8::new(FORMAT_UNKNOWN), slots };
+        // No retry when nothing answers (the usual mistake: reported at once), the retries for
+        // a server that is there but not ready (503 while it loads).
+        let (health, _) = client.call("/health", None, client.opts.retries, false);
+        match health {
+            Ok(_) => {}
+            Err(RemoteError::Unreachable { url, reason, attempts }) if reason.starts_with("connection refused") => {
+                let reason = format!("{reason} (is `moge serve` running?)");
+                return Err(RemoteError::Unreachable { url, reason, attempts }.into());
+            }
+            Err(e @ (RemoteError::Rejected { .. } | RemoteError::Protocol { .. })) => {
+                return Err(anyhow::Error::new(e).context(format!("{} does not answer as a MoGe server", client.base)));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let (info, _) = client.call("/info", None, 0, false);
+        client.info = match info {
+            Ok(reply) => serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
+            Err(e @ RemoteError::Unreachable { .. }) => return Err(e.into()),
+            Err(_) => Value::Null,
+        };
+        // A server that lists its formats spares the guess (and a second upload of an image
+        // it refuses).
+        if let Some(formats) = client.info.get("output_formats").and_then(Value::as_array) {
+            let has = |f: &str| formats.iter().any(|v| v.as_str() == Some(f));
+            if has("npz_binary") {
+                client.format = AtomicU8::new(FORMAT_BINARY);
+            } else if has("npz") {
+                client.format = AtomicU8::new(FORMAT_JSON);
+            }
+        }
+        Ok(client)
+    }
+
+    /// The server's base URL, as requests are made to it.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// What `/info` returned.
+    pub fn info(&self) -> &Value {
+        &self.info
+    }
+
+    /// The model the server runs, where `/info` says.
+    pub fn model(&self) -> Option<&str> {
+        self.info_str(&["model", "model_name", "model_id"])
+    }
+
+    /// The device the server runs on, where `/info` says.
+    pub fn device(&self) -> Option<&str> {
+        self.info_str(&["device", "device_type", "hardware"])
+    }
+
+    fn info_str(&self, keys: &[&str]) -> Option<&str> {
+        keys.iter().find_map(|k| self.info.get(k).and_then(Value::as_str))
+    }
+
+    /// The geometry of one image file (`image`: its bytes, see [`image_for_server`]).
+    pub fn predict(&self, image: &[u8], req: &Request) -> Result<Response, RemoteError> {
+        let image = BASE64.encode(image);
+        let known = self.format.load(Ordering::Relaxed);
+        if known == FORMAT_JSON {
+            return self.predict_as(&image, req, "npz");
+        }
+        match self.predict_as(&image, req, "npz_binary") {
+            Ok(r) => {
+                self.format.store(FORMAT_BINARY, Ordering::Relaxed);
+                Ok(r)
+            }
+            // A server without the binary answer refuses the format (FastAPI validation is
+            // 422); the image may be what it refused, so the fallback is remembered only
+            // once the JSON answer came.
+            Err(RemoteError::Rejected { status: 400 | 422, .. }) if known == FORMAT_UNKNOWN => {
+                let mut r = self.predict_as(&image, req, "npz")?;
+                self.format.store(FORMAT_JSON, Ordering::Relaxed);
+                r.attempts += 1;
+                Ok(r)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn predict_as(&self, image: &str, req: &Request, output_format: &str) -> Result<Response, RemoteError> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            image: &'a str,
+            output_format: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            fit: Option<Fit>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            fov_x: Option<f32>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            apply_mask: Option<bool>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            force_projection: Option<bool>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            num_tokens: Option<u32>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            resolution_level: Option<u32>,
+        }
+        let body = Body {
+            image,
+            output_format,
+            fit: req.fit,
+            fov_x: req.fov_x,
+            apply_mask: req.apply_mask,
+            force_projection: req.force_projection,
+            num_tokens: req.num_tokens,
+            resolution_level: req.resolution_level,
+        };
+        let body = serde_json::to_vec(&body).expect("the request serialises");
+        let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, true);
+        let url = self.endpoint("/predict");
+        let (pred, meta) = parse_prediction(reply?).map_err(|message| RemoteError::Protocol { url, message })?;
+        let timing = |k: &str| meta.get("timing_ms").and_then(|t| t.get(k)).and_then(Value::as_f64);
+        Ok(Response { device_ms: timing("device"), total_ms: timing("total"), pred, meta, attempts })
+    }
+
+    fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `path` until a 2xx, a failure not worth repeating, or `retries` more attempts; the
+    /// attempts made. `retry_unreachable`: whether no connection is worth repeating.
+    fn call(&self, path: &str, body: Option<&[u8]>, retries: u32, retry_unreachable: bool) -> (Result<Reply, RemoteError>, u32) {
+        let url = self.endpoint(path);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = attempt > retries;
+            let backoff = self.backoff(attempt);
+            let reply = {
+                let _turn = self.slots.take();
+                self.once(&url, body)
+            };
+            let (error, wait) = match reply {
+                Ok(r) if (200..300).contains(&r.status) => return (Ok(r), attempt),
+                Ok(r) => {
+                    let message = error_message(&r.body);
+                    let status = r.status;
+                    match status {
+                        300..=399 => {
+                            let to = r.headers.get("location").and_then(|v| v.to_str().ok()).unwrap_or("elsewhere");
+                            let message = format!("redirected ({}) to {to}: give that URL instead", status_text(status));
+                            return (Err(RemoteError::Protocol { url, message }), attempt);
+                        }
+                        408 | 429 | 500 | 502 | 503 | 504 => {
+                            let wait = match status {
+                                429 | 503 => retry_after(&r.headers).unwrap_or(backoff),
+                                _ => backoff,
+                            };
+                            let e = if status < 500 {
+                                RemoteError::Rejected { url: url.clone(), status, message }
+                            } else {
+                                RemoteError::Server { url: url.clone(), status, message, attempts: attempt }
+                            };
+                            (e, wait)
+                        }
+                        400..=499 => return (Err(RemoteError::Rejected { url, status, message }), attempt),
+                        _ => return (Err(RemoteError::Server { url, status, message, attempts: attempt }), attempt),
+                    }
+                }
+                Err(NoAnswer::Unreachable(reason)) => {
+                    let e = RemoteError::Unreachable { url: self.base.clone(), reason, attempts: attempt };
+                    if !retry_unreachable {
+                        return (Err(e), attempt);
+                    }
+                    (e, backoff)
+                }
+                Err(NoAnswer::Timeout) => (RemoteError::Timeout { url: url.clone(), limit: self.opts.timeout, attempts: attempt }, backoff),
+                Err(NoAnswer::Protocol(message)) => return (Err(RemoteError::Protocol { url, message }), attempt),
+            };
+            if last {
+                return (Err(error), attempt);
+            }
+            std::thread::sleep(wait);
+        }
+    }
+
+    /// The wait after failed attempt `n` (1-based).
+    fn backoff(&self, n: u32) -> Duration {
+        let base = self.opts.backoff;
+        base.saturating_mul(1 << (n - 1).min(16)).min(base.max(MAX_BACKOFF))
+    }
+
+    /// One request and its whole answer.
+    fn once(&self, url: &str, body: Option<&[u8]>) -> Result<Reply, NoAnswer> {
+        let sent = match body {
+            Some(b) => self.agent.post(url).header("content-type", "application/json").send(b),
+            None => self.agent.get(url).call(),
+        };
+        let mut resp = sent.map_err(no_answer)?;
+        let status = resp.status().as_u16();
+        let limit = if (200..300).contains(&status) { self.opts.max_response_bytes } else { MAX_ERROR_BODY };
+        let body = match resp.body_mut().with_config().limit(limit).read_to_vec() {
+            Ok(b) => b,
+            // An error's message cut short still says what it has to.
+            Err(ureq::Error::BodyExceedsLimit(_)) if limit == MAX_ERROR_BODY => b"(a longer message)".to_vec(),
+            Err(e) => return Err(no_answer(e)),
+        };
+        Ok(Reply { status, headers: resp.headers().clone(), body })
+    }
+}
+
+/// A transport failure in words, sorted by what to do about it.
+fn no_answer(e: ureq::Error) -> NoAnswer {
+    use std::io::ErrorKind as K;
+    match e {
+        ureq::Error::Timeout(_) => NoAnswer::Timeout,
+        ureq::Error::HostNotFound => NoAnswer::Unreachable("host not found".into()),
+        ureq::Error::ConnectionFailed => NoAnswer::Unreachable("connection failed".into()),
+        ureq::Error::Io(io) => match io.kind() {
+            K::TimedOut | K::WouldBlock => NoAnswer::Timeout,
+            K::ConnectionRefused => NoAnswer::Unreachable("connection refused".into()),
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof | K::NotConnected => {
+                NoAnswer::Unreachable(format!("the connection was closed with no answer ({io})"))
+            }
+            _ => NoAnswer::Unreachable(io.to_string()),
+        },
+        ureq::Error::BodyExceedsLimit(n) => NoAnswer::Protocol(format!("the answer is larger than the limit of {n} bytes")),
+        e => NoAnswer::Protocol(e.to_string()),
+    }
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is left to the backoff), capped.
+fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers.get("retry-after")?.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+}
+
+/// The server's words in an error body: `{"error": ...}` (moge serve), `{"detail": ...}`
+/// (FastAPI, a string or a list of validation errors), or the text itself.
+fn error_message(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let from_json = serde_json::from_str::<Value>(text).ok().and_then(|v| {
+        let m = v.get("error").or_else(|| v.get("detail")).or_else(|| v.get("message"))?;
+        Some(match m {
+            Value::String(s) => s.clone(),
+            Value::Array(items) => items
+                .iter()
+                .map(|i| match (i.get("loc"), i.get("msg").and_then(Value::as_str)) {
+                    (Some(Value::Array(loc)), Some(msg)) => {
+                        let loc: Vec<String> = loc.iter().map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned)).collect();
+                        format!("{}: {msg}", loc.join("."))
+                    }
+                    (_, Some(msg)) => msg.to_owned(),
+                    _ => i.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            other => other.to_string(),
+        })
+    });
+    let message = from_json.unwrap_or_else(|| text.to_owned());
+    if message.is_empty() {
+        return "(no message)".into();
+    }
+    // A proxy's HTML page or a stack trace: the start says enough.
+    match message.char_indices().nth(500) {
+        Some((i, _)) => format!("{}...", &message[..i]),
+        None => message,
+    }
+}
+
+/// The prediction and metadata of a 2xx answer to `/predict`, in either format.
+fn parse_prediction(reply: Reply) -> Result<(Prediction, Value), String> {
+    if reply.body.first() == Some(&b'{') {
+        let mut meta: serde_json::Map<String, Value> = serde_json::from_slice(&reply.body).map_err(|e| format!("the JSON answer does not parse ({e})"))?;
+        drop(reply.body);
+        let npz = match meta.remove("outputs") {
+            Some(Value::Object(mut o)) => match o.remove("npz") {
+                Some(Value::String(s)) => s,
+                _ => return Err("the JSON answer has no outputs.npz".into()),
+            },
+            _ => return Err("the JSON answer has no outputs.npz".into()),
+        };
+        let npz = BASE64.decode(npz.trim()).map_err(|e| format!("outputs.npz is not base64 ({e})"))?;
+        let pred = read_prediction(&npz).map_err(|e| format!("{e:#}"))?;
+        return Ok((pred, Value::Object(meta)));
+    }
+    let meta = reply.headers.get("x-moge-meta").ok_or("the npz answer has no X-MoGe-Meta header")?;
+    let meta = serde_json::from_slice(meta.as_bytes()).map_err(|e| format!("the X-MoGe-Meta header is not JSON ({e})"))?;
+    let pred = read_prediction(&reply.body).map_err(|e| format!("{e:#}"))?;
+    Ok((pred, meta))
+}
+
+/// `http://host:port/prefix` from what a person types: the scheme defaults to http, trailing
+/// slashes go.
+fn normalise_url(url: &str) -> Result<String> {
+    let url = url.trim();
+    if url.is_empty() {
+        bail!("the server URL is empty");
+    }
+    let url = if url.contains("://") { url.to_owned() } else { format!("http://{url}") };
+    let uri: ureq::http::Uri = url.parse().with_context(|| format!("`{url}` is not a server URL"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => bail!("`{url}` is not a server URL: the scheme must be http or https"),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        bail!("`{url}` is not a server URL: it names no host");
+    }
+    if uri.query().is_some() {
+        bail!("`{url}` is not a server URL: it has a query (`?...`)");
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// A counting semaphore: [`ClientOptions::in_flight`].
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Turn<'a>(&'a Slots);
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        Slots { free: Mutex::new(n), freed: Condvar::new() }
+    }
+
+    fn take(&self) -> Turn<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Turn(self)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
