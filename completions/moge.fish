@@ -28,6 +28,7 @@ complete -c moge -n "__fish_moge_needs_command" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_needs_command" -s V -l version -d 'Print version'
 complete -c moge -n "__fish_moge_needs_command" -f -a "predict" -d 'Predict geometry for image files'
 complete -c moge -n "__fish_moge_needs_command" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_needs_command" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests (the API of the Tenstorrent MoGe-2 server, tt-MoGe)'
 complete -c moge -n "__fish_moge_needs_command" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
 complete -c moge -n "__fish_moge_needs_command" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
 complete -c moge -n "__fish_moge_needs_command" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
@@ -63,6 +64,10 @@ small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the sl
 complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
 float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l in-flight -d 'Requests in flight at once with --server (so that the server\'s device never waits)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l server-timeout -d 'Seconds one request to the server may take before it is retried' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Same as --npz-compression none'
@@ -99,6 +104,10 @@ small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the sl
 complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
 float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l in-flight -d 'Requests in flight at once with --server (so that the server\'s device never waits)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l server-timeout -d 'Seconds one request to the server may take before it is retried' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
 stretch\t'Stretch onto the canvas, resample the outputs back'"
@@ -115,6 +124,31 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -s q -l quiet -d 'No pr
 complete -c moge -n "__fish_moge_using_subcommand batch" -l json -d 'Print one JSON line per photo on stdout: input, status, outputs, timings, error'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l stats -d 'Print where the time goes per stage, and throughput against forwards alone'
 complete -c moge -n "__fish_moge_using_subcommand batch" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c moge -n "__fish_moge_using_subcommand serve" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
+complete -c moge -n "__fish_moge_using_subcommand serve" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
+vitb-normal\t''
+vitl-normal\t''
+vitl\t''"
+complete -c moge -n "__fish_moge_using_subcommand serve" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU with AVX512-BF16 (every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity' -r -f -a "auto\t'bf16 where the CPU runs it natively, else f32'
+f32\t'Exact float32, the parity reference'
+bf16\t'bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times faster)'"
+complete -c moge -n "__fish_moge_using_subcommand serve" -l device -d 'Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees one, else the CPU), cpu, cuda or cuda:N' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l host -d 'Address to listen on (127.0.0.1: this machine only; 0.0.0.0 or :: for every interface)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l port -d 'Port; when it is taken, the next free one above it (0: any free port)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -s j -l jobs -d 'Host threads for decoding and for encoding, each; default: the number of CPUs, at most 8' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l queue -d 'Requests in progress at most; past it the answer is 503 with Retry-After. Each 1080p request holds ~150 MB at its peak (its maps and their encoding)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l max-body-mb -d 'Largest request body in MB (413 above it)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l max-tokens -d 'Largest num_tokens a request may ask for (memory and time grow with it)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l canvas -d 'The canvas of fit: pad and fit: stretch' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l depth-scale -d 'Metres per unit of depth_png16' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l npz-compression -d 'How the npz arrays are stored (see `moge batch --help`)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
+small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
+complete -c moge -n "__fish_moge_using_subcommand serve" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand serve" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
+complete -c moge -n "__fish_moge_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l size -d 'Size of the synthetic image, WxH' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l runs -d 'Timed runs after the warm-up' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l warmup -d 'Untimed warm-up runs' -r
@@ -166,10 +200,11 @@ complete -c moge -n "__fish_moge_using_subcommand models" -l json -d 'Print a JS
 complete -c moge -n "__fish_moge_using_subcommand models" -l verify -d 'Re-hash every cached file and compare with the sha256 it is stored under (reads them all)'
 complete -c moge -n "__fish_moge_using_subcommand models" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand generate-assets" -s h -l help -d 'Print help'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch bench download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests (the API of the Tenstorrent MoGe-2 server, tt-MoGe)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -27,6 +27,24 @@ impl Default for InferOptions {
 }
 
 impl InferOptions {
+    /// The ranges the command line enforces, for options that arrive another way (HTTP).
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(n) = self.num_tokens {
+            if !(1..=100_000).contains(&n) {
+                return Err(format!("num_tokens {n} is outside 1..=100000"));
+            }
+        }
+        if self.resolution_level > 30 {
+            return Err(format!("resolution_level {} is outside 0..=30", self.resolution_level));
+        }
+        if let Some(f) = self.fov_x {
+            if !(f > 0.0 && f < 180.0) {
+                return Err(format!("fov_x {f} is not a field of view in (0, 180) degrees"));
+            }
+        }
+        Ok(())
+    }
+
     /// `int(min + level/9 · (max − min))`, truncating a float64 as upstream does.
     pub fn tokens(&self, range: [u32; 2]) -> u32 {
         match self.num_tokens {

@@ -7,7 +7,9 @@
 //! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
 //! - [`image_io`]: reading photos as the upstream CLI reads them.
 //! - [`outputs`]: writing predictions (npz, ...).
-//! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model.
+//! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
+//! - [`server`]: `moge serve`, the model behind HTTP.
+//! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
 //! - [`cli`]: the `moge` command line.
 //!
 //! ```no_run
@@ -30,6 +32,7 @@ pub mod model;
 pub mod outputs;
 pub mod pipeline;
 pub mod remote;
+pub mod server;
 
 pub use candle_core::Device;
 pub use infer::{InferOptions, Prediction};

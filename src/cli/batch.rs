@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
+use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
 use crate::pipeline::fit::{Canvas, FitMode};
 use crate::pipeline::inputs::{self, Shard};
 use crate::pipeline::run::{self, Config};
@@ -35,6 +35,8 @@ pub struct BatchArgs {
     pub out: OutputArgs,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// How photos meet the network: at their own aspect, or padded / stretched onto --canvas
     /// (one token grid for every photo); outputs always have the photo's size.
     #[arg(long, value_enum, default_value_t = FitMode::Exact)]
@@ -111,9 +113,9 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         return Ok(EXIT_OK);
     }
     check_output_dir(&args.output)?;
-    let (weights, model) = args.model.load()?;
-    let model = Arc::new(model);
+    let (weights, engine) = args.remote.engine(&args.model)?;
     let cfg = Config {
+        in_flight: args.remote.in_flight as usize,
         fit: args.fit,
         canvas: args.canvas,
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(default_jobs),
@@ -126,7 +128,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());
-    let summary = run::run(model, inputs, &cfg, &stop);
+    let summary = run::run(engine, inputs, &cfg, &stop, |_| {});
     if !args.quiet || args.stats {
         crate::errln!("{}", run::report(&summary, &cfg));
     }

@@ -289,7 +289,7 @@ fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -
     let cfg = super::pipeline_config(&tmp.join("out"), &args.model, weights, &args.infer, &args.out, &Default::default());
     std::fs::create_dir_all(&cfg.output)?;
     let photo = inputs::file_input(input);
-    let timings = run::host_only(&model, &cfg, &photo, args.warmup as usize, args.runs as usize)?;
+    let timings = run::host_only(std::sync::Arc::new(model), &cfg, &photo, args.warmup as usize, args.runs as usize)?;
     let (w, h) = image::image_dimensions(input).unwrap_or((0, 0));
     let _ = std::fs::remove_dir_all(tmp);
     let ms = |f: &dyn Fn(&crate::outputs::json::Timings) -> f64| Samples(timings.iter().map(|t| Duration::from_secs_f64(f(t) / 1e3)).collect());

@@ -7,6 +7,7 @@ mod info;
 pub mod assets;
 pub mod batch;
 mod predict;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Predict(predict::PredictArgs),
     /// Predict geometry for every photo under directories, streaming, outputs in a mirrored tree.
     Batch(batch::BatchArgs),
+    /// Keep the model loaded and answer HTTP requests (the API of the Tenstorrent MoGe-2 server, tt-MoGe).
+    Serve(serve::ServeArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
     Bench(bench::BenchArgs),
     /// Fetch published models into the Hugging Face cache ahead of time.
@@ -116,6 +119,48 @@ impl InputArgs {
             apply_exif: !self.no_exif,
             max_pixels: (self.max_megapixels as f64 * 1e6).round() as u64,
             allow_truncated: self.allow_truncated,
+        }
+    }
+}
+
+/// A running server as the device (`predict` and `batch`).
+#[derive(Args, Debug, Clone)]
+pub struct RemoteArgs {
+    /// Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server
+    /// (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["weights", "precision", "device"])]
+    pub server: Option<String>,
+    /// Requests in flight at once with --server (so that the server's device never waits).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), requires = "server")]
+    pub in_flight: u32,
+    /// Seconds one request to the server may take before it is retried.
+    #[arg(long, value_name = "S", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86_400), requires = "server")]
+    pub server_timeout: u32,
+    /// Retries of a request that failed for the network's or the server's sake (no connection,
+    /// a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried.
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "server")]
+    pub server_retries: u32,
+}
+
+impl RemoteArgs {
+    /// The engine: the server, checked to answer, or the model loaded here.
+    pub fn engine(&self, model: &ModelArgs) -> anyhow::Result<(PathBuf, crate::pipeline::run::Engine)> {
+        use crate::pipeline::run::Engine;
+        match &self.server {
+            Some(url) => {
+                let opts = crate::remote::ClientOptions {
+                    timeout: std::time::Duration::from_secs(self.server_timeout as u64),
+                    retries: self.server_retries,
+                    in_flight: self.in_flight as usize,
+                    ..Default::default()
+                };
+                let client = crate::remote::Client::connect(url, opts)?;
+                Ok((PathBuf::new(), Engine::Remote(std::sync::Arc::new(client))))
+            }
+            None => {
+                let (weights, m) = model.load()?;
+                Ok((weights, Engine::Local(std::sync::Arc::new(m))))
+            }
         }
     }
 }
@@ -277,6 +322,7 @@ pub fn pipeline_config(
         stats: false,
         model_id: model.id(),
         weights,
+        in_flight: 1,
     }
 }
 
@@ -289,6 +335,7 @@ pub fn main() -> i32 {
         Command::Download(a) => download::run(a),
         Command::Info(a) => info::run(a),
         Command::Batch(a) => batch::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::GenerateAssets(a) => assets::run(a),
     };
     match result {

@@ -1,11 +1,13 @@
 //! `moge predict IMAGE... -o DIR`.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Args;
 
-use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, EXIT_OK, EXIT_SOME_FAILED};
+use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_OK, EXIT_SOME_FAILED};
 use crate::pipeline::inputs;
 use crate::pipeline::run::{self, Status};
 
@@ -25,30 +27,30 @@ pub struct PredictArgs {
     pub out: OutputArgs,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 pub fn run(args: PredictArgs) -> Result<i32> {
-    let (weights, model) = args.model.load()?;
-    let cfg = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input);
-    let mut failed = 0usize;
+    let (weights, engine) = args.remote.engine(&args.model)?;
+    let cfg = crate::pipeline::run::Config {
+        in_flight: args.remote.in_flight as usize,
+        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)
+    };
     // Each path is tried on its own, so that a missing or bad file gets its own error line.
     let mut list: Vec<inputs::Input> = args.images.iter().map(|p| inputs::file_input(p)).collect();
     inputs::mark_collisions(&mut list);
-    for input in list {
-        let rec = run::process_one(&model, &cfg, &input);
-        match rec.status {
-            Status::Ok => {
-                if let Some(w) = &rec.warning {
-                    crate::errln!("moge: warning: {w}");
-                }
-                let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
-                crate::outln!("{}: {} -> {}", input.path.display(), rec.summary.unwrap_or_default(), outs.join(", "));
-            }
-            _ => {
-                failed += 1;
-                crate::errln!("moge: {}", rec.error.unwrap_or_default());
-            }
+    // The pipeline with one thread per host stage prints errors and warnings; the results
+    // are one line each on stdout.
+    let summary = run::run(engine, list, &cfg, &Arc::new(AtomicBool::new(false)), |rec| {
+        if rec.status == Status::Ok {
+            let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
+            crate::outln!("{}: {} -> {}", rec.input.display(), rec.summary.clone().unwrap_or_default(), outs.join(", "));
         }
+    });
+    if let Some(f) = &summary.fatal {
+        crate::errln!("moge: stopped: {f}");
+        return Ok(EXIT_FATAL);
     }
-    Ok(if failed == 0 { EXIT_OK } else { EXIT_SOME_FAILED })
+    Ok(if summary.failed == 0 { EXIT_OK } else { EXIT_SOME_FAILED })
 }

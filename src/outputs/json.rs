@@ -84,6 +84,9 @@ pub struct InferenceInfo {
     pub exif_orientation: bool,
     /// The horizontal field of view given with --fov-x (degrees).
     pub fov_x_given: Option<f32>,
+    /// With `--server`: its URL, model and device, and its own timings of this image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

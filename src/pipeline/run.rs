@@ -10,7 +10,6 @@
 //! they finish (not in input order). A stop request (Ctrl-C) or a fatal error stops the
 //! feeder; queued images are dropped, images already through the forward are written.
 
-use std::cell::Cell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,8 +20,11 @@ use anyhow::{anyhow, Context, Result};
 use crossbeam_channel::{bounded, unbounded};
 use image::RgbImage;
 
-use super::fit::{self, Canvas, FitMode, Placement};
+use super::fit::{Canvas, FitMode};
+use super::guard::{guarded, install_panic_hook};
 use super::inputs::Input;
+use super::stages::{self, ms, Plan, Staged};
+use super::worker::{DeviceWorker, Forward, Work};
 use crate::infer::InferOptions;
 use crate::model::{Prepared, RawOutput};
 use crate::outputs::json::{DepthStats, InferenceInfo, ModelInfo, Sidecar, Timings};
@@ -52,6 +54,8 @@ pub struct Config {
     /// Model id for the sidecar, and the weights file to digest.
     pub model_id: String,
     pub weights: PathBuf,
+    /// Requests in flight at once with a remote engine.
+    pub in_flight: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -116,60 +120,77 @@ struct Job {
     input: Input,
 }
 
+/// Where the forwards run.
+#[derive(Clone)]
+pub enum Engine {
+    /// The model in this process, on the device worker.
+    Local(Arc<Model>),
+    /// A server that runs the model and its post-processing (`moge serve`, or the Tenstorrent
+    /// MoGe-2 server): photos are decoded here, sent several at a time, and the answers written
+    /// here.
+    Remote(Arc<crate::remote::Client>),
+}
+
+impl Engine {
+    fn local(&self) -> Option<&Model> {
+        match self {
+            Engine::Local(m) => Some(m),
+            Engine::Remote(_) => None,
+        }
+    }
+
+    fn has_normal(&self) -> bool {
+        match self {
+            Engine::Local(m) => m.has_normal(),
+            // tt-MoGe does not say; its published model has the normal head.
+            Engine::Remote(c) => c.info().get("has_normal").and_then(|v| v.as_bool()).unwrap_or(true),
+        }
+    }
+}
+
+/// A photo past the decode stage, with what the middle stage needs of it.
 struct Decoded {
     input: Input,
     /// The photo, kept for the outputs that are coloured by it.
     photo: Option<RgbImage>,
     photo_size: (usize, usize),
-    placement: Placement,
-    opts: InferOptions,
-    prep: Prepared,
     timings: Timings,
     warning: Option<String>,
 }
 
-struct Forwarded {
+enum Payload {
+    /// The network's input.
+    Local(Staged),
+    /// The image file to send.
+    Remote(Vec<u8>),
+}
+
+/// What the device worker runs.
+struct LocalItem {
     d: Decoded,
-    raw: RawOutput,
+    staged: Staged,
 }
 
-thread_local! {
-    static IN_GUARD: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Panics inside guarded stage work become errors of that image; silence the default
-/// report for those (the image's error line says it), keep it for anything else.
-pub fn install_panic_hook() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !IN_GUARD.with(|g| g.get()) {
-                prev(info)
-            }
-        }));
-    });
-}
-
-fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    IN_GUARD.with(|g| g.set(true));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    IN_GUARD.with(|g| g.set(false));
-    match r {
-        Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(anyhow!("internal error: {msg}"))
-        }
+impl Work for LocalItem {
+    fn prepared(&self) -> &Prepared {
+        &self.staged.prep
     }
 }
 
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
+enum Outcome {
+    Local { staged: Staged, raw: RawOutput },
+    Remote(Box<crate::remote::Response>),
+}
+
+impl Config {
+    fn plan(&self) -> Plan {
+        Plan { infer: self.infer.clone(), fit: self.fit, canvas: self.canvas }
+    }
+}
+
+struct Forwarded {
+    d: Decoded,
+    out: Outcome,
 }
 
 /// SHA-256 of a file, read in 1 MiB blocks.
@@ -229,30 +250,78 @@ fn failed(input: &Input, err: &anyhow::Error, timings: Timings) -> Record {
     }
 }
 
-fn decode(model: &Model, cfg: &Config, input: &Input) -> Result<Decoded> {
+fn decode(engine: &Engine, cfg: &Config, input: &Input) -> Result<(Decoded, Payload)> {
     let mut timings = Timings::default();
     let t = Instant::now();
-    let crate::image_io::Decoded { image: photo, warning } = crate::image_io::load_rgb_with(&input.path, &cfg.decode)?;
-    timings.decode = ms(t);
-    let t = Instant::now();
+    let (photo, warning, payload) = match engine {
+        Engine::Local(model) => {
+            let crate::image_io::Decoded { image: photo, warning } = crate::image_io::load_rgb_with(&input.path, &cfg.decode)?;
+            timings.decode = ms(t);
+            let staged = stages::prepare(model, &photo, &cfg.plan())?;
+            timings.prepare = staged.prepare_ms;
+            (photo, warning, Payload::Local(staged))
+        }
+        Engine::Remote(_) => {
+            // Decoded here all the same: a damaged photo fails here with its reason, and ply /
+            // glb take their colours from it.
+            let loaded = crate::image_io::load_with_source(&input.path, &cfg.decode)?;
+            timings.decode = ms(t);
+            let t = Instant::now();
+            let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)
+                .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
+                .into_owned();
+            timings.prepare = ms(t);
+            (loaded.decoded.image, loaded.decoded.warning, Payload::Remote(send))
+        }
+    };
     let photo_size = (photo.width() as usize, photo.height() as usize);
-    let (work, placement) = fit::place(&photo, cfg.fit, cfg.canvas)?;
-    let opts = fit::work_options(&cfg.infer, placement, photo_size.0);
-    let img = work.as_ref().unwrap_or(&photo);
-    let tokens = opts.tokens(model.config.num_tokens_range);
-    let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens);
-    timings.prepare = ms(t);
     let photo = cfg.outputs.needs_image().then_some(photo);
     let warning = warning.map(|w| format!("{}: {w}", input.path.display()));
-    Ok(Decoded { input: input.clone(), photo, photo_size, placement, opts, prep, timings, warning })
+    Ok((Decoded { input: input.clone(), photo, photo_size, timings, warning }, payload))
 }
 
-fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> Result<Record> {
-    let Forwarded { d, raw } = f;
+/// The digest of the weights for sidecars: of the checkpoint here, or as the server says.
+fn weights_digest(engine: &Engine, cfg: &Config) -> String {
+    match engine {
+        Engine::Local(_) => sha256_file(&cfg.weights).unwrap_or_else(|e| format!("unavailable: {e:#}")),
+        Engine::Remote(c) => c.info().get("weights_sha256").and_then(|v| v.as_str()).unwrap_or("unavailable: not given by the server").to_owned(),
+    }
+}
+
+fn encode(engine: &Engine, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> Result<Record> {
+    let Forwarded { d, out } = f;
     let mut timings = d.timings.clone();
     let t = Instant::now();
-    let work = model.postprocess(&raw, (d.prep.width, d.prep.height, d.prep.grid), &d.opts);
-    let pred = fit::restore(work, d.placement, d.photo_size.0, d.photo_size.1, &cfg.infer);
+    let (pred, device, num_tokens, grid, server) = match (out, engine) {
+        (Outcome::Local { staged, raw }, Engine::Local(model)) => {
+            let pred = stages::finish(model, &staged, &raw, &cfg.plan());
+            (pred, crate::device::name_of(&model.device), staged.opts.tokens(model.config.num_tokens_range), staged.prep.grid, None)
+        }
+        (Outcome::Remote(r), Engine::Remote(client)) => {
+            let r = *r;
+            if (r.pred.width, r.pred.height) != d.photo_size {
+                anyhow::bail!(
+                    "the server at {} answered with {}x{} maps for a {}x{} photo",
+                    client.url(),
+                    r.pred.width,
+                    r.pred.height,
+                    d.photo_size.0,
+                    d.photo_size.1
+                );
+            }
+            let tokens = r.meta.get("num_tokens").and_then(|v| v.as_u64()).map(|n| n as u32).unwrap_or_else(|| cfg.infer.num_tokens.unwrap_or(0));
+            let grid = r.meta.get("grid").and_then(|g| Some((g.get(0)?.as_u64()? as usize, g.get(1)?.as_u64()? as usize))).unwrap_or(r.pred.grid);
+            let server = serde_json::json!({
+                "url": client.url(),
+                "model": client.model(),
+                "device": client.device(),
+                "attempts": r.attempts,
+                "timing_ms": r.meta.get("timing_ms"),
+            });
+            (r.pred, format!("remote {}", client.device().unwrap_or("device")), tokens, grid, Some(server))
+        }
+        _ => anyhow::bail!("internal: an outcome of the other engine"),
+    };
     let stats = DepthStats::of(&pred);
     timings.postprocess = ms(t);
     let stem = stem(cfg, &d.input);
@@ -260,17 +329,21 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
     let t = Instant::now();
     let mut sidecar = cfg.outputs.wants_sidecar().then(|| {
         let model_info = ModelInfo {
-            id: cfg.model_id.clone(),
-            weights_sha256: sha.get_or_init(|| sha256_file(&cfg.weights).unwrap_or_else(|e| format!("unavailable: {e:#}"))).clone(),
+            id: match engine {
+                Engine::Remote(c) => c.model().map(str::to_owned).unwrap_or_else(|| cfg.model_id.clone()),
+                Engine::Local(_) => cfg.model_id.clone(),
+            },
+            weights_sha256: sha.get_or_init(|| weights_digest(engine, cfg)).clone(),
         };
         let inference = InferenceInfo {
-            device: crate::device::name_of(&model.device),
-            num_tokens: d.opts.tokens(model.config.num_tokens_range),
-            grid: d.prep.grid,
+            device,
+            num_tokens,
+            grid,
             fit: cfg.fit.name().into(),
             canvas: (cfg.fit != FitMode::Exact).then_some((cfg.canvas.width, cfg.canvas.height)),
             exif_orientation: cfg.decode.apply_exif,
             fov_x_given: cfg.infer.fov_x,
+            server,
         };
         Sidecar::new(d.input.path.display().to_string(), &pred, stats.clone(), cfg.outputs.depth_png_scale, model_info, inference, timings.clone())
     });
@@ -297,14 +370,15 @@ fn encode(model: &Model, cfg: &Config, sha: &OnceLock<String>, f: Forwarded) -> 
 /// that `warmup + runs` rounds of decode, prepare, postprocess and write measure what a device
 /// faster than this CPU would leave to the host (`moge bench --host-only`). Returns the timings
 /// of the timed rounds.
-pub fn host_only(model: &Model, cfg: &Config, input: &Input, warmup: usize, runs: usize) -> Result<Vec<Timings>> {
-    let first = decode(model, cfg, input)?;
+pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, runs: usize) -> Result<Vec<Timings>> {
+    let engine = Engine::Local(model.clone());
+    let Payload::Local(first) = decode(&engine, cfg, input)?.1 else { unreachable!("a local engine prepares locally") };
     let raw = model.forward(&first.prep).context("forward failed")?;
     let sha = OnceLock::new();
     let mut out = Vec::with_capacity(runs);
     for round in 0..warmup + runs {
-        let d = decode(model, cfg, input)?;
-        let rec = encode(model, cfg, &sha, Forwarded { d, raw: raw.clone() })?;
+        let (d, Payload::Local(staged)) = decode(&engine, cfg, input)? else { unreachable!("a local engine prepares locally") };
+        let rec = encode(&engine, cfg, &sha, Forwarded { d, out: Outcome::Local { staged, raw: raw.clone() } })?;
         if round >= warmup {
             out.push(rec.timings);
         }
@@ -312,31 +386,14 @@ pub fn host_only(model: &Model, cfg: &Config, input: &Input, warmup: usize, runs
     Ok(out)
 }
 
-/// One image through every stage on the calling thread (`moge predict`).
-pub fn process_one(model: &Model, cfg: &Config, input: &Input) -> Record {
-    install_panic_hook();
-    if let Some(p) = &input.problem {
-        return failed(input, &anyhow!("{p}"), Timings::default());
-    }
-    let sha = OnceLock::new();
-    let result = guarded(|| {
-        let mut d = decode(model, cfg, input)?;
-        let t = Instant::now();
-        let raw = model.forward(&d.prep).context("forward failed")?;
-        d.timings.forward = ms(t);
-        encode(model, cfg, &sha, Forwarded { d, raw })
-    });
-    result.unwrap_or_else(|e| failed(input, &e, Timings::default()))
-}
-
 /// On a CPU-only run the host stages share the cores with the forward: at the lowest priority
 /// they run in the forward's gaps (its serial parts, the ends of parallel loops) instead of
 /// taking turns with its threads, yet never starve when other processes load the machine.
 /// `moge batch --stats`, ViT-S bf16, 12 photos, npz: batch / forward-only 95.1 / 94.4 % → 97.2 /
 /// 96.9 % (PERFORMANCE.md step 11).
-fn yield_to_device(model: &Model) {
+fn yield_to_device(engine: &Engine) {
     #[cfg(target_os = "linux")]
-    if model.device.is_cpu() {
+    if engine.local().is_some_and(|m| m.device.is_cpu()) {
         // Linux applies PRIO_PROCESS with a thread id to that thread alone. Failure only costs speed.
         unsafe {
             let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
@@ -344,34 +401,168 @@ fn yield_to_device(model: &Model) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = model;
+    let _ = engine;
+}
+
+/// The options sent with each photo: only those that differ from the defaults that moge serve
+/// and tt-MoGe share, since a server may refuse a field it does not know.
+fn remote_request(cfg: &Config) -> crate::remote::Request {
+    use crate::remote::Fit;
+    let mut r = crate::remote::Request::from_options(&cfg.infer);
+    if r.num_tokens == Some(1800) {
+        r.num_tokens = None;
+    }
+    r.fit = match cfg.fit {
+        FitMode::Exact => None,
+        FitMode::Pad => Some(Fit::Pad),
+        FitMode::Stretch => Some(Fit::Stretch),
+    };
+    r
+}
+
+/// Where forwards go and results come back: both middles deliver to the encoders' channel,
+/// or a failure record to the collector.
+#[derive(Clone)]
+struct Sink {
+    fwd_tx: crossbeam_channel::Sender<Forwarded>,
+    rec_tx: crossbeam_channel::Sender<Record>,
+    /// Prepared inputs kept for `--stats`' forward-only comparison.
+    samples: Option<Arc<std::sync::Mutex<Vec<Prepared>>>>,
+}
+
+impl Sink {
+    fn done(&self, d: Decoded, out: Outcome) {
+        if let (Some(samples), Outcome::Local { staged, .. }) = (&self.samples, &out) {
+            let mut v = samples.lock().unwrap_or_else(|e| e.into_inner());
+            if v.len() < STATS_SAMPLES {
+                v.push(staged.prep.clone());
+            }
+        }
+        let _ = self.fwd_tx.send(Forwarded { d, out });
+    }
+
+    fn failed(&self, d: &Decoded, e: &anyhow::Error, fatal: bool) {
+        let mut rec = failed(&d.input, e, d.timings.clone());
+        rec.fatal |= fatal;
+        let _ = self.rec_tx.send(rec);
+    }
+}
+
+/// The middle stage: the device worker, or requests to a server, several in flight.
+enum Middle {
+    Local(DeviceWorker<LocalItem>),
+    Remote { tx: std::sync::Mutex<Option<crossbeam_channel::Sender<(Decoded, Vec<u8>)>>>, threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> },
+}
+
+impl Middle {
+    fn start(engine: &Engine, cfg: &Config, sink: Sink, halted: impl Fn() -> bool + Clone + Send + 'static) -> Middle {
+        match engine {
+            Engine::Local(model) => Middle::Local(DeviceWorker::spawn(model.clone(), 2, halted, move |mut item: LocalItem, out| match out {
+                Forward::Done { raw, ms } => {
+                    item.d.timings.forward = ms;
+                    sink.done(item.d, Outcome::Local { staged: item.staged, raw });
+                }
+                Forward::Failed(e) => sink.failed(&item.d, &e, false),
+                // Stopped: "not started".
+                Forward::Cancelled => {}
+            })),
+            Engine::Remote(client) => {
+                let n = cfg.in_flight.max(1);
+                let (tx, rx) = bounded::<(Decoded, Vec<u8>)>(n);
+                let mut request = remote_request(cfg);
+                // moge serve can send the normals as computed, so that the outputs are those of a
+                // local run; tt-MoGe sends float16.
+                let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
+                if dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")) {
+                    request.npz_normal_dtype = Some("float32");
+                }
+                let threads = (0..n)
+                    .map(|_| {
+                        let (rx, client, sink, halted, request) = (rx.clone(), client.clone(), sink.clone(), halted.clone(), request.clone());
+                        std::thread::spawn(move || {
+                            for (mut d, bytes) in rx {
+                                if halted() {
+                                    continue;
+                                }
+                                let t = Instant::now();
+                                match super::guard::catch(|| client.predict(&bytes, &request)) {
+                                    Ok(Ok(r)) => {
+                                        d.timings.forward = ms(t);
+                                        sink.done(d, Outcome::Remote(Box::new(r)));
+                                    }
+                                    // A server that cannot be reached fails every later photo too.
+                                    Ok(Err(e)) => {
+                                        let fatal = e.is_unreachable();
+                                        sink.failed(&d, &anyhow::Error::new(e), fatal)
+                                    }
+                                    Err(panic) => sink.failed(&d, &anyhow!("internal error: {panic}"), false),
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                Middle::Remote { tx: std::sync::Mutex::new(Some(tx)), threads: std::sync::Mutex::new(threads) }
+            }
+        }
+    }
+
+    /// Hands a decoded photo on, waiting while the stage is full; false once it has stopped.
+    fn submit(&self, d: Decoded, payload: Payload) -> bool {
+        match (self, payload) {
+            (Middle::Local(w), Payload::Local(staged)) => w.submit(LocalItem { d, staged }).is_ok(),
+            (Middle::Remote { tx, .. }, Payload::Remote(bytes)) => {
+                let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                tx.is_some_and(|tx| tx.send((d, bytes)).is_ok())
+            }
+            _ => false,
+        }
+    }
+
+    /// No more photos: waits until those handed on have gone through.
+    fn close(&self) {
+        match self {
+            Middle::Local(w) => w.close(),
+            Middle::Remote { tx, threads } => {
+                tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+                for t in std::mem::take(&mut *threads.lock().unwrap_or_else(|e| e.into_inner())) {
+                    let _ = t.join();
+                }
+            }
+        }
+    }
 }
 
 /// Runs the pipeline over `inputs`. `stop` is set from outside (Ctrl-C) to stop taking new
-/// images. Reports each image as it finishes; returns the summary.
-pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBool) -> Summary {
+/// images. Reports each image as it finishes to stderr (and stdout with `json`) and to
+/// `on_record`; returns the summary.
+pub fn run(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, mut on_record: impl FnMut(&Record)) -> Summary {
     install_panic_hook();
     let started = Instant::now();
     let jobs = cfg.jobs.max(1);
-    let halt = AtomicBool::new(false);
-    let halted = || halt.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed);
+    // A fatal error (disk full) halts like a stop request, but is not an interruption.
+    let halt = Arc::new(AtomicBool::new(false));
+    let halted = {
+        let (halt, stop) = (halt.clone(), stop.clone());
+        move || halt.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed)
+    };
     let sha = OnceLock::new();
-    let samples: std::sync::Mutex<Vec<Prepared>> = std::sync::Mutex::new(Vec::new());
-    let has_normal = model.has_normal();
+    let samples: Arc<std::sync::Mutex<Vec<Prepared>>> = Arc::default();
+    let has_normal = engine.has_normal();
     let total = inputs.len();
 
     let (job_tx, job_rx) = bounded::<Job>(jobs);
-    let (prep_tx, prep_rx) = bounded::<Decoded>(2);
     let (fwd_tx, fwd_rx) = bounded::<Forwarded>(jobs);
     let (rec_tx, rec_rx) = unbounded::<Record>();
+    let sink = Sink { fwd_tx, rec_tx: rec_tx.clone(), samples: cfg.stats.then(|| samples.clone()) };
+    let middle = Middle::start(&engine, cfg, sink, halted.clone());
 
     let mut summary = Summary { total, ..Default::default() };
     std::thread::scope(|s| {
         // The digest of a large checkpoint takes seconds: start it at once, off the path.
         if cfg.outputs.wants_sidecar() {
             s.spawn(|| {
-                yield_to_device(&model);
-                sha.get_or_init(|| sha256_file(&cfg.weights).unwrap_or_else(|e| format!("unavailable: {e:#}")));
+                yield_to_device(&engine);
+                sha.get_or_init(|| weights_digest(&engine, cfg));
             });
         }
         // Feeder.
@@ -408,69 +599,49 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
                 }
             });
         }
-        // Decode + prepare.
-        for _ in 0..jobs {
-            let (job_rx, prep_tx, rec_tx, model) = (job_rx.clone(), prep_tx.clone(), rec_tx.clone(), &model);
-            let halted = &halted;
-            s.spawn(move || {
-                yield_to_device(model);
-                for job in job_rx {
-                    if halted() {
-                        continue; // drain: dropped, never started
-                    }
-                    match guarded(|| decode(model, cfg, &job.input)) {
-                        Ok(d) => {
-                            if prep_tx.send(d).is_err() {
-                                break;
-                            }
+        // Decode + prepare, into the device worker's queue.
+        let decoders: Vec<_> = (0..jobs)
+            .map(|_| {
+                let (job_rx, rec_tx, engine, middle) = (job_rx.clone(), rec_tx.clone(), &engine, &middle);
+                let halted = &halted;
+                s.spawn(move || {
+                    yield_to_device(engine);
+                    for job in job_rx {
+                        if halted() {
+                            continue; // drain: dropped, never started
                         }
-                        Err(e) => {
-                            let _ = rec_tx.send(failed(&job.input, &e, Timings::default()));
-                        }
-                    }
-                }
-            });
-        }
-        drop((job_rx, prep_tx));
-        // The device worker.
-        {
-            let (fwd_tx, rec_tx, model, samples) = (fwd_tx, rec_tx.clone(), &model, &samples);
-            let halted = &halted;
-            s.spawn(move || {
-                for mut d in prep_rx {
-                    if halted() {
-                        continue;
-                    }
-                    let t = Instant::now();
-                    match guarded(|| model.forward(&d.prep)) {
-                        Ok(raw) => {
-                            d.timings.forward = ms(t);
-                            if cfg.stats {
-                                let mut v = samples.lock().unwrap_or_else(|e| e.into_inner());
-                                if v.len() < STATS_SAMPLES {
-                                    v.push(d.prep.clone());
+                        match guarded(|| decode(engine, cfg, &job.input)) {
+                            Ok((d, payload)) => {
+                                if !middle.submit(d, payload) {
+                                    break;
                                 }
                             }
-                            if fwd_tx.send(Forwarded { d, raw }).is_err() {
-                                break;
+                            Err(e) => {
+                                let _ = rec_tx.send(failed(&job.input, &e, Timings::default()));
                             }
                         }
-                        Err(e) => {
-                            let _ = rec_tx.send(failed(&d.input, &e.context("forward failed"), d.timings.clone()));
-                        }
                     }
-                }
-            });
-        }
+                })
+            })
+            .collect();
+        drop(job_rx);
+        // Once every decoder is done, the middle stage finishes and lets the encoders end.
+        let middle = &middle;
+        s.spawn(move || {
+            for d in decoders {
+                let _ = d.join();
+            }
+            middle.close();
+        });
         // Post-process + write.
         for _ in 0..jobs {
-            let (fwd_rx, rec_tx, model, sha) = (fwd_rx.clone(), rec_tx.clone(), &model, &sha);
+            let (fwd_rx, rec_tx, engine, sha) = (fwd_rx.clone(), rec_tx.clone(), &engine, &sha);
             s.spawn(move || {
-                yield_to_device(model);
+                yield_to_device(engine);
                 for f in fwd_rx {
                     let input = f.d.input.clone();
                     let timings = f.d.timings.clone();
-                    let rec = guarded(|| encode(model, cfg, sha, f)).unwrap_or_else(|e| failed(&input, &e, timings));
+                    let rec = guarded(|| encode(engine, cfg, sha, f)).unwrap_or_else(|e| failed(&input, &e, timings));
                     let _ = rec_tx.send(rec);
                 }
             });
@@ -518,6 +689,7 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
                 // A closed stdout (`| head`) must not stop the batch.
                 let _ = writeln!(out, "{line}").and_then(|_| out.flush());
             }
+            pb.suspend(|| on_record(&rec));
             pb.inc(1);
             if summary.failed > 0 {
                 pb.set_message(format!("{} failed", summary.failed));
@@ -527,9 +699,9 @@ pub fn run(model: Arc<Model>, inputs: Vec<Input>, cfg: &Config, stop: &AtomicBoo
     });
     summary.interrupted = stop.load(Ordering::Relaxed);
     summary.wall = started.elapsed();
-    if cfg.stats && !summary.interrupted {
-        let samples = samples.into_inner().unwrap_or_else(|e| e.into_inner());
-        summary.forward_only = forward_only(&model, &samples);
+    if let (true, false, Some(model)) = (cfg.stats, summary.interrupted, engine.local()) {
+        let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+        summary.forward_only = forward_only(model, &samples);
     }
     summary
 }

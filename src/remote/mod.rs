@@ -88,6 +88,9 @@ pub struct Request {
     pub force_projection: Option<bool>,
     pub num_tokens: Option<u32>,
     pub resolution_level: Option<u32>,
+    /// `"float32"` asks `moge serve` for the normals as computed (its default, as tt-MoGe's,
+    /// is float16).
+    pub npz_normal_dtype: Option<&'static str>,
 }
 
 impl Request {
@@ -102,6 +105,7 @@ impl Request {
             force_projection: (opts.force_projection != d.force_projection).then_some(opts.force_projection),
             num_tokens: opts.num_tokens,
             resolution_level: (opts.num_tokens.is_none() && opts.resolution_level != d.resolution_level).then_some(opts.resolution_level),
+            npz_normal_dtype: None,
         }
     }
 }
@@ -334,6 +338,8 @@ impl Client {
             num_tokens: Option<u32>,
             #[serde(skip_serializing_if = "Option::is_none")]
             resolution_level: Option<u32>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            npz_normal_dtype: Option<&'a str>,
         }
         let body = Body {
             image,
@@ -344,6 +350,7 @@ impl Client {
             force_projection: req.force_projection,
             num_tokens: req.num_tokens,
             resolution_level: req.resolution_level,
+            npz_normal_dtype: req.npz_normal_dtype,
         };
         let body = serde_json::to_vec(&body).expect("the request serialises");
         let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, true);

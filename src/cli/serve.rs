@@ -1,0 +1,90 @@
+//! `moge serve`: the model loaded once, answering HTTP (see [`crate::server`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::{InputArgs, ModelArgs, EXIT_OK};
+use crate::pipeline::fit::Canvas;
+use crate::server::{self, Shared};
+
+#[derive(Args, Debug)]
+#[command(after_help = "The API is that of the Tenstorrent MoGe-2 server (tt-MoGe): POST /predict with JSON {\"image\": base64, \
+\"output_format\": \"npz\"|\"png\"|\"json\"|\"npz_binary\", ...} or with the image file as the body and the options in the query \
+string; GET /health; GET /info. When ready, one line 'moge: listening on http://HOST:PORT' goes to stdout. Ctrl-C or SIGTERM \
+stops taking requests, finishes those in progress and exits 0.")]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0 or :: for every interface).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port; when it is taken, the next free one above it (0: any free port).
+    #[arg(long, value_name = "N", default_value_t = 20000)]
+    pub port: u16,
+    /// Host threads for decoding and for encoding, each; default: the number of CPUs, at most 8.
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub jobs: Option<u32>,
+    /// Requests in progress at most; past it the answer is 503 with Retry-After. Each 1080p
+    /// request holds ~150 MB at its peak (its maps and their encoding).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub queue: u32,
+    /// Largest request body in MB (413 above it).
+    #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_body_mb: u32,
+    /// Largest num_tokens a request may ask for (memory and time grow with it).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_tokens: u32,
+    /// The canvas of fit: pad and fit: stretch.
+    #[arg(long, value_name = "WxH", default_value = "1920x1080")]
+    pub canvas: Canvas,
+    /// Metres per unit of depth_png16.
+    #[arg(long, value_name = "M", default_value_t = 0.001, value_parser = super::parse_positive)]
+    pub depth_scale: f32,
+    /// How the npz arrays are stored (see `moge batch --help`).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::default())]
+    pub npz_compression: crate::outputs::npz::Compression,
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+pub fn run(args: ServeArgs) -> Result<i32> {
+    let (weights, model) = args.model.load()?;
+    let jobs = args.jobs.map(|j| j as usize).unwrap_or_else(super::batch::default_jobs);
+    let cfg = server::Config {
+        model_id: args.model.id(),
+        weights,
+        decode: args.input.options(),
+        canvas: args.canvas,
+        depth_png_scale: args.depth_scale,
+        npz_compression: args.npz_compression,
+        jobs,
+        queue: args.queue as usize,
+        max_body: args.max_body_mb as usize * 1_000_000,
+        body_timeout: Duration::from_secs(60),
+        max_tokens: args.max_tokens,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(2 * jobs + 4)
+        .thread_name("moge-http")
+        .enable_all()
+        .build()
+        .context("cannot start the HTTP runtime")?;
+    let model = Arc::new(model);
+    let summary = format!("{} ({}, {:?}, {})", cfg.model_id, model.config.encoder.backbone, model.precision, crate::device::name_of(&model.device));
+    let state = Shared::new(model, cfg);
+    runtime.block_on(async {
+        let listener = server::bind(&args.host, args.port).await?;
+        let addr = listener.local_addr()?;
+        crate::errln!("moge: serving {summary}; Ctrl-C stops");
+        // The one line scripts wait for.
+        crate::outln!("moge: listening on http://{addr}");
+        server::serve(listener, state.clone()).await
+    })?;
+    state.close();
+    crate::errln!("moge: stopped");
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,53 @@
+//! The work of each stage on one photo, free of where the photo comes from and where its
+//! outputs go: `moge batch` (files) and `moge serve` (HTTP requests) both call these.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use image::RgbImage;
+
+use super::fit::{self, Canvas, FitMode, Placement};
+use crate::infer::{InferOptions, Prediction};
+use crate::model::{Prepared, RawOutput};
+use crate::Model;
+
+/// How one photo meets the network.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub infer: InferOptions,
+    pub fit: FitMode,
+    pub canvas: Canvas,
+}
+
+/// A photo made ready for the forward, and what is needed to bring the outputs back to it.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    pub photo_size: (usize, usize),
+    pub placement: Placement,
+    /// The options on the work image (a padded image has a wider field of view).
+    pub opts: InferOptions,
+    pub prep: Prepared,
+    pub prepare_ms: f64,
+}
+
+/// Places the photo (`--fit`) and prepares the network input.
+pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Staged> {
+    let t = Instant::now();
+    let photo_size = (photo.width() as usize, photo.height() as usize);
+    let (work, placement) = fit::place(photo, plan.fit, plan.canvas)?;
+    let opts = fit::work_options(&plan.infer, placement, photo_size.0);
+    let img = work.as_ref().unwrap_or(photo);
+    let tokens = opts.tokens(model.config.num_tokens_range);
+    let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens);
+    Ok(Staged { photo_size, placement, opts, prep, prepare_ms: ms(t) })
+}
+
+/// Upstream `infer()`'s post-processing of one forward, at the photo's size.
+pub fn finish(model: &Model, s: &Staged, raw: &RawOutput, plan: &Plan) -> Prediction {
+    let work = model.postprocess(raw, (s.prep.width, s.prep.height, s.prep.grid), &s.opts);
+    fit::restore(work, s.placement, s.photo_size.0, s.photo_size.1, &plan.infer)
+}
+
+pub fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
