@@ -308,13 +308,23 @@ fn open_request(addr: &str, body: &[u8], sent: usize) -> TcpStream {
     c
 }
 
-/// Polls (bounded) until a second request is refused with 503: the first one is admitted.
-fn wait_for_busy(s: &Server) -> Reply {
+/// A request held in progress by its half-sent body, with the queue's one place: polls (bounded)
+/// until another request is refused with 503. The held request may lose the race for the place
+/// to a poll (it is then refused itself, and answered at once): it is opened again.
+fn hold(s: &Server, photo: &[u8]) -> (TcpStream, Reply) {
     let t = Instant::now();
+    let mut held = open_request(&s.addr, photo, 10);
     loop {
         let r = post(&format!("{}/predict?num_tokens=300", s.url), "image/png", &photo_png(64, 48));
-        if r.status == 503 || t.elapsed() > Duration::from_secs(20) {
-            return r;
+        if r.status == 503 {
+            return (held, r);
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no 503 within 30 s: {} {}", r.status, String::from_utf8_lossy(&r.body));
+        held.set_nonblocking(true).unwrap();
+        let answered = matches!(held.peek(&mut [0u8; 1]), Ok(_));
+        held.set_nonblocking(false).unwrap();
+        if answered {
+            held = open_request(&s.addr, photo, 10);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -352,8 +362,7 @@ fn read_status(c: &mut TcpStream) -> String {
 fn a_full_queue_answers_503_with_retry_after() {
     let s = Server::start(&["--queue", "1"]);
     let photo = photo_png(64, 48);
-    let mut first = open_request(&s.addr, &photo, 10);
-    let busy = wait_for_busy(&s);
+    let (mut first, busy) = hold(&s, &photo);
     assert_eq!(busy.status, 503, "{}", String::from_utf8_lossy(&busy.body));
     assert_eq!(busy.header("retry-after"), Some("1"));
     assert!(busy.error().contains("--queue"), "{}", busy.error());
@@ -368,8 +377,8 @@ fn a_full_queue_answers_503_with_retry_after() {
 fn sigterm_finishes_the_request_in_progress_then_exits_0() {
     let mut s = Server::start(&["--queue", "1"]);
     let photo = photo_png(64, 48);
-    let mut first = open_request(&s.addr, &photo, 10);
-    assert_eq!(wait_for_busy(&s).status, 503);
+    let (mut first, busy) = hold(&s, &photo);
+    assert_eq!(busy.status, 503);
     s.sigterm();
     // New connections are refused once the listener is closed (bounded wait).
     let t = Instant::now();
@@ -466,8 +475,8 @@ fn a_server_that_dies_mid_batch_stops_it_with_nothing_half_written() {
     let mut s = Server::start(&["--queue", "1"]);
     let photo = photo_png(64, 48);
     // Holding the one place makes every request of the batch wait on 503 + Retry-After.
-    let _held = open_request(&s.addr, &photo, 10);
-    assert_eq!(wait_for_busy(&s).status, 503);
+    let (_held, busy) = hold(&s, &photo);
+    assert_eq!(busy.status, 503);
     let dir = tempfile::tempdir().unwrap();
     let photos = dir.path().join("photos");
     std::fs::create_dir(&photos).unwrap();
