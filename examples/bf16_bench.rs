@@ -77,7 +77,7 @@ fn main() {
     let reps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(7);
     // Optional second argument: only shapes whose "M×K×N" contains it.
     let filter = std::env::args().nth(2).unwrap_or_default();
-    println!("bf16 fast path available: {}", bf16::available());
+    println!("bf16 fast path in use: {} ({})", bf16::native(), moge::model::cpu::route_description(moge::model::Precision::Bf16));
     // (M, K, N, conv?) — conv: A = weights (M = cout), B = im2col (K = cin·9, N = pixels).
     let shapes: &[(usize, usize, usize, bool)] = &[
         (120, 256, 512, false), // everything L2-resident: close to the microkernel's own speed

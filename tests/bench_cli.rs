@@ -19,6 +19,11 @@ fn bench_json_reports_stages_conditions_and_memory() {
     assert_eq!(c["image_size"], serde_json::json!([96, 64]));
     assert_eq!(c["backbone"], "dinov2_vitt14");
     assert!(c["threads"].as_u64().unwrap() >= 1);
+    // The CPU kernels' route, as the library describes it for this process's environment.
+    let precision = if c["precision"] == "bf16" { moge::model::Precision::Bf16 } else { moge::model::Precision::F32 };
+    let route = serde_json::to_value(moge::model::cpu::route(precision)).unwrap();
+    assert_eq!(c["cpu_route"], route, "{c}");
+    assert_eq!(c["cpu_route"]["isa"], moge::model::cpu::isa::max().name());
     let per = &v["per_image_s"];
     assert_eq!(per["all"].as_array().unwrap().len(), 3);
     let (min, med, p90) = (per["min"].as_f64().unwrap(), per["median"].as_f64().unwrap(), per["p90"].as_f64().unwrap());
@@ -52,6 +57,7 @@ fn bench_table_states_the_conditions() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("100 tokens") && s.contains("64x48") && (s.contains(", f32,") || s.contains(", bf16,")) && s.contains("threads"), "{s}");
     assert!(s.contains("median") && s.contains("p90") && s.contains("peak memory"), "{s}");
+    assert!(s.contains("\ncpu route: ") && s.contains("\ncpu kernels: "), "{s}");
     assert!(!s.contains("normal_head"), "no normal head in this model: {s}");
 }
 

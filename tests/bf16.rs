@@ -35,6 +35,16 @@ fn bf16_cases() {
     }
 }
 
+/// `--precision bf16` at the instruction-set levels below this machine's: the emulated bf16
+/// products (and, on an AVX512-BF16 CPU, the f32 kernels beside them) keep the same gates.
+#[test]
+fn bf16_at_lower_levels() {
+    at_lower_levels("bf16", || {
+        case("n_rgb_1200", true);
+        case("l_rgb_1800", true);
+    });
+}
+
 #[test]
 fn bf16_differs_from_f32() {
     // The switch really changes the arithmetic (else the gates above prove nothing).

@@ -41,7 +41,7 @@ fn predict_and_batch_give_identical_files_at_every_precision() {
     }
     // The option is honoured: bf16 is not f32, and auto is what this CPU's default says.
     assert_ne!(by_precision[0], by_precision[1], "--precision bf16 gave the f32 numbers");
-    let auto_is_bf16 = moge::model::cpu::bf16::available();
+    let auto_is_bf16 = moge::model::cpu::bf16::native();
     assert_eq!(by_precision[2], by_precision[if auto_is_bf16 { 1 } else { 0 }]);
 }
 
@@ -160,4 +160,28 @@ fn a_closed_stderr_does_not_panic_either() {
     let status = wait_bounded(&mut child, "batch");
     assert_eq!(status.code(), Some(1), "one bad input: exit 1, not a panic (101)");
     assert!(dir.path().join("o/img0.npz").is_file() && dir.path().join("o/img1.npz").is_file());
+}
+
+/// `MOGE_MAX_CPU_ISA` caps the route `moge info` reports (and the kernels use); a value that
+/// names no level is reported on stderr and ignored, and the command still works.
+#[test]
+fn max_cpu_isa_caps_the_route_and_an_unknown_value_is_ignored() {
+    use moge::model::cpu::isa;
+    let info = |value: &str| {
+        let out = moge().arg("info").env(isa::ENV, value).output().unwrap();
+        assert!(out.status.success(), "{value}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let detected = isa::detected();
+    let (out, err) = info("Portable");
+    assert!(out.contains(&format!("cpu route: portable (detected {detected}; MOGE_MAX_CPU_ISA=portable), precision f32")), "{out}");
+    assert!(out.contains("cpu kernels: conv3x3 im2col, ") && out.contains("softmax/gelu portable"), "{out}");
+    assert!(!err.contains("warning"), "{err}");
+    // A cap above the CPU never enables what it lacks.
+    let (out, _) = info("avx512bf16");
+    assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=avx512bf16)")), "{out}");
+    let (out, err) = info("sse9");
+    assert!(err.contains("MOGE_MAX_CPU_ISA") && err.contains("avx512bf16|avx512|avx2|portable") && err.contains("sse9"), "{err}");
+    assert_eq!(err.matches("MOGE_MAX_CPU_ISA").count(), 1, "warned once: {err}");
+    assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=\"sse9\" ignored)")), "{out}");
 }

@@ -7,6 +7,7 @@ fn generic_ops_match_upstream_stages() {
     // Set before the first model call of this test binary (the switch is read once).
     std::env::set_var("MOGE_GENERIC_OPS", "1");
     assert!(!moge::model::cpu::enabled());
+    assert_eq!(moge::model::cpu::route(moge::model::Precision::F32).kernels, None, "the route says the kernels are off");
     for ckpt in ["tiny_normal", "tiny_vitl", "random_normal"] {
         support::check_stages(ckpt);
     }

@@ -4,7 +4,6 @@ mod support;
 
 use support::*;
 
-
 #[test]
 fn stages_tiny_normal() {
     check_stages("tiny_normal");
@@ -25,6 +24,29 @@ fn check_case(name: &str, well_posed: bool) {
     // Decoding: the same 8-bit RGB as cv2.imread + BGR2RGB (checked inside).
     let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
     check_against_reference(name, &model, &mut z, &img, &opts, well_posed, &STRICT);
+}
+
+/// The fallback routes of the CPU kernels (every instruction-set level below this machine's,
+/// e.g. im2col convolutions and the baseline softmax on an AVX-512 CPU) against the same
+/// fixtures and gates: every stage of the three checkpoints, and two cases end to end.
+#[test]
+fn lower_isa_levels() {
+    use moge::model::{cpu, Precision};
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    let opts = moge::InferOptions { num_tokens: Some(300), ..Default::default() };
+    let depth = || load("tiny_normal.pt").infer(&img, &opts).unwrap().depth;
+    let (default_route, default_depth) = (cpu::route(Precision::F32), depth());
+    at_lower_levels("parity", || {
+        for ckpt in ["tiny_normal", "tiny_vitl", "random_normal"] {
+            check_stages(ckpt);
+        }
+        check_case("n_rgb_1200", true);
+        check_case("l_portrait_3600_fov", true);
+        // The level reaches the model (else the checks above prove nothing new).
+        if cpu::route(Precision::F32).kernels != default_route.kernels {
+            assert_ne!(depth(), default_depth, "another route, the same bits");
+        }
+    });
 }
 
 macro_rules! cases {

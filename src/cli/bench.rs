@@ -207,6 +207,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         "cpu_because": device.cpu_because.as_ref().map(|e| e.to_string()),
         "threads": threads(),
         "cpu": cpu_name(),
+        "cpu_route": model.device.is_cpu().then(|| crate::model::cpu::route(model.precision)),
         "runs": args.runs,
         "warmup": args.warmup,
         "version": env!("CARGO_PKG_VERSION"),
@@ -248,6 +249,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         threads(),
         cpu_name()
     );
+    if model.device.is_cpu() {
+        crate::outln!("{}", crate::model::cpu::route_description(model.precision));
+    }
     crate::outln!("cold start (load weights): {:.3} s", cold.as_secs_f64());
     crate::outln!(
         "per image, warm, {} runs after {} warm-up: median {:.3} s, p90 {:.3} s, min {:.3} s",

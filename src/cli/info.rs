@@ -85,6 +85,8 @@ fn print_text(hub: &Hub, entries: &[Entry]) {
         Err(e) => format!("cpu ({e})"),
     };
     crate::outln!("device (--device auto): {device}");
+    // The CPU kernels' route, at the precision `--precision auto` takes on the CPU.
+    crate::outln!("{}", crate::model::cpu::route_description(super::Precision::Auto.resolve(&crate::Device::Cpu)));
     crate::outln!();
     for e in entries {
         let head = format!("{:<12}{:<29}", e.name, e.repo);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::cpu::attention::AttentionOp;
 use super::cpu::bf16::PackedB;
+use super::cpu::isa::{self, Isa};
 use super::cpu::linear::{Epilogue, LinearOp, ScaledResidualOp};
 use super::weights::Weights;
 
@@ -31,7 +32,7 @@ impl Linear {
         let cpu = if w.cpu_kernels() {
             let b: Vec<f32> = bias.to_vec1()?;
             let packed = if w.bf16() { Some(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)) } else { None };
-            let op = |epilogue| LinearOp { weight: weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone() };
+            let op = |epilogue| LinearOp { weight: weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone(), isa: isa::current() };
             Some([op(Epilogue::Bias), op(Epilogue::BiasGelu)])
         } else {
             None
@@ -87,6 +88,8 @@ pub struct Attention {
     bf16: bool,
     /// Whether the CPU kernel applies (f32 weights on the CPU).
     cpu: bool,
+    /// The CPU kernel's level, chosen when the model is built.
+    isa: Isa,
 }
 
 impl Attention {
@@ -95,7 +98,7 @@ impl Attention {
         let hd = d / self.num_heads;
         if self.cpu && x.device().is_cpu() && super::cpu::enabled() {
             let qkv = self.qkv.forward(x)?.contiguous()?;
-            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16 })?;
+            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16, isa: self.isa })?;
             return self.proj.forward(&out);
         }
         let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
@@ -140,6 +143,7 @@ impl Block {
                 num_heads,
                 bf16: w.bf16(),
                 cpu: w.cpu_kernels(),
+                isa: isa::current(),
             },
             ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,

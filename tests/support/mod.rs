@@ -229,6 +229,18 @@ pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &ima
     );
 }
 
+/// Runs `f` at each instruction-set level of the CPU kernels below the one they use by default
+/// (which the other tests cover), with the model built and run inside: the fallback routes are
+/// then checked on any machine, not only on those that need them.
+pub fn at_lower_levels(what: &str, f: impl Fn()) {
+    use moge::model::cpu::isa;
+    for level in isa::levels().filter(|&l| l < isa::max()) {
+        let t = std::time::Instant::now();
+        isa::with_isa(level, &f);
+        eprintln!("{what} at {level}: {:.1} s", t.elapsed().as_secs_f64());
+    }
+}
+
 pub fn load(name: &str) -> Model {
     Model::load(&fixtures().join(name), &moge::Device::Cpu).unwrap()
 }

@@ -10,11 +10,15 @@ use super::math::softmax_row;
 use super::SendPtr;
 
 use super::bf16::{gemm_bf16, PackedB};
+use super::isa::{self, Isa};
 
 pub struct AttentionOp {
     pub num_heads: usize,
     /// Both products in bf16 (f32 accumulation).
     pub bf16: bool,
+    /// The level of the softmax and the bf16 packing (`isa::current()` when the model was
+    /// built): passed to the tasks, which run on rayon's threads.
+    pub isa: Isa,
 }
 
 /// Query rows per task: 64 × 1800 scores = 450 KiB, L2-resident.
@@ -26,6 +30,7 @@ impl AttentionOp {
         let hd = d / heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let row = 3 * d; // qkv row stride
+        let level = isa::usable(self.isa);
         // bf16: per head, kᵀ and v packed once for all query blocks.
         let packed: Vec<Option<(PackedB, PackedB)>> = (0..heads)
             .into_par_iter()
@@ -34,7 +39,7 @@ impl AttentionOp {
                     let gather = |off: usize| -> Vec<f32> { (0..n).flat_map(|i| qkv[i * row + off..i * row + off + hd].iter().copied()).collect() };
                     let k = gather(d + h * hd);
                     let v = gather(2 * d + h * hd);
-                    (PackedB::from_f32_nk(&k, n, hd), PackedB::from_f32_kn(&v, n, hd))
+                    (PackedB::build(&k, hd, n, true, level), PackedB::build(&v, n, hd, false, level))
                 })
             })
             .collect();
@@ -50,7 +55,7 @@ impl AttentionOp {
             if let Some((kt, v)) = &packed[h] {
                 gemm_bf16(q, bq, hd, row, kt, scores, n, false, 1);
                 for r in scores.chunks_exact_mut(n) {
-                    softmax_row(r, scale);
+                    softmax_row(level, r, scale);
                 }
                 tmp.resize(bq * hd, 0.0);
                 gemm_bf16(scores, bq, n, n, v, tmp, hd, false, 1);
@@ -66,7 +71,7 @@ impl AttentionOp {
                 gemm::gemm(bq, n, hd, scores.as_mut_ptr(), 1, n as isize, false, q.as_ptr(), 1, row as isize, k, row as isize, 1, 0.0, scale, false, false, false, gemm::Parallelism::None);
             }
             for r in scores.chunks_exact_mut(n) {
-                softmax_row(r, 1.0);
+                softmax_row(level, r, 1.0);
             }
             unsafe {
                 // out_blk (bq × hd) = scores (bq × n) · v (n × hd)

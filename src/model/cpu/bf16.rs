@@ -1,8 +1,8 @@
-//! BF16 matrix multiply with f32 accumulation, for the GEMM-bound layers (runtime.md §2.4: no
-//! Rust crate has a bf16 GEMM, and `vdpbf16ps` retires 2× the multiply-adds of f32 FMA).
-//! Measured on this VM's CPU (AMD EPYC family 26 = Zen 5, full-width AVX-512; runtime.md says
-//! Zen 4): `vdpbf16ps` ≈ 420 GFLOP/s per core with ≥ 24 independent chains (≈ 250 with 8,
-//! which is latency-bound), zmm f32 FMA ≈ 190; the `gemm` crate (AVX2 kernels) ≈ 120.
+//! BF16 matrix multiply with f32 accumulation, for the GEMM-bound layers (no Rust crate has a
+//! bf16 GEMM, and `vdpbf16ps` retires 2× the multiply-adds of f32 FMA). Measured on an AMD
+//! EPYC family 26 (Zen 5, full-width AVX-512): `vdpbf16ps` ≈ 420 GFLOP/s per core with ≥ 24
+//! independent chains (≈ 250 with 8, which is latency-bound), zmm f32 FMA ≈ 190; the `gemm`
+//! crate (AVX2 kernels) ≈ 120.
 //!
 //! `C (M×N, f32) = [C +] A (M×K) · B (K×N)`, inputs rounded to bf16 (round-to-nearest-even),
 //! products summed in f32. One operand is pre-packed once (the weights), the other is f32 and
@@ -19,11 +19,15 @@
 //! * B: panels of NR = 32 columns; within a panel, for each k pair, the 32 columns' words
 //!   side by side (the two zmm the kernel loads).
 //!
-//! Portable fallback (no AVX512-BF16): the same maths (bf16-rounded inputs, f32 accumulation)
-//! through the `gemm` crate's f32 kernels on rounded copies; the packed types then hold plain
-//! rounded f32, so a non-bf16 machine pays the weight conversion once, like the fast path.
+//! Portable fallback (any level below [`Isa::Avx512Bf16`]): the same maths (bf16-rounded
+//! inputs, f32 accumulation) through the `gemm` crate's f32 kernels on rounded copies; the
+//! packed types then hold plain rounded f32, so such a machine pays the weight conversion once,
+//! like the fast path. A packed operand keeps the route it was packed for, and the GEMM follows
+//! it, so the layout and the kernel cannot disagree.
 
 use rayon::prelude::*;
+
+use super::isa::{self, Isa};
 
 /// Microkernel rows (broadcast operand). 12 rows × 2 zmm = 24 accumulators, + 2 B vectors +
 /// a broadcast register = 27 of the 32 zmm: no spills, and 24 independent `vdpbf16ps` chains
@@ -45,19 +49,19 @@ const A_BLOCK_BYTES: usize = 384 * 1024;
 /// packed block is still in L2 when the kernels read it.
 const NC: usize = 128;
 
-/// True when the AVX512-BF16 fast path runs on this CPU.
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512bf16")
+/// The route of the bf16 products at `level`: the AVX512-BF16 fast path, or the portable
+/// fallback (no AVX2 or AVX-512F route yet: those levels take the fallback).
+pub fn route(level: Isa) -> Isa {
+    match level {
+        Isa::Avx512Bf16 => Isa::Avx512Bf16,
+        Isa::Avx512 | Isa::Avx2 | Isa::Portable => Isa::Portable,
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+}
+
+/// Whether bf16 products run natively on this thread's route ([`isa::current`]): what
+/// `--precision auto` picks bf16 for.
+pub fn native() -> bool {
+    route(isa::current()) == Isa::Avx512Bf16
 }
 
 /// f32 → bf16 bits, round-to-nearest-even, denormals flushed to signed zero and NaN kept quiet:
@@ -97,17 +101,20 @@ pub(crate) fn pair(lo: f32, hi: f32) -> u32 {
 // whole 32-column tiles (masked only at the C store).
 // ---------------------------------------------------------------------------------------------
 
+// The packers take the route of the operand they fill (`Isa::Avx512Bf16` only where the CPU has
+// it: see `PackedB::build`), and fall to the scalar twin on any other.
+
 /// Pack lines [l0, l1) (rows of `src`, stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
 #[allow(clippy::too_many_arguments)]
-fn pack_rows(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+fn pack_rows(isa: Isa, src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
     let panels = (l1 - l0).div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
-    #[cfg(target_arch = "x86_64")]
-    if available() && w == NR {
-        unsafe { x86::pack_rows_nr(src, ld, l0, l1, k, k0, kps, dst) };
-        return;
+    match isa {
+        // Safety: the route is AVX512-BF16 only on a CPU that has it.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Bf16 if w == NR => unsafe { avx512bf16::pack_rows_nr(src, ld, l0, l1, k, k0, kps, dst) },
+        _ => pack_rows_scalar(src, ld, l0, l1, k, k0, kps, w, dst),
     }
-    pack_rows_scalar(src, ld, l0, l1, k, k0, kps, w, dst);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -136,13 +143,15 @@ fn pack_rows_scalar(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: 
 /// The microkernel broadcasts from R row streams directly, so A needs no transposition: this
 /// is a straight vector conversion (A is converted on every call).
 #[allow(clippy::too_many_arguments)]
-fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+fn convert_rows(isa: Isa, src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
     let dst = &mut dst[..(r1 - r0) * kps];
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        unsafe { x86::convert_rows(src, ld, r0, r1, k, k0, kps, dst) };
+    if isa == Isa::Avx512Bf16 {
+        // Safety: the route is AVX512-BF16 only on a CPU that has it.
+        unsafe { avx512bf16::convert_rows(src, ld, r0, r1, k, k0, kps, dst) };
         return;
     }
+    let _ = isa;
     let k1 = (k0 + 2 * kps).min(k);
     for r in r0..r1 {
         let row = &src[r * ld..];
@@ -159,14 +168,16 @@ fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usiz
 
 /// Pack lines [l0, l1) (columns of `src`, row stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
 #[allow(clippy::too_many_arguments)]
-fn pack_cols(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
+fn pack_cols(isa: Isa, src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
     let panels = (l1 - l0).div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
     #[cfg(target_arch = "x86_64")]
-    if available() && w == NR {
-        unsafe { x86::pack_cols_nr(src, ld, l0, l1, k, k0, kps, dst) };
+    if isa == Isa::Avx512Bf16 && w == NR {
+        // Safety: the route is AVX512-BF16 only on a CPU that has it.
+        unsafe { avx512bf16::pack_cols_nr(src, ld, l0, l1, k, k0, kps, dst) };
         return;
     }
+    let _ = isa;
     let k1 = (k0 + 2 * kps).min(k);
     for p in 0..panels {
         let panel = &mut dst[p * kps * w..(p + 1) * kps * w];
@@ -190,10 +201,21 @@ fn pack_cols(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, 
 
 #[derive(Clone, Debug)]
 enum Store {
-    /// Pair-interleaved panels over the whole K (kps = ceil(k/2) pairs per panel).
+    /// Pair-interleaved panels over the whole K (kps = ceil(k/2) pairs per panel): the
+    /// AVX512-BF16 route, built only where the CPU has it.
     Panels(Vec<u32>),
     /// Portable fallback: bf16-rounded f32, row-major (K×N for B, M×K for A).
     Rounded(Vec<f32>),
+}
+
+impl Store {
+    /// The route this layout is read by.
+    fn isa(&self) -> Isa {
+        match self {
+            Store::Panels(_) => Isa::Avx512Bf16,
+            Store::Rounded(_) => Isa::Portable,
+        }
+    }
 }
 
 /// Right operand B (K×N), converted to bf16 and packed once (Linear weights).
@@ -205,19 +227,22 @@ pub struct PackedB {
 }
 
 impl PackedB {
-    /// From B given K×N row-major.
+    /// From B given K×N row-major, for the route of [`isa::current`].
     pub fn from_f32_kn(data: &[f32], k: usize, n: usize) -> Self {
-        Self::build(data, k, n, false, !available())
+        Self::build(data, k, n, false, isa::current())
     }
 
-    /// From Bᵀ given N×K row-major: a PyTorch Linear weight (out = N, in = K).
+    /// From Bᵀ given N×K row-major: a PyTorch Linear weight (out = N, in = K), for the route of
+    /// [`isa::current`].
     pub fn from_f32_nk(data: &[f32], n: usize, k: usize) -> Self {
-        Self::build(data, k, n, true, !available())
+        Self::build(data, k, n, true, isa::current())
     }
 
-    fn build(data: &[f32], k: usize, n: usize, transposed: bool, portable: bool) -> Self {
+    /// Packed for the route of `level` (lowered to what the CPU has).
+    pub(crate) fn build(data: &[f32], k: usize, n: usize, transposed: bool, level: Isa) -> Self {
         assert!(data.len() >= k * n, "PackedB: {} values for {k}×{n}", data.len());
-        let store = if portable {
+        let isa = route(isa::usable(level));
+        let store = if isa != Isa::Avx512Bf16 {
             let mut r = vec![0f32; k * n];
             for kk in 0..k {
                 for j in 0..n {
@@ -233,9 +258,9 @@ impl PackedB {
             p.par_chunks_mut((kps * NR).max(1)).enumerate().for_each(|(pi, dst)| {
                 let (l0, l1) = (pi * NR, ((pi + 1) * NR).min(n));
                 if transposed {
-                    pack_rows(data, k, l0, l1, k, 0, kps, NR, dst);
+                    pack_rows(isa, data, k, l0, l1, k, 0, kps, NR, dst);
                 } else {
-                    pack_cols(data, n, l0, l1, k, 0, kps, NR, dst);
+                    pack_cols(isa, data, n, l0, l1, k, 0, kps, NR, dst);
                 }
             });
             Store::Panels(p)
@@ -249,6 +274,10 @@ impl PackedB {
     pub fn n(&self) -> usize {
         self.n
     }
+    /// The route the products with this operand take.
+    pub fn isa(&self) -> Isa {
+        self.store.isa()
+    }
 }
 
 /// Left operand A (M×K), converted to bf16 and packed once (convolution weights, cout × cin·9).
@@ -260,26 +289,22 @@ pub struct PackedA {
 }
 
 impl PackedA {
-    /// From A given M×K row-major (PyTorch conv weight (cout, cin, kh, kw) flattened).
+    /// From A given M×K row-major (PyTorch conv weight (cout, cin, kh, kw) flattened), for the
+    /// route of [`isa::current`].
     pub fn from_f32(data: &[f32], m: usize, k: usize) -> Self {
-        Self::build(data, m, k, !available())
+        Self::build(data, m, k, isa::current())
     }
 
-    /// As built on a CPU without AVX512-BF16 (rounded f32 through the portable GEMM), so
-    /// tests reach that route on any machine.
-    #[cfg(test)]
-    pub(crate) fn portable_for_tests(data: &[f32], m: usize, k: usize) -> Self {
-        Self::build(data, m, k, true)
-    }
-
-    fn build(data: &[f32], m: usize, k: usize, portable: bool) -> Self {
+    /// Packed for the route of `level` (lowered to what the CPU has).
+    pub(crate) fn build(data: &[f32], m: usize, k: usize, level: Isa) -> Self {
         assert!(data.len() >= m * k, "PackedA: {} values for {m}×{k}", data.len());
-        let store = if portable {
+        let isa = route(isa::usable(level));
+        let store = if isa != Isa::Avx512Bf16 {
             Store::Rounded(data[..m * k].iter().map(|&x| round_bf16(x)).collect())
         } else {
             let kps = k.div_ceil(2);
             let mut p = vec![0u32; m * kps];
-            convert_rows(data, k, 0, m, k, 0, kps, &mut p);
+            convert_rows(isa, data, k, 0, m, k, 0, kps, &mut p);
             Store::Panels(p)
         };
         PackedA { m, k, store }
@@ -290,6 +315,10 @@ impl PackedA {
     }
     pub fn k(&self) -> usize {
         self.k
+    }
+    /// The route the products with this operand take.
+    pub fn isa(&self) -> Isa {
+        self.store.isa()
     }
 }
 
@@ -431,7 +460,8 @@ fn portable_gemm(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Blocked driver (fast path).
+// Blocked driver (fast path). It runs only for `Store::Panels`, the AVX512-BF16 route, so its
+// packers and microkernel take that route without asking again.
 // ---------------------------------------------------------------------------------------------
 
 thread_local! {
@@ -550,7 +580,7 @@ impl Job<'_> {
                 let (bptr, bstride) = match self.b {
                     Operand::Packed(p) => (p[(jc / NR) * kps_total * NR + kp0 * NR..].as_ptr(), kps_total * NR),
                     Operand::F32 { data, ld } => {
-                        pack_cols(data, ld, jc, jc1, self.k, 2 * kp0, kps, NR, bbuf);
+                        pack_cols(Isa::Avx512Bf16, data, ld, jc, jc1, self.k, 2 * kp0, kps, NR, bbuf);
                         (bbuf.as_ptr(), kps * NR)
                     }
                 };
@@ -560,7 +590,7 @@ impl Job<'_> {
                     let (aptr, astride) = match self.a {
                         Operand::Packed(p) => (p[ic * kps_total + kp0..].as_ptr(), kps_total),
                         Operand::F32 { data, ld } => {
-                            convert_rows(data, ld, ic, ic1, self.k, 2 * kp0, kps, abuf);
+                            convert_rows(Isa::Avx512Bf16, data, ld, ic, ic1, self.k, 2 * kp0, kps, abuf);
                             (abuf.as_ptr(), kps)
                         }
                     };
@@ -594,10 +624,12 @@ impl Job<'_> {
             let nv = (jc1 - j).min(NR);
             for p in 0..np {
                 let (r0, r1) = (rows * p / np, rows * (p + 1) / np);
+                // Safety: packed operands exist only on CPUs with AVX512-BF16 (see above), and
+                // the tile lies inside C.
                 unsafe {
                     let c = self.c.add((ic + r0) * self.ldc + j);
                     #[cfg(target_arch = "x86_64")]
-                    x86::kernel(r1 - r0, kps, a.add(r0 * lda), lda, b.add(jp * bstride), c, self.ldc, nv, load_c);
+                    avx512bf16::kernel(r1 - r0, kps, a.add(r0 * lda), lda, b.add(jp * bstride), c, self.ldc, nv, load_c);
                     #[cfg(not(target_arch = "x86_64"))]
                     let _ = (c, a, b, nv, kps, load_c, lda, bstride, r1);
                 }
@@ -610,248 +642,8 @@ impl Job<'_> {
 // AVX512-BF16 code.
 // ---------------------------------------------------------------------------------------------
 
-// AVX-512 intrinsics and `__m512bh` are stable since Rust 1.89: Cargo.toml's rust-version
-// (1.88) has to be raised to 1.89 with this module.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::incompatible_msrv)]
-mod x86 {
-    use super::NR;
-    use core::arch::x86_64::*;
-
-    /// Microkernel dispatch on the number of valid rows (tail panels get a smaller register
-    /// tile instead of wasted multiply-adds on zero rows).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub(super) unsafe fn kernel(
-        mv: usize,
-        kps: usize,
-        a: *const u32,
-        lda: usize,
-        b: *const u32,
-        c: *mut f32,
-        ldc: usize,
-        nv: usize,
-        load_c: bool,
-    ) {
-        macro_rules! go {
-            ($($r:literal)*) => {
-                match mv { $($r => kern::<$r>(kps, a, lda, b, c, ldc, nv, load_c),)* _ => unreachable!() }
-            };
-        }
-        go!(1 2 3 4 5 6 7 8 9 10 11 12)
-    }
-
-    /// C[R×nv] (+)= A (R rows of bf16 pairs, stride `lda` words) · B-panel (NR columns), over
-    /// `kps` k pairs.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    unsafe fn kern<const R: usize>(kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
-        let m0: __mmask16 = if nv >= 16 { 0xffff } else { (1u32 << nv) as u16 - 1 };
-        let m1: __mmask16 = if nv >= 32 {
-            0xffff
-        } else if nv > 16 {
-            (1u32 << (nv - 16)) as u16 - 1
-        } else {
-            0
-        };
-        // C is added after the k loop, not loaded into the accumulators before it: the rows of
-        // C are usually far apart (ldc of thousands) and not cached, so they are prefetched
-        // here and arrive while the loop runs (~12 cycles per k pair) instead of stalling it.
-        for r in 0..R {
-            let cr = c.add(r * ldc) as *const i8;
-            _mm_prefetch::<_MM_HINT_T0>(cr);
-            _mm_prefetch::<_MM_HINT_T0>(cr.wrapping_add(64));
-        }
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        let mut b = b;
-        for kp in 0..kps {
-            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
-            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + kp) as i32));
-                acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
-                acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
-            }
-            b = b.add(NR);
-        }
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let cr = c.add(r * ldc);
-            if load_c {
-                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
-                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.add(16)));
-            }
-            _mm512_mask_storeu_ps(cr, m0, acc[0]);
-            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
-        }
-    }
-
-    /// 32 consecutive f32 (masked: the first `n` of them, rest read as 0) → 16 bf16 pairs in order.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    #[inline]
-    unsafe fn cvt32(p: *const f32, n: usize) -> __m512i {
-        let (lo, hi) = if n >= 32 {
-            (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-        } else {
-            let m0 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
-            let m1 = if n > 16 { ((1u32 << (n - 16)) - 1) as u16 } else { 0 };
-            (_mm512_maskz_loadu_ps(m0, p), _mm512_maskz_loadu_ps(m1, p.add(16)))
-        };
-        // cvtne2ps(a, b): low half from b, high half from a.
-        core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo))
-    }
-
-    /// 16×16 transpose of u32: out[c] lane r = r_in[r] lane c. Three shuffle stages (pairs of
-    /// rows, then quads, then 128-bit lanes), 64 shuffles per 256 words.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    #[inline]
-    unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
-        let mut t = [_mm512_setzero_si512(); 16];
-        for i in 0..8 {
-            // (a0 b0 a1 b1 | a4 b4 a5 b5 | …), (a2 b2 a3 b3 | …)
-            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-        }
-        let mut u = [_mm512_setzero_si512(); 16];
-        for i in 0..4 {
-            // u[4i + j]: columns j, j+4, j+8, j+12 (one per 128-bit lane) of rows 4i..4i+3.
-            u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-            u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-            u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-            u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-        }
-        let mut o = [_mm512_setzero_si512(); 16];
-        for j in 0..4 {
-            let (u0, u1, u2, u3) = (u[j], u[4 + j], u[8 + j], u[12 + j]);
-            let s0 = _mm512_shuffle_i32x4::<0x44>(u0, u1); // u0.L0 u0.L1 u1.L0 u1.L1
-            let s1 = _mm512_shuffle_i32x4::<0xee>(u0, u1); // u0.L2 u0.L3 u1.L2 u1.L3
-            let s2 = _mm512_shuffle_i32x4::<0x44>(u2, u3);
-            let s3 = _mm512_shuffle_i32x4::<0xee>(u2, u3);
-            o[j] = _mm512_shuffle_i32x4::<0x88>(s0, s2); // lane 0 of u0..u3
-            o[j + 4] = _mm512_shuffle_i32x4::<0xdd>(s0, s2);
-            o[j + 8] = _mm512_shuffle_i32x4::<0x88>(s1, s3);
-            o[j + 12] = _mm512_shuffle_i32x4::<0xdd>(s1, s3);
-        }
-        o
-    }
-
-    /// See `super::pack_rows`, for w = NR = 32: per 16 k pairs, convert the panel's 32 rows
-    /// (32 zmm of 16 pairs), transpose the two 16×16 halves, store 16 × 32 contiguous words.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub(super) unsafe fn pack_rows_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-        let k1 = (k0 + 2 * kps).min(k);
-        let panels = (l1 - l0).div_ceil(NR);
-        let d = dst.as_mut_ptr();
-        let zero = _mm512_setzero_si512();
-        for p in 0..panels {
-            let pd = d.add(p * kps * NR);
-            let mut kp = 0;
-            while kp < kps {
-                let kk = k0 + 2 * kp;
-                let avail = k1.saturating_sub(kk).min(32);
-                let cnt = (kps - kp).min(16);
-                for h in 0..2 {
-                    let mut r = [zero; 16];
-                    for (i, ri) in r.iter_mut().enumerate() {
-                        let l = l0 + p * NR + 16 * h + i;
-                        if l < l1 {
-                            *ri = cvt32(src.as_ptr().wrapping_add(l * ld + kk), avail);
-                        }
-                    }
-                    let o = transpose16(&r);
-                    for (t, ot) in o[..cnt].iter().enumerate() {
-                        _mm512_storeu_si512(pd.add((kp + t) * NR + 16 * h) as *mut _, *ot);
-                    }
-                }
-                kp += 16;
-            }
-        }
-    }
-
-    /// Source rows prefetched ahead by `pack_cols_nr` (an even number).
-    const PF_ROWS: usize = 8;
-
-    /// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub(super) unsafe fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-        let k1 = (k0 + 2 * kps).min(k);
-        let d = dst.as_mut_ptr();
-        for r in r0..r1 {
-            let row = src.as_ptr().wrapping_add(r * ld);
-            let dr = d.add((r - r0) * kps);
-            let mut kp = 0;
-            while kp < kps {
-                let kk = k0 + 2 * kp;
-                let v = cvt32(row.wrapping_add(kk), k1.saturating_sub(kk).min(32));
-                let cnt = (kps - kp).min(16);
-                if cnt == 16 {
-                    _mm512_storeu_si512(dr.add(kp) as *mut _, v);
-                } else {
-                    _mm512_mask_storeu_epi32(dr.add(kp) as *mut _, ((1u32 << cnt) - 1) as u16, v);
-                }
-                kp += 16;
-            }
-        }
-    }
-
-    /// See `super::pack_cols`, for panel width NR = 32: per k pair, two rows × 16 columns are
-    /// converted together and interleaved (k, k+1) with one word permute.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub(super) unsafe fn pack_cols_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-        let k1 = (k0 + 2 * kps).min(k);
-        let panels = (l1 - l0).div_ceil(NR);
-        // Word index: output word 2j ← row ka column j (word j), 2j+1 ← row kb column j (16 + j).
-        let mut idx = [0u16; 32];
-        for j in 0..16 {
-            idx[2 * j] = j as u16;
-            idx[2 * j + 1] = 16 + j as u16;
-        }
-        let idx = _mm512_loadu_si512(idx.as_ptr() as *const _);
-        let zero = _mm512_setzero_ps();
-        let d = dst.as_mut_ptr();
-        let s = src.as_ptr();
-        // k pairs outer, columns inner: both source rows are read front to back (sources such
-        // as a wide im2col have a row stride of tens of KiB; walking down a column strip
-        // would touch a new page per load).
-        for kp in 0..kps {
-            let ka = k0 + 2 * kp;
-            // wrapping: rows past k are never loaded from (their mask/flag is off).
-            let (sa, sb) = (s.wrapping_add(ka * ld), s.wrapping_add((ka + 1) * ld));
-            let (has_a, has_b) = (ka < k1, ka + 1 < k1);
-            // Each source row contributes only a short segment (NC columns) per block, too short
-            // for the hardware prefetcher to lock on: fetch the rows PF_ROWS ahead ourselves.
-            if ka + PF_ROWS + 1 < k1 {
-                let (pa, pb) = (sa.wrapping_add(PF_ROWS * ld + l0), sb.wrapping_add(PF_ROWS * ld + l0));
-                for off in (0..l1 - l0).step_by(16) {
-                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(off) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(off) as *const i8);
-                }
-            }
-            for p in 0..panels {
-                let pd = d.add(p * kps * NR + kp * NR);
-                for h in 0..2 {
-                    let cc = l0 + p * NR + 16 * h;
-                    let nvalid = l1.saturating_sub(cc).min(16);
-                    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { ((1u32 << nvalid) - 1) as u16 };
-                    let ra = if has_a {
-                        _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc))
-                    } else {
-                        zero
-                    };
-                    let rb = if has_b {
-                        _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc))
-                    } else {
-                        zero
-                    };
-                    let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
-                    _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
-                }
-            }
-        }
-    }
-}
+mod avx512bf16;
 
 // ---------------------------------------------------------------------------------------------
 // Tests.
@@ -926,7 +718,14 @@ mod tests {
         (61, 33, 8201), // 3 k blocks, 2 row blocks
     ];
 
-    fn check_gemm_bf16(portable: bool) {
+    /// The distinct routes of this module at the levels this machine can run, lowest first.
+    fn routes() -> Vec<Isa> {
+        let mut r: Vec<Isa> = isa::levels().map(route).collect();
+        r.dedup();
+        r
+    }
+
+    fn check_gemm_bf16(level: Isa) {
         let mut worst = 0f64;
         let mut rng = Rng(0x1234_5678_9abc_def1);
         for &(m, n, k) in SHAPES {
@@ -946,8 +745,8 @@ mod tests {
                     let c0 = rng.vec(m * ldc);
                     let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
                     for (ti, pb) in [
-                        PackedB::build(&bkn, k, n, false, portable),
-                        PackedB::build(&bnk, k, n, true, portable),
+                        PackedB::build(&bkn, k, n, false, level),
+                        PackedB::build(&bnk, k, n, true, level),
                     ]
                     .iter()
                     .enumerate()
@@ -958,7 +757,7 @@ mod tests {
                         worst = worst.max(e);
                         assert!(
                             e <= 1e-5,
-                            "gemm_bf16 portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}"
+                            "gemm_bf16 {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}"
                         );
                         // Padding between rows of C is untouched.
                         for i in 0..m {
@@ -968,10 +767,10 @@ mod tests {
                 }
             }
         }
-        eprintln!("gemm_bf16 portable={portable}: worst rel err {worst:e}");
+        eprintln!("gemm_bf16 {level}: worst rel err {worst:e}");
     }
 
-    fn check_packed_a(portable: bool) {
+    fn check_packed_a(level: Isa) {
         let mut worst = 0f64;
         let mut rng = Rng(0x0fed_cba9_8765_4321);
         for &(m, n, k) in SHAPES {
@@ -984,14 +783,14 @@ mod tests {
                     let bdense: Vec<f32> = (0..k).flat_map(|kk| b[kk * ldb..kk * ldb + n].to_vec()).collect();
                     let c0 = rng.vec(m * ldc);
                     let want = reference(&a, k, &bdense, m, n, k, accumulate.then_some((&c0[..], ldc)));
-                    let pa = PackedA::build(&a, m, k, portable);
+                    let pa = PackedA::build(&a, m, k, level);
                     let mut c = c0.clone();
                     gemm_bf16_packed_a(&pa, &b, n, ldb, &mut c, ldc, accumulate, threads);
                     let e = rel_err(&c, ldc, &want, m, n, k);
                     worst = worst.max(e);
                     assert!(
                         e <= 1e-5,
-                        "packed_a portable={portable} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}"
+                        "packed_a {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}"
                     );
                     for i in 0..m {
                         assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
@@ -999,35 +798,21 @@ mod tests {
                 }
             }
         }
-        eprintln!("gemm_bf16_packed_a portable={portable}: worst rel err {worst:e}");
+        eprintln!("gemm_bf16_packed_a {level}: worst rel err {worst:e}");
     }
 
     #[test]
-    fn fast_gemm_bf16_matches_reference() {
-        if !available() {
-            eprintln!("AVX512-BF16 not available: fast path not tested");
-            return;
+    fn gemm_bf16_matches_reference_on_every_route() {
+        for r in routes() {
+            check_gemm_bf16(r);
         }
-        check_gemm_bf16(false);
     }
 
     #[test]
-    fn fast_packed_a_matches_reference() {
-        if !available() {
-            eprintln!("AVX512-BF16 not available: fast path not tested");
-            return;
+    fn packed_a_matches_reference_on_every_route() {
+        for r in routes() {
+            check_packed_a(r);
         }
-        check_packed_a(false);
-    }
-
-    #[test]
-    fn portable_gemm_bf16_matches_reference() {
-        check_gemm_bf16(true);
-    }
-
-    #[test]
-    fn portable_packed_a_matches_reference() {
-        check_packed_a(true);
     }
 
     /// A ViT-sized problem (several row blocks per thread, all 32-column panels full but the
@@ -1039,77 +824,81 @@ mod tests {
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
         let want = reference(&a, k, &b, m, n, k, None);
-        for portable in [false, true] {
-            if !portable && !available() {
-                continue;
-            }
+        for r in routes() {
             let mut c = vec![0f32; m * n];
-            gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, portable), &mut c, n, false, 2);
+            gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, r), &mut c, n, false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
-            eprintln!("large {m}×{n}×{k} portable={portable}: rel err {e:e}");
-            assert!(e <= 1e-5, "large portable={portable}: rel err {e:e}");
+            eprintln!("large {m}×{n}×{k} {r}: rel err {e:e}");
+            assert!(e <= 1e-5, "large {r}: rel err {e:e}");
             let mut c = vec![0f32; m * n];
-            gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, false, 2);
+            gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), &b, n, n, &mut c, n, false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
-            assert!(e <= 1e-5, "large packed_a portable={portable}: rel err {e:e}");
+            assert!(e <= 1e-5, "large packed_a {r}: rel err {e:e}");
         }
     }
 
     /// Zero-sized dimensions: nothing to do (k = 0: C = 0, or C unchanged when accumulating).
     #[test]
     fn empty_dims() {
-        for portable in [false, true] {
+        for r in routes() {
             for &(m, n, k) in &[(0usize, 5usize, 3usize), (4, 0, 3), (4, 5, 0), (0, 0, 0)] {
                 for accumulate in [false, true] {
                     let a = vec![1f32; m * k];
                     let b = vec![1f32; k * n];
                     let mut c = vec![7f32; m * n];
-                    gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, portable), &mut c, n, accumulate, 2);
+                    gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, r), &mut c, n, accumulate, 2);
                     let want = if accumulate { 7.0 } else { 0.0 } + k as f32;
-                    assert!(
-                        c.iter().all(|&x| x == want),
-                        "gemm_bf16 {m}×{n}×{k} acc={accumulate} portable={portable}"
-                    );
+                    assert!(c.iter().all(|&x| x == want), "gemm_bf16 {m}×{n}×{k} acc={accumulate} {r}");
                     let mut c = vec![7f32; m * n];
-                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, portable), &b, n, n, &mut c, n, accumulate, 2);
-                    assert!(
-                        c.iter().all(|&x| x == want),
-                        "packed_a {m}×{n}×{k} acc={accumulate} portable={portable}"
-                    );
+                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), &b, n, n, &mut c, n, accumulate, 2);
+                    assert!(c.iter().all(|&x| x == want), "packed_a {m}×{n}×{k} acc={accumulate} {r}");
                 }
             }
         }
     }
 
+    /// Operands packed at every level (through `isa::with_isa`, as the model packs its weights)
+    /// take that level's route, and agree with the portable route: bit for bit where the route
+    /// is the portable one, within the bf16 GEMM's tolerance elsewhere.
     #[test]
-    fn fast_matches_portable() {
-        if !available() {
-            return;
-        }
+    fn every_level_matches_portable() {
         let mut rng = Rng(42);
         let (m, n, k) = (77, 129, 301);
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
-        let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
-        gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, false), &mut c1, n, false, 2);
-        gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, true), &mut c2, n, false, 2);
-        let scale = c2.iter().fold(0f32, |s, &x| s.max(x.abs()));
-        let e = c1.iter().zip(&c2).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale;
-        eprintln!("fast vs portable: rel diff {e:e}");
-        assert!(e <= 1e-5, "fast vs portable rel err {e:e}");
-        let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
-        gemm_bf16_packed_a(&PackedA::build(&a, m, k, false), &b, n, n, &mut c1, n, false, 2);
-        gemm_bf16_packed_a(&PackedA::build(&a, m, k, true), &b, n, n, &mut c2, n, false, 2);
-        let e = c1.iter().zip(&c2).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale.max(1e-30);
-        assert!(e <= 1e-5, "fast vs portable (packed A) rel err {e:e}");
+        let run = |level: Isa| {
+            let (pb, pa) = isa::with_isa(level, || (PackedB::from_f32_kn(&b, k, n), PackedA::from_f32(&a, m, k)));
+            assert_eq!((pb.isa(), pa.isa()), (route(level), route(level)), "{level}");
+            let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
+            gemm_bf16(&a, m, k, k, &pb, &mut c1, n, false, 2);
+            gemm_bf16_packed_a(&pa, &b, n, n, &mut c2, n, false, 2);
+            (c1, c2)
+        };
+        let portable = run(Isa::Portable);
+        let scale = portable.0.iter().fold(0f32, |s, &x| s.max(x.abs())).max(1e-30);
+        for level in isa::levels() {
+            let got = run(level);
+            for (what, g, p) in [("gemm_bf16", &got.0, &portable.0), ("packed_a", &got.1, &portable.1)] {
+                if route(level) == Isa::Portable {
+                    assert!(g == p, "{what} at {level}: not the portable bits");
+                } else {
+                    let e = g.iter().zip(p).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale;
+                    eprintln!("{what} {level} vs portable: rel diff {e:e}");
+                    assert!(e <= 1e-5, "{what} {level} vs portable: rel err {e:e}");
+                }
+            }
+        }
     }
 
     /// The vector packers give exactly what the scalar reference packers give.
     #[test]
     fn packers_match_scalar() {
-        if !available() {
-            return;
+        for r in routes() {
+            check_packers(r);
         }
+    }
+
+    fn check_packers(r: Isa) {
         let mut rng = Rng(99);
         for &(rows, k, ld_pad, k0, kps) in &[
             (5usize, 37usize, 3usize, 0usize, 19usize),
@@ -1132,23 +921,23 @@ mod tests {
                     };
                 }
             }
-            convert_rows(&src, ld, 0, rows, k, k0, kps, &mut got);
-            assert_eq!(got, want, "convert_rows {rows}×{k} k0={k0} kps={kps}");
+            convert_rows(r, &src, ld, 0, rows, k, k0, kps, &mut got);
+            assert_eq!(got, want, "convert_rows {r} {rows}×{k} k0={k0} kps={kps}");
             // B from rows (`pack_rows`, a Linear weight) against the scalar packer.
             let kps_r = kps;
             let panels_r = rows.div_ceil(NR);
             let mut got = vec![1u32; panels_r * kps_r * NR];
             let mut want = vec![2u32; panels_r * kps_r * NR];
-            pack_rows(&src, ld, 0, rows, k, k0, kps_r, NR, &mut got);
+            pack_rows(r, &src, ld, 0, rows, k, k0, kps_r, NR, &mut got);
             pack_rows_scalar(&src, ld, 0, rows, k, k0, kps_r, NR, &mut want);
-            assert_eq!(got, want, "pack_rows {rows}×{k} k0={k0} kps={kps}");
+            assert_eq!(got, want, "pack_rows {r} {rows}×{k} k0={k0} kps={kps}");
             // B as K×N (`pack_cols`): lines = columns of src viewed as k×ld.
             let (kk, n) = (rows, ld);
             let panels = (n - 1).div_ceil(NR).max(1);
             let (l0, l1) = (1, n);
             let kps_b = kk.div_ceil(2);
             let mut got = vec![0u32; panels * kps_b * NR];
-            pack_cols(&src, ld, l0, l1, kk, 0, kps_b, NR, &mut got);
+            pack_cols(r, &src, ld, l0, l1, kk, 0, kps_b, NR, &mut got);
             for p in 0..panels {
                 for kp in 0..kps_b {
                     for i in 0..NR {
@@ -1158,7 +947,7 @@ mod tests {
                         } else {
                             0
                         };
-                        assert_eq!(got[p * kps_b * NR + kp * NR + i], w, "pack_cols p={p} kp={kp} i={i}");
+                        assert_eq!(got[p * kps_b * NR + kp * NR + i], w, "pack_cols {r} p={p} kp={kp} i={i}");
                     }
                 }
             }
@@ -1191,17 +980,19 @@ mod tests {
             vals.push(0.5);
         }
         let k = vals.len();
-        // One row of A packs into pairs in order.
-        let mut p = vec![0u32; k.div_ceil(2)];
-        convert_rows(&vals, k, 0, 1, k, 0, k.div_ceil(2), &mut p);
-        for (kk, &v) in vals.iter().enumerate() {
-            let word = p[kk / 2];
-            let got = if kk % 2 == 0 { word & 0xffff } else { word >> 16 } as u16;
-            let want = f32_to_bf16(v);
-            if v.is_nan() {
-                assert!(f32::from_bits((got as u32) << 16).is_nan());
-            } else {
-                assert_eq!(got, want, "value {v:e} ({:#x})", v.to_bits());
+        for r in routes() {
+            // One row of A packs into pairs in order.
+            let mut p = vec![0u32; k.div_ceil(2)];
+            convert_rows(r, &vals, k, 0, 1, k, 0, k.div_ceil(2), &mut p);
+            for (kk, &v) in vals.iter().enumerate() {
+                let word = p[kk / 2];
+                let got = if kk % 2 == 0 { word & 0xffff } else { word >> 16 } as u16;
+                let want = f32_to_bf16(v);
+                if v.is_nan() {
+                    assert!(f32::from_bits((got as u32) << 16).is_nan());
+                } else {
+                    assert_eq!(got, want, "{r}: value {v:e} ({:#x})", v.to_bits());
+                }
             }
         }
     }

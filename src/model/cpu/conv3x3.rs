@@ -1,12 +1,12 @@
 //! 3x3 convolution with replicate padding (`padding=1, padding_mode='replicate'`), optionally
 //! with a ReLU on its input, a 2x bilinear upsample before it, or a residual added after it.
 //!
-//! Two routes:
-//! * im2col + GEMM (CPUs without AVX-512; bf16 products without AVX512-BF16): each tile of
+//! Two routes, chosen by [`route`]:
+//! * im2col + GEMM (levels below AVX-512; bf16 products below AVX512-BF16): each tile of
 //!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
 //!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
 //!   single-threaded.
-//! * direct (bf16 products on AVX512-BF16 CPUs, f32 on AVX-512F ones): a tile's input rows are
+//! * direct (bf16 products at AVX512-BF16, f32 at AVX-512F and above): a tile's input rows are
 //!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
 //!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
 //!   so the 9x unfold (a memory-bound pass at 64 channels and 600x800 pixels) never happens.
@@ -19,7 +19,18 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::bf16::{gemm_bf16_packed_a, PackedA};
+use super::isa::{self, Isa};
 use super::SendPtr;
+
+/// The direct route's instruction set at `level`, or `None` where the im2col route runs (no
+/// AVX2 direct kernel yet: AVX2 takes im2col).
+pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
+    match (level, bf16) {
+        (Isa::Avx512Bf16, true) => Some(Isa::Avx512Bf16),
+        (Isa::Avx512 | Isa::Avx512Bf16, false) => Some(Isa::Avx512),
+        (Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Avx2 | Isa::Portable, false) => None,
+    }
+}
 
 pub struct Conv3x3Op {
     /// (cout, cin, 3, 3) contiguous: row-major (cout, cin·9), column ci·9 + ky·3 + kx.
@@ -40,6 +51,8 @@ pub struct Conv3x3Op {
 struct Direct {
     words: Vec<u32>,
     bf16: bool,
+    /// The route ([`route`]): the slab and the kernel take it, never asking again.
+    isa: Isa,
 }
 
 /// Words per tap, per output channel (and per slab pixel): channel pairs in bf16.
@@ -60,12 +73,16 @@ const SLAB_WORDS: usize = 128 * 1024;
 const A_BLOCK_BYTES: usize = 256 * 1024;
 
 impl Conv3x3Op {
-    /// `bf16`: products in bf16 (weights packed once here).
+    /// `bf16`: products in bf16 (weights packed once here). The route is that of
+    /// [`isa::current`] now.
     pub fn new(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
-        let direct_here = if bf16 { super::bf16::available() } else { super::math::avx512() };
-        let direct = if direct_here { Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16))?) } else { None };
+        let level = isa::current();
+        let direct = match route(level, bf16) {
+            Some(isa) => Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
+            None => None,
+        };
         // The im2col route's packed weight only where the direct route is missing.
-        let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::from_f32(w, cout, cin * 9))?)) } else { None };
+        let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
         Ok(Self { weight, bias, cin, cout, packed, direct })
     }
 
@@ -196,7 +213,7 @@ impl Conv3x3Op {
             |(slab, tmp): &mut (Vec<u32>, Vec<f32>), &(y0, y1)| {
                 let rows_in = y1 - y0 + 2;
                 slab.resize(rows_in * kc * wp + 32, 0);
-                build_slab(src, cin, h, w, y0, rows_in, slab, tmp, d.bf16);
+                build_slab(src, cin, h, w, y0, rows_in, slab, tmp, d.bf16, d.isa);
                 // Safety: tiles write disjoint row ranges of `out`, and every (o, y, x) of the
                 // tile is written by exactly one kernel call below.
                 unsafe { direct_tile(d, slab, &self.bias, kc, cout, h, w, y0, y1, out_ptr.get(), res_ptr as *const f32) };
@@ -208,8 +225,8 @@ impl Conv3x3Op {
     }
 }
 
-/// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Direct`]).
-fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool) -> Direct {
+/// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Direct`]), for route `isa`.
+fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Direct {
     let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
     let kc = words_per_tap(cin, bf16);
     let mut words = vec![0u32; cout * 9 * kc];
@@ -220,7 +237,7 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool) -> Direct {
             }
         }
     }
-    Direct { words, bf16 }
+    Direct { words, bf16, isa }
 }
 
 /// Where a slab's values come from.
@@ -236,9 +253,9 @@ enum Src<'a> {
 /// Fill `slab` for output rows [y0, y0 + rows_in - 2): slab row r is map row y0 + r − 1
 /// (clamped: replicate padding), laid out (r, channel pair or channel, x + 1) with the border
 /// columns replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column
-/// x + kx. Words are bf16 pairs when `bf16`, else f32 bits.
+/// x + kx. Words are bf16 pairs when `bf16`, else f32 bits; `isa` is the route.
 #[allow(clippy::too_many_arguments)]
-fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>, bf16: bool) {
+fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>, bf16: bool, isa: Isa) {
     let wp = w + 2;
     if !bf16 {
         // Safety: u32 and f32 have the same size and alignment, and every bit pattern is valid.
@@ -280,7 +297,7 @@ fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usiz
                 Src::Plain { x, relu } => {
                     let a = &x[(c0 * h + sy) * w..][..w];
                     let b = if c1 < cin { &x[(c1 * h + sy) * w..][..w] } else { &*zero };
-                    pairs(a, b, relu, &mut dst[1..=w]);
+                    pairs(isa, a, b, relu, &mut dst[1..=w]);
                 }
                 Src::Up2 { x, h: lh, w: lw } => {
                     let (ra, rb) = rows2.split_at_mut(w);
@@ -290,7 +307,7 @@ fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usiz
                     } else {
                         rb.fill(0.0);
                     }
-                    pairs(ra, rb, false, &mut dst[1..=w]);
+                    pairs(isa, ra, rb, false, &mut dst[1..=w]);
                 }
             }
             dst[0] = dst[1];
@@ -317,13 +334,16 @@ fn upsample_row(plane: &[f32], h: usize, w: usize, sy: usize, out: &mut [f32], v
     }
 }
 
-/// dst[i] = bf16(a[i]) | bf16(b[i]) << 16 (after a ReLU when asked).
-fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
+/// dst[i] = bf16(a[i]) | bf16(b[i]) << 16 (after a ReLU when asked), on route `isa` (a
+/// [`route`] or [`super::bf16::route`]: AVX512-BF16 only where the CPU has it).
+fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::bf16::available() {
-        unsafe { x86::pairs(a, b, relu, dst) };
+    if isa == Isa::Avx512Bf16 {
+        // Safety: see above.
+        unsafe { avx512::pairs(a, b, relu, dst) };
         return;
     }
+    let _ = isa;
     let f = |v: f32| if relu { v.max(0.0) } else { v };
     for ((d, &p), &q) in dst.iter_mut().zip(a).zip(b) {
         *d = super::bf16::pair(f(p), f(q));
@@ -374,7 +394,9 @@ unsafe fn direct_tile(
                         let off = r0 * hw + y * w + x0;
                         let res = if residual.is_null() { residual } else { residual.add(off) };
                         let (a, bias, c) = (d.words.as_ptr().add(r0 * kp), bias.as_ptr().add(r0), out.add(off));
-                        x86::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                        // `d` exists only on a direct route (AVX-512F, or AVX512-BF16 for bf16),
+                        // which `route` gives only where the CPU has it.
+                        avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
                     }
                 }
             }
@@ -389,187 +411,7 @@ unsafe fn direct_tile(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::incompatible_msrv)]
-mod x86 {
-    use core::arch::x86_64::*;
-
-    // The kernels' prologue and epilogue, shared as macros: as functions (even `#[inline]`
-    // with the same target features) they were not inlined and cost 50 % of the conv time.
-
-    /// Accumulators set to the bias; the residual rows (read at the end) prefetched now, so
-    /// they arrive while the k loop runs.
-    macro_rules! start {
-        ($r:ident, $bias:ident, $add:ident, $ldc:ident) => {{
-            if !$add.is_null() {
-                for r in 0..$r {
-                    let p = $add.add(r * $ldc) as *const i8;
-                    _mm_prefetch::<_MM_HINT_T0>(p);
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-                }
-            }
-            let mut acc = [[_mm512_setzero_ps(); 2]; $r];
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let b = _mm512_set1_ps(*$bias.add(r));
-                *acc = [b, b];
-            }
-            acc
-        }};
-    }
-
-    /// C rows = acc [+ residual rows], masked to the first `nv` of 32 columns.
-    macro_rules! store {
-        ($acc:ident, $add:ident, $c:ident, $ldc:ident, $nv:ident) => {{
-            let (m0, m1) = masks($nv);
-            for (r, acc) in $acc.iter_mut().enumerate() {
-                let cr = $c.add(r * $ldc);
-                if !$add.is_null() {
-                    let ar = $add.add(r * $ldc);
-                    acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
-                    acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
-                }
-                _mm512_mask_storeu_ps(cr, m0, acc[0]);
-                _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
-            }
-        }};
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    pub(super) unsafe fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
-        let n = dst.len().min(a.len()).min(b.len());
-        let zero = _mm512_setzero_ps();
-        let mut i = 0;
-        while i < n {
-            let m: __mmask16 = if n - i >= 16 { 0xffff } else { ((1u32 << (n - i)) - 1) as u16 };
-            let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
-            let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
-            if relu {
-                va = _mm512_max_ps(va, zero);
-                vb = _mm512_max_ps(vb, zero);
-            }
-            let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
-            let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
-            let word = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
-            _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(i) as *mut _, m, word);
-            i += 16;
-        }
-    }
-
-    /// Dispatch on the arithmetic (bf16 pairs or f32 words in `a` and the slab) and on the
-    /// number of output channels in the panel.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub(super) unsafe fn kernel(
-        bf16: bool,
-        mv: usize,
-        a: *const u32,
-        lda: usize,
-        taps: &[*const u32; 9],
-        cs: usize,
-        kc: usize,
-        bias: *const f32,
-        add: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        nv: usize,
-    ) {
-        macro_rules! go {
-            ($($r:literal)*) => {
-                match mv {
-                    $($r => if bf16 {
-                        kern::<$r>(a, lda, taps, cs, kc, bias, add, c, ldc, nv)
-                    } else {
-                        kern_f32::<$r>(a as *const f32, lda, taps, cs, kc, bias, add, c, ldc, nv)
-                    },)*
-                    _ => unreachable!()
-                }
-            };
-        }
-        go!(1 2 3 4 5 6 7 8 9 10 11 12)
-    }
-
-    /// C[R×nv] = bias + [add +] Σ_taps Σ_pairs A · B, where tap t's B rows (one per channel
-    /// pair, `cs` words apart) start at taps[t]: 32 pixels of one output row, as bf16 pairs.
-    /// The same register tile as the GEMM microkernel (R×2 zmm accumulators, 24 chains).
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    unsafe fn kern<const R: usize>(
-        a: *const u32,
-        lda: usize,
-        taps: &[*const u32; 9],
-        cs: usize,
-        cinp: usize,
-        bias: *const f32,
-        add: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        nv: usize,
-    ) {
-        let mut acc = start!(R, bias, add, ldc);
-        for (t, &tap) in taps.iter().enumerate() {
-            let at = a.add(t * cinp);
-            let mut b = tap;
-            for cp in 0..cinp {
-                let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
-                let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*at.add(r * lda + cp) as i32));
-                    acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
-                    acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
-                }
-                b = b.add(cs);
-            }
-        }
-        store!(acc, add, c, ldc, nv);
-    }
-
-    /// [`kern`] in f32: one FMA per weight and pixel instead of a bf16 pair's dot product.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn kern_f32<const R: usize>(
-        a: *const f32,
-        lda: usize,
-        taps: &[*const u32; 9],
-        cs: usize,
-        cin: usize,
-        bias: *const f32,
-        add: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        nv: usize,
-    ) {
-        let mut acc = start!(R, bias, add, ldc);
-        for (t, &tap) in taps.iter().enumerate() {
-            let at = a.add(t * cin);
-            let mut b = tap as *const f32;
-            for ci in 0..cin {
-                let b0 = _mm512_loadu_ps(b);
-                let b1 = _mm512_loadu_ps(b.add(16));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let ar = _mm512_set1_ps(*at.add(r * lda + ci));
-                    acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
-                    acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
-                }
-                b = b.add(cs);
-            }
-        }
-        store!(acc, add, c, ldc, nv);
-    }
-
-    /// Store masks for the first `nv` of 32 columns.
-    #[inline(always)]
-    fn masks(nv: usize) -> (__mmask16, __mmask16) {
-        let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
-        let m1: __mmask16 = if nv >= 32 {
-            0xffff
-        } else if nv > 16 {
-            ((1u32 << (nv - 16)) - 1) as u16
-        } else {
-            0
-        };
-        (m0, m1)
-    }
-
-}
+mod avx512;
 
 /// One use of a [`Conv3x3Op`]: ReLU on the input, 2x bilinear upsample of the input (needs
 /// [`Conv3x3Op::fuses_upsample`]); as a `CustomOp2`, the second input is a residual added to the
@@ -623,7 +465,7 @@ impl CustomOp2 for Conv3x3Call<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cpu::bf16::{available, round_bf16};
+    use crate::model::cpu::bf16::round_bf16;
     use candle_core::{Device, Tensor};
 
     fn rand(seed: &mut u64, n: usize) -> Vec<f32> {
@@ -694,14 +536,12 @@ mod tests {
         (out, mag)
     }
 
-    /// Every route against the reference: odd channel counts, widths that are not a
-    /// multiple of the 32-pixel panel, a single row, ReLU, residual and the fused upsample.
+    /// Every route at every level this machine can run, against the reference: odd channel
+    /// counts, widths that are not a multiple of the 32-pixel panel, a single row, ReLU,
+    /// residual and the fused upsample. The ops are built inside `isa::with_isa`, as a model
+    /// is, and each takes its level's route; levels that share a route give the same bits.
     #[test]
-    fn routes_match_reference() {
-        if !available() {
-            eprintln!("no AVX512-BF16 here: the direct route is not built");
-            return;
-        }
+    fn routes_match_reference_at_every_level() {
         let mut seed = 0x9e3779b97f4a7c15u64;
         // (cin, cout, h, w, relu, upsample, residual)
         let cases = [
@@ -720,65 +560,75 @@ mod tests {
             let wt = rand(&mut seed, cout * cin * 9);
             let bias = rand(&mut seed, cout);
             let res = rand(&mut seed, cout * oh * ow);
+            let res = with_res.then_some(&res[..]);
             let wtensor = Tensor::from_vec(wt.clone(), (cout, cin, 3, 3), &Device::Cpu).unwrap();
-            let op = Conv3x3Op::new(wtensor, bias.clone(), cin, cout, true).unwrap();
-            assert!(op.fuses_upsample());
-            let a = op.direct.as_ref().unwrap();
-            let src = if up { Src::Up2 { x: &x, h: ih, w: iw } } else { Src::Plain { x: &x, relu } };
-            let direct = op.run_direct(a, src, oh, ow, with_res.then_some(&res[..]));
-            // The im2col route with bf16 products: with the fast GEMM, and with the portable
-            // packing a CPU without AVX512-BF16 gets.
-            let im2col = |op: &Conv3x3Op| {
-                (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap())
-            };
-            let with_packed = |packed: PackedA| Conv3x3Op {
-                weight: op.weight.clone(),
-                bias: bias.clone(),
-                cin,
-                cout,
-                packed: Some(Arc::new(packed)),
-                direct: None,
-            };
-            let fast = im2col(&with_packed(PackedA::from_f32(&wt, cout, cin * 9)));
-            let portable = im2col(&with_packed(PackedA::portable_for_tests(&wt, cout, cin * 9)));
             let xin = if up { upsample_ref(&x, cin, ih, iw) } else { x.clone() };
-            let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, true);
-            for (route, got) in [("direct", Some(&direct)), ("im2col", fast.as_ref()), ("im2col portable", portable.as_ref())] {
-                let Some(got) = got else { continue };
-                for i in 0..want.len() {
-                    let r = if with_res { res[i] as f64 } else { 0.0 };
-                    // bf16 rounding of the (upsampled) input may land on the other side of a tie
-                    // in the f32 vs f64 upsample: allow one bf16 ulp per term there.
-                    let tol = if up { 8e-3 * mag[i] } else { 1e-5 * mag[i] } + 1e-6;
-                    assert!(
-                        (got[i] as f64 - (want[i] + r)).abs() <= tol,
-                        "{route} case {cin}x{cout} {oh}x{ow} relu={relu} up={up} res={with_res}: [{i}] {} vs {}",
-                        got[i],
-                        want[i] + r
-                    );
+            for bf16 in [false, true] {
+                let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, bf16);
+                // bf16 rounding of the (upsampled) input may land on the other side of a tie in
+                // the f32 vs f64 upsample: allow one bf16 ulp per term there.
+                let rel = if bf16 && up { 8e-3 } else { 1e-5 };
+                let check = |route: &str, got: &[f32]| {
+                    for i in 0..want.len() {
+                        let r = res.map_or(0.0, |r| r[i] as f64);
+                        assert!(
+                            (got[i] as f64 - (want[i] + r)).abs() <= rel * mag[i] + 1e-6,
+                            "{route} bf16={bf16} case {cin}x{cout} {oh}x{ow} relu={relu} up={up} res={with_res}: [{i}] {} vs {}",
+                            got[i],
+                            want[i] + r
+                        );
+                    }
+                };
+                let mut by_route: Vec<(Option<Isa>, Vec<f32>)> = Vec::new();
+                for level in isa::levels() {
+                    let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
+                    let direct = route(level, bf16);
+                    assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
+                    assert_eq!(op.fuses_upsample(), direct.is_some());
+                    assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
+                    if up && !op.fuses_upsample() {
+                        assert!(op.run(&x, oh, ow, relu, up, res).is_err(), "the im2col route has no fused upsample");
+                        continue;
+                    }
+                    let got = op.run(&x, oh, ow, relu, up, res).unwrap();
+                    check(&format!("{level}"), &got);
+                    match by_route.iter().find(|(r, _)| *r == direct) {
+                        Some((_, first)) => assert!(*first == got, "{level} bf16={bf16}: not the bits of the same route at a lower level"),
+                        None => by_route.push((direct, got)),
+                    }
+                    // The im2col route with this level's GEMM, where the direct one was taken.
+                    if direct.is_some() && !up {
+                        let im2col = Conv3x3Op {
+                            weight: op.weight.clone(),
+                            bias: bias.clone(),
+                            cin,
+                            cout,
+                            packed: bf16.then(|| Arc::new(PackedA::build(&wt, cout, cin * 9, level))),
+                            direct: None,
+                        };
+                        check(&format!("{level} im2col"), &im2col.run(&x, oh, ow, relu, false, res).unwrap());
+                    }
                 }
             }
-            // The f32 routes (direct on AVX-512F, im2col elsewhere) against the unrounded
-            // reference.
-            let op = Conv3x3Op::new(op.weight.clone(), bias.clone(), cin, cout, false).unwrap();
-            assert_eq!(op.direct.is_some(), crate::model::cpu::math::avx512());
-            if up && !op.fuses_upsample() {
-                continue;
-            }
-            let routed = op.run(&x, oh, ow, relu, up, with_res.then_some(&res[..])).unwrap();
-            let im2col = (!up).then(|| super::super::with_f32(&op.weight, |wv| op.run_im2col(&x, wv, oh, ow, relu, with_res.then_some(&res[..]))).unwrap());
-            let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, false);
-            for (route, got) in [("f32", Some(&routed)), ("f32 im2col", im2col.as_ref())] {
-                let Some(got) = got else { continue };
-                for i in 0..want.len() {
-                    let r = if with_res { res[i] as f64 } else { 0.0 };
-                    assert!(
-                        (got[i] as f64 - (want[i] + r)).abs() <= 1e-5 * mag[i] + 1e-6,
-                        "{route} case {cin}x{cout} {oh}x{ow} relu={relu} up={up} res={with_res}: [{i}] {} vs {}",
-                        got[i],
-                        want[i] + r
-                    );
-                }
+        }
+    }
+
+    /// The vector bf16 pair conversion gives the scalar one's bits at every level.
+    #[test]
+    fn pairs_match_scalar_at_every_level() {
+        let mut seed = 7u64;
+        let mut a = rand(&mut seed, 301);
+        // Ties and denormals (NaN payloads may differ: only "is NaN" is promised).
+        a[4] = 1e-40;
+        a[5] = f32::from_bits(0x3f80_8000);
+        let b = rand(&mut seed, 301);
+        for relu in [false, true] {
+            let mut want = vec![0u32; 301];
+            pairs(Isa::Portable, &a, &b, relu, &mut want);
+            for level in isa::levels() {
+                let mut got = vec![1u32; 301];
+                pairs(crate::model::cpu::bf16::route(level), &a, &b, relu, &mut got);
+                assert_eq!(got, want, "{level} relu={relu}");
             }
         }
     }

@@ -9,6 +9,7 @@ use super::contiguous;
 use std::sync::Arc;
 
 use super::bf16::{gemm_bf16, PackedB};
+use super::isa::Isa;
 use super::planes::gemm_into_bt;
 
 /// What follows the GEMM.
@@ -28,6 +29,8 @@ pub struct LinearOp {
     pub epilogue: Epilogue,
     /// Wᵀ pre-packed for bf16 products, when the model runs in bf16.
     pub packed: Option<Arc<PackedB>>,
+    /// The level of the epilogue's GELU (`isa::current()` when the model was built).
+    pub isa: Isa,
 }
 
 impl CustomOp1 for LinearOp {
@@ -47,7 +50,7 @@ impl CustomOp1 for LinearOp {
             None => super::with_f32(&self.weight, |w| gemm_into_bt(&mut y, x, w, n, d_in, self.d_out))?,
         }
         if self.epilogue == Epilogue::BiasGelu {
-            y.par_chunks_mut(4096).for_each(super::math::gelu_in_place);
+            y.par_chunks_mut(4096).for_each(|c| super::math::gelu_in_place(self.isa, c));
         }
         Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))))
     }

@@ -2,22 +2,22 @@
 //! vectorises it, and compiled a second time for AVX-512: the baseline x86-64 target only
 //! allows 4-lane SSE, and a released binary must still run on CPUs without AVX-512.
 
-/// True when the CPU has AVX-512F (checked once).
-pub fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| std::is_x86_feature_detected!("avx512f"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+use super::isa::{self, Isa};
+
+/// The code path of this module's loops at `level`: the AVX-512F build, or the baseline one
+/// (there is no AVX2 build yet, so AVX2 takes the baseline).
+pub fn route(level: Isa) -> Isa {
+    match level {
+        Isa::Avx512 | Isa::Avx512Bf16 => Isa::Avx512,
+        Isa::Avx2 | Isa::Portable => Isa::Portable,
     }
 }
 
-/// `fn $name(args)` that runs `$body` compiled for AVX-512F where the CPU has it, and
-/// `fn $base(args)` that always runs it for the baseline target. The code is the same, so both
-/// give the same bits (no contraction into FMA happens without fast-math).
+/// `fn $name(level, args)` that runs `$body` compiled for the [`route`] of `level` (lowered to
+/// what the CPU has), and `fn $base(args)` that always runs it for the baseline target. The
+/// code is the same, so every build gives the same bits (no contraction into FMA happens
+/// without fast-math). The level is an argument, not read here, because these run inside
+/// rayon tasks, where [`isa::with_isa`] does not reach.
 macro_rules! dispatch {
     ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) $body:block) => {
         #[inline(always)]
@@ -25,18 +25,18 @@ macro_rules! dispatch {
         $vis fn $base($($a: $t),*) $body
 
         $(#[$m])*
-        $vis fn $name($($a: $t),*) {
+        $vis fn $name(level: Isa, $($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f")]
             unsafe fn wide($($a: $t),*) {
                 $base($($a),*)
             }
-            #[cfg(target_arch = "x86_64")]
-            if avx512() {
-                // Safety: the CPU has AVX-512F.
-                return unsafe { wide($($a),*) };
+            match route(isa::usable(level)) {
+                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => unsafe { wide($($a),*) },
+                _ => $base($($a),*),
             }
-            $base($($a),*)
         }
     };
 }
@@ -167,7 +167,7 @@ mod tests {
         let row: Vec<f32> = (0..100).map(|i| ((i * 37) % 23) as f32 * 0.7 - 5.0).collect();
         for scale in [1.0f32, 0.125] {
             let mut got = row.clone();
-            softmax_row(&mut got, scale);
+            softmax_row(isa::current(), &mut got, scale);
             let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
             let z: f64 = row.iter().map(|&v| ((v as f64 - max) * scale as f64).exp()).sum();
             for (g, v) in got.iter().zip(&row) {
@@ -177,17 +177,24 @@ mod tests {
         }
     }
 
-    /// The AVX-512 build of each loop gives the baseline's bits.
+    /// Every level's build of each loop gives the baseline's bits.
     #[test]
-    fn wide_and_baseline_agree() {
+    fn every_level_gives_the_baseline_bits() {
         let row: Vec<f32> = (0..1801).map(|i| ((i * 7919) % 1009) as f32 * 0.013 - 6.0).collect();
-        let (mut a, mut b) = (row.clone(), row.clone());
-        softmax_row(&mut a, 0.125);
-        softmax_row_baseline(&mut b, 0.125);
-        assert_eq!(a, b);
-        let (mut a, mut b) = (row.clone(), row.clone());
-        gelu_in_place(&mut a);
-        gelu_in_place_baseline(&mut b);
-        assert_eq!(a, b);
+        let (mut s0, mut g0) = (row.clone(), row.clone());
+        softmax_row_baseline(&mut s0, 0.125);
+        gelu_in_place_baseline(&mut g0);
+        for level in isa::levels() {
+            let (mut s, mut g) = (row.clone(), row.clone());
+            softmax_row(level, &mut s, 0.125);
+            gelu_in_place(level, &mut g);
+            assert_eq!(s, s0, "softmax at {level}");
+            assert_eq!(g, g0, "gelu at {level}");
+        }
+    }
+
+    #[test]
+    fn the_route_follows_the_level() {
+        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Portable, Isa::Avx512, Isa::Avx512]);
     }
 }

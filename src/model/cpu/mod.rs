@@ -1,10 +1,12 @@
-//! Hand-written CPU kernels for the layers where candle's generic CPU ops are slow (spec §9 and
-//! runtime.md §2.5: the convolutional decoder at high resolution with few channels). Each is a
-//! candle `CustomOp`, so models stay device-generic: other devices take candle's own ops.
+//! Hand-written CPU kernels for the layers where candle's generic CPU ops are slow (the
+//! convolutional decoder at high resolution with few channels, the ViT's attention and
+//! epilogues). Each is a candle `CustomOp`, so models stay device-generic: other devices take
+//! candle's own ops. Which instruction set they use is chosen in [`isa`] only.
 
 pub mod attention;
 pub mod bf16;
 pub mod conv3x3;
+pub mod isa;
 pub mod linear;
 pub mod math;
 pub mod planes;
@@ -14,6 +16,95 @@ pub mod planes;
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("MOGE_GENERIC_OPS").map_or(true, |v| v != "1"))
+}
+
+/// The route the CPU kernels take for a model of `precision` built on this thread now: the
+/// instruction set, why, and each kernel family's code path (what `moge info` and `moge bench`
+/// print).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Route {
+    /// The level in use ([`isa::current`]).
+    pub isa: &'static str,
+    /// What the CPU has ([`isa::detected`]).
+    pub detected: &'static str,
+    /// `MOGE_MAX_CPU_ISA` as given (null when unset).
+    pub max_cpu_isa: Option<String>,
+    /// Whether that value named no level and was ignored.
+    pub max_cpu_isa_ignored: bool,
+    pub precision: &'static str,
+    /// Per family, the code path; null under `MOGE_GENERIC_OPS=1` (candle's generic ops).
+    pub kernels: Option<Kernels>,
+}
+
+/// The code path of each kernel family. The f32 products go through the `gemm` crate, which
+/// picks its own SIMD at run time (`MOGE_MAX_CPU_ISA` does not reach it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Kernels {
+    /// 3x3 convolutions (the decoder): `direct <isa>` or `im2col`.
+    pub conv3x3: String,
+    /// Linear layers, 1x1 and transposed convolutions, im2col and attention products.
+    pub products: String,
+    pub attention: &'static str,
+    /// Softmax's exp and GELU's erf: `avx512` or `portable`.
+    pub softmax_gelu: &'static str,
+}
+
+/// The route for `precision` on this thread (see [`Route`]).
+pub fn route(precision: super::Precision) -> Route {
+    use isa::Isa;
+    let level = isa::current();
+    let bf16 = precision == super::Precision::Bf16;
+    let (max_cpu_isa, max_cpu_isa_ignored) = match isa::cap() {
+        isa::Cap::Unset => (None, false),
+        isa::Cap::Level(l) => (Some(l.name().to_owned()), false),
+        isa::Cap::Ignored(v) => (Some(v.clone()), true),
+    };
+    let kernels = enabled().then(|| Kernels {
+        conv3x3: match conv3x3::route(level, bf16) {
+            Some(direct) => format!("direct {direct}"),
+            None => "im2col".to_owned(),
+        },
+        products: match (bf16, bf16::route(level)) {
+            (false, _) => "f32 gemm crate (its own SIMD choice)".to_owned(),
+            (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
+            (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
+        },
+        attention: "fused",
+        softmax_gelu: math::route(level).name(),
+    });
+    Route {
+        isa: level.name(),
+        detected: isa::detected().name(),
+        max_cpu_isa,
+        max_cpu_isa_ignored,
+        precision: if bf16 { "bf16" } else { "f32" },
+        kernels,
+    }
+}
+
+impl std::fmt::Display for Route {
+    /// Two lines: the level and why, then the kernels.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cap = match (&self.max_cpu_isa, self.max_cpu_isa_ignored) {
+            (None, _) => format!("{} unset", isa::ENV),
+            (Some(v), false) => format!("{}={v}", isa::ENV),
+            (Some(v), true) => format!("{}={v:?} ignored", isa::ENV),
+        };
+        writeln!(f, "cpu route: {} (detected {}; {cap}), precision {}", self.isa, self.detected, self.precision)?;
+        match &self.kernels {
+            Some(k) => write!(
+                f,
+                "cpu kernels: conv3x3 {}, products {}, attention {}, softmax/gelu {}",
+                k.conv3x3, k.products, k.attention, k.softmax_gelu
+            ),
+            None => write!(f, "cpu kernels: off (MOGE_GENERIC_OPS=1: candle's generic ops)"),
+        }
+    }
+}
+
+/// [`route`] as the two lines `moge info` and `moge bench` print.
+pub fn route_description(precision: super::Precision) -> String {
+    route(precision).to_string()
 }
 
 /// Runs `f` on the f32 data of a contiguous CPU tensor, without copying it: the kernels share

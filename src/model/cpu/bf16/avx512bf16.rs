@@ -1,0 +1,242 @@
+//! The AVX512-BF16 route of the bf16 GEMM: the microkernel and the vector packers.
+//!
+//! # Safety
+//! Every function here needs a CPU with AVX-512F, BW, VL and BF16: call them only on the
+//! `Isa::Avx512Bf16` route (`super::route`), which `isa` gives only where the CPU has it.
+
+use super::NR;
+use core::arch::x86_64::*;
+
+/// Microkernel dispatch on the number of valid rows (tail panels get a smaller register
+/// tile instead of wasted multiply-adds on zero rows).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(super) unsafe fn kernel(
+    mv: usize,
+    kps: usize,
+    a: *const u32,
+    lda: usize,
+    b: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+    load_c: bool,
+) {
+    macro_rules! go {
+        ($($r:literal)*) => {
+            match mv { $($r => kern::<$r>(kps, a, lda, b, c, ldc, nv, load_c),)* _ => unreachable!() }
+        };
+    }
+    go!(1 2 3 4 5 6 7 8 9 10 11 12)
+}
+
+/// C[R×nv] (+)= A (R rows of bf16 pairs, stride `lda` words) · B-panel (NR columns), over
+/// `kps` k pairs.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn kern<const R: usize>(kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
+    let m0: __mmask16 = if nv >= 16 { 0xffff } else { (1u32 << nv) as u16 - 1 };
+    let m1: __mmask16 = if nv >= 32 {
+        0xffff
+    } else if nv > 16 {
+        (1u32 << (nv - 16)) as u16 - 1
+    } else {
+        0
+    };
+    // C is added after the k loop, not loaded into the accumulators before it: the rows of
+    // C are usually far apart (ldc of thousands) and not cached, so they are prefetched
+    // here and arrive while the loop runs (~12 cycles per k pair) instead of stalling it.
+    for r in 0..R {
+        let cr = c.add(r * ldc) as *const i8;
+        _mm_prefetch::<_MM_HINT_T0>(cr);
+        _mm_prefetch::<_MM_HINT_T0>(cr.wrapping_add(64));
+    }
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let mut b = b;
+    for kp in 0..kps {
+        let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
+        let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + kp) as i32));
+            acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
+            acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+        }
+        b = b.add(NR);
+    }
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let cr = c.add(r * ldc);
+        if load_c {
+            acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
+            acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.add(16)));
+        }
+        _mm512_mask_storeu_ps(cr, m0, acc[0]);
+        _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
+    }
+}
+
+/// 32 consecutive f32 (masked: the first `n` of them, rest read as 0) → 16 bf16 pairs in order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+#[inline]
+unsafe fn cvt32(p: *const f32, n: usize) -> __m512i {
+    let (lo, hi) = if n >= 32 {
+        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+    } else {
+        let m0 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
+        let m1 = if n > 16 { ((1u32 << (n - 16)) - 1) as u16 } else { 0 };
+        (_mm512_maskz_loadu_ps(m0, p), _mm512_maskz_loadu_ps(m1, p.add(16)))
+    };
+    // cvtne2ps(a, b): low half from b, high half from a.
+    core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo))
+}
+
+/// 16×16 transpose of u32: out[c] lane r = r_in[r] lane c. Three shuffle stages (pairs of
+/// rows, then quads, then 128-bit lanes), 64 shuffles per 256 words.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+#[inline]
+unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        // (a0 b0 a1 b1 | a4 b4 a5 b5 | …), (a2 b2 a3 b3 | …)
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    let mut u = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        // u[4i + j]: columns j, j+4, j+8, j+12 (one per 128-bit lane) of rows 4i..4i+3.
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    let mut o = [_mm512_setzero_si512(); 16];
+    for j in 0..4 {
+        let (u0, u1, u2, u3) = (u[j], u[4 + j], u[8 + j], u[12 + j]);
+        let s0 = _mm512_shuffle_i32x4::<0x44>(u0, u1); // u0.L0 u0.L1 u1.L0 u1.L1
+        let s1 = _mm512_shuffle_i32x4::<0xee>(u0, u1); // u0.L2 u0.L3 u1.L2 u1.L3
+        let s2 = _mm512_shuffle_i32x4::<0x44>(u2, u3);
+        let s3 = _mm512_shuffle_i32x4::<0xee>(u2, u3);
+        o[j] = _mm512_shuffle_i32x4::<0x88>(s0, s2); // lane 0 of u0..u3
+        o[j + 4] = _mm512_shuffle_i32x4::<0xdd>(s0, s2);
+        o[j + 8] = _mm512_shuffle_i32x4::<0x88>(s1, s3);
+        o[j + 12] = _mm512_shuffle_i32x4::<0xdd>(s1, s3);
+    }
+    o
+}
+
+/// See `super::pack_rows`, for w = NR = 32: per 16 k pairs, convert the panel's 32 rows
+/// (32 zmm of 16 pairs), transpose the two 16×16 halves, store 16 × 32 contiguous words.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) unsafe fn pack_rows_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+    let k1 = (k0 + 2 * kps).min(k);
+    let panels = (l1 - l0).div_ceil(NR);
+    let d = dst.as_mut_ptr();
+    let zero = _mm512_setzero_si512();
+    for p in 0..panels {
+        let pd = d.add(p * kps * NR);
+        let mut kp = 0;
+        while kp < kps {
+            let kk = k0 + 2 * kp;
+            let avail = k1.saturating_sub(kk).min(32);
+            let cnt = (kps - kp).min(16);
+            for h in 0..2 {
+                let mut r = [zero; 16];
+                for (i, ri) in r.iter_mut().enumerate() {
+                    let l = l0 + p * NR + 16 * h + i;
+                    if l < l1 {
+                        *ri = cvt32(src.as_ptr().wrapping_add(l * ld + kk), avail);
+                    }
+                }
+                let o = transpose16(&r);
+                for (t, ot) in o[..cnt].iter().enumerate() {
+                    _mm512_storeu_si512(pd.add((kp + t) * NR + 16 * h) as *mut _, *ot);
+                }
+            }
+            kp += 16;
+        }
+    }
+}
+
+/// Source rows prefetched ahead by `pack_cols_nr` (an even number).
+const PF_ROWS: usize = 8;
+
+/// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) unsafe fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+    let k1 = (k0 + 2 * kps).min(k);
+    let d = dst.as_mut_ptr();
+    for r in r0..r1 {
+        let row = src.as_ptr().wrapping_add(r * ld);
+        let dr = d.add((r - r0) * kps);
+        let mut kp = 0;
+        while kp < kps {
+            let kk = k0 + 2 * kp;
+            let v = cvt32(row.wrapping_add(kk), k1.saturating_sub(kk).min(32));
+            let cnt = (kps - kp).min(16);
+            if cnt == 16 {
+                _mm512_storeu_si512(dr.add(kp) as *mut _, v);
+            } else {
+                _mm512_mask_storeu_epi32(dr.add(kp) as *mut _, ((1u32 << cnt) - 1) as u16, v);
+            }
+            kp += 16;
+        }
+    }
+}
+
+/// See `super::pack_cols`, for panel width NR = 32: per k pair, two rows × 16 columns are
+/// converted together and interleaved (k, k+1) with one word permute.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) unsafe fn pack_cols_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
+    let k1 = (k0 + 2 * kps).min(k);
+    let panels = (l1 - l0).div_ceil(NR);
+    // Word index: output word 2j ← row ka column j (word j), 2j+1 ← row kb column j (16 + j).
+    let mut idx = [0u16; 32];
+    for j in 0..16 {
+        idx[2 * j] = j as u16;
+        idx[2 * j + 1] = 16 + j as u16;
+    }
+    let idx = _mm512_loadu_si512(idx.as_ptr() as *const _);
+    let zero = _mm512_setzero_ps();
+    let d = dst.as_mut_ptr();
+    let s = src.as_ptr();
+    // k pairs outer, columns inner: both source rows are read front to back (sources such
+    // as a wide im2col have a row stride of tens of KiB; walking down a column strip
+    // would touch a new page per load).
+    for kp in 0..kps {
+        let ka = k0 + 2 * kp;
+        // wrapping: rows past k are never loaded from (their mask/flag is off).
+        let (sa, sb) = (s.wrapping_add(ka * ld), s.wrapping_add((ka + 1) * ld));
+        let (has_a, has_b) = (ka < k1, ka + 1 < k1);
+        // Each source row contributes only a short segment (NC columns) per block, too short
+        // for the hardware prefetcher to lock on: fetch the rows PF_ROWS ahead ourselves.
+        if ka + PF_ROWS + 1 < k1 {
+            let (pa, pb) = (sa.wrapping_add(PF_ROWS * ld + l0), sb.wrapping_add(PF_ROWS * ld + l0));
+            for off in (0..l1 - l0).step_by(16) {
+                _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(off) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(off) as *const i8);
+            }
+        }
+        for p in 0..panels {
+            let pd = d.add(p * kps * NR + kp * NR);
+            for h in 0..2 {
+                let cc = l0 + p * NR + 16 * h;
+                let nvalid = l1.saturating_sub(cc).min(16);
+                let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { ((1u32 << nvalid) - 1) as u16 };
+                let ra = if has_a {
+                    _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc))
+                } else {
+                    zero
+                };
+                let rb = if has_b {
+                    _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc))
+                } else {
+                    zero
+                };
+                let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
+                _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The one place where the CPU kernels' instruction set is chosen.
+//!
+//! [`detected`] is what this CPU has, probed once. `MOGE_MAX_CPU_ISA` caps it for the whole
+//! process (as oneDNN's `ONEDNN_MAX_CPU_ISA` does): it can switch routes off to compare them on
+//! one machine, never switch on what the CPU lacks. [`current`] is the route a kernel takes.
+//!
+//! Kernels read [`current`] on the calling thread when they pack weights or build an op, keep
+//! the `Isa` beside what they packed, and hand it down to their rayon tasks, which never ask
+//! again: so a pack layout and the code that reads it always agree, and [`with_isa`] (a
+//! per-thread override, for tests and A/B runs) covers everything built inside it.
+//!
+//! Each level implies the ones below it, so a kernel may test `isa >= Isa::Avx2`.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// The name of the environment variable that caps the instruction set.
+pub const ENV: &str = "MOGE_MAX_CPU_ISA";
+
+/// Instruction-set levels of the CPU kernels, in increasing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// The baseline target of the build, no runtime-selected code (every architecture).
+    Portable,
+    /// x86-64 AVX2 with FMA.
+    Avx2,
+    /// x86-64 AVX-512F (with AVX2 and FMA).
+    Avx512,
+    /// AVX-512 with BW, VL and BF16 (`vdpbf16ps`): native bf16 products.
+    Avx512Bf16,
+}
+
+impl Isa {
+    /// Every level, lowest first.
+    pub const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16];
+
+    /// The name `MOGE_MAX_CPU_ISA` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Avx512Bf16 => "avx512bf16",
+        }
+    }
+
+    /// A level from its name, in any case.
+    pub fn from_name(s: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// The accepted names, best first, as the warning and the docs list them.
+    pub fn names() -> String {
+        Isa::ALL.iter().rev().map(|i| i.name()).collect::<Vec<_>>().join("|")
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The best level this CPU has (probed once).
+pub fn detected() -> Isa {
+    static DETECTED: OnceLock<Isa> = OnceLock::new();
+    *DETECTED.get_or_init(detect)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Isa {
+    use std::is_x86_feature_detected as has;
+    // Each level requires the features of those below it, so that the order means "has".
+    if !(has!("avx2") && has!("fma")) {
+        return Isa::Portable;
+    }
+    if !has!("avx512f") {
+        return Isa::Avx2;
+    }
+    if !(has!("avx512bw") && has!("avx512vl") && has!("avx512bf16")) {
+        return Isa::Avx512;
+    }
+    Isa::Avx512Bf16
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Isa {
+    Isa::Portable
+}
+
+/// What `MOGE_MAX_CPU_ISA` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cap {
+    Unset,
+    /// A level (which may be above what the CPU has: then it caps nothing).
+    Level(Isa),
+    /// A value that names no level: warned about once, and ignored.
+    Ignored(String),
+}
+
+/// `MOGE_MAX_CPU_ISA`, read once; an unknown value is reported on stderr the first time.
+pub fn cap() -> &'static Cap {
+    static CAP: OnceLock<Cap> = OnceLock::new();
+    CAP.get_or_init(|| {
+        let cap = parse_cap(std::env::var_os(ENV).map(|v| v.to_string_lossy().into_owned()).as_deref());
+        if let Cap::Ignored(v) = &cap {
+            crate::errln!("moge: warning: {ENV}={v:?} is not one of {}; ignored", Isa::names());
+        }
+        cap
+    })
+}
+
+fn parse_cap(v: Option<&str>) -> Cap {
+    match v {
+        None => Cap::Unset,
+        Some(s) if s.trim().is_empty() => Cap::Unset,
+        Some(s) => Isa::from_name(s).map_or_else(|| Cap::Ignored(s.to_owned()), Cap::Level),
+    }
+}
+
+/// The best level this process may use: [`detected`], capped by `MOGE_MAX_CPU_ISA`.
+pub fn max() -> Isa {
+    static MAX: OnceLock<Isa> = OnceLock::new();
+    *MAX.get_or_init(|| match cap() {
+        Cap::Level(c) => detected().min(*c),
+        _ => detected(),
+    })
+}
+
+thread_local! {
+    static OVERRIDE: Cell<Option<Isa>> = const { Cell::new(None) };
+}
+
+/// The level the kernels use on this thread: [`max`], or lower inside [`with_isa`].
+pub fn current() -> Isa {
+    OVERRIDE.with(Cell::get).unwrap_or_else(max)
+}
+
+/// `level` lowered to what this process may use: a kernel given a level from outside takes
+/// this, so no value can reach code the CPU cannot run.
+pub fn usable(level: Isa) -> Isa {
+    level.min(max())
+}
+
+/// Runs `f` with [`current`] returning `level` (lowered to [`max`]) on this thread: the ops
+/// built and called inside take that route. Other threads, and rayon tasks that an op did not
+/// start itself, are unaffected. Nests, and is undone if `f` panics.
+pub fn with_isa<R>(level: Isa, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Isa>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(OVERRIDE.with(|o| o.replace(Some(usable(level)))));
+    f()
+}
+
+/// Every level this process may use, lowest first: what the tests run each route at.
+pub fn levels() -> impl Iterator<Item = Isa> {
+    Isa::ALL.into_iter().filter(|&i| i <= max())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_in_any_case() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+            assert_eq!(Isa::from_name(&isa.name().to_uppercase()), Some(isa));
+        }
+        assert_eq!(Isa::from_name(" AVX2 "), Some(Isa::Avx2));
+        assert_eq!(Isa::from_name("sse4"), None);
+        assert_eq!(Isa::names(), "avx512bf16|avx512|avx2|portable");
+    }
+
+    #[test]
+    fn the_cap_is_parsed_without_panicking() {
+        assert_eq!(parse_cap(None), Cap::Unset);
+        assert_eq!(parse_cap(Some("")), Cap::Unset);
+        assert_eq!(parse_cap(Some("Avx512")), Cap::Level(Isa::Avx512));
+        assert_eq!(parse_cap(Some("neon")), Cap::Ignored("neon".into()));
+        assert_eq!(parse_cap(Some("\u{fffd}x")), Cap::Ignored("\u{fffd}x".into()));
+    }
+
+    #[test]
+    fn levels_are_ordered_and_capped() {
+        assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512 && Isa::Avx512 < Isa::Avx512Bf16);
+        assert!(max() <= detected());
+        let levels: Vec<Isa> = levels().collect();
+        assert_eq!(levels.first(), Some(&Isa::Portable));
+        assert_eq!(levels.last(), Some(&max()));
+        assert_eq!(current(), max());
+    }
+
+    #[test]
+    fn with_isa_overrides_this_thread_only_and_never_raises() {
+        with_isa(Isa::Portable, || {
+            assert_eq!(current(), Isa::Portable);
+            // Other threads keep the process's level.
+            assert_eq!(std::thread::spawn(current).join().unwrap(), max());
+            with_isa(Isa::Avx512Bf16, || assert_eq!(current(), max()));
+            assert_eq!(current(), Isa::Portable);
+        });
+        assert_eq!(current(), max());
+        // Undone by a panic inside.
+        let r = std::panic::catch_unwind(|| with_isa(Isa::Portable, || panic!("inside")));
+        assert!(r.is_err());
+        assert_eq!(current(), max());
+    }
+}
