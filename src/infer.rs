@@ -7,6 +7,10 @@ use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
 use crate::model::RawOutput;
 
+/// Base ViT tokens when none are asked for: `moge predict`/`batch`, `moge serve` and
+/// tt-MoGe (whose fixed 1920x1080 canvas is 1800 tokens) agree on it.
+pub const DEFAULT_NUM_TOKENS: u32 = 1800;
+
 /// The options of `infer()` (and of `moge predict`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InferOptions {

@@ -222,7 +222,7 @@ impl Precision {
 #[derive(Args, Debug, Clone)]
 pub struct InferArgs {
     /// Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500.
-    #[arg(long, value_name = "N", default_value_t = 1800, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", default_value_t = crate::infer::DEFAULT_NUM_TOKENS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub num_tokens: u32,
     /// Upstream's resolution level 0..9 (1200..3600 tokens); replaces --num-tokens.
     #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(0..=30))]

@@ -210,6 +210,11 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The SHA-256 of a checkpoint for sidecars and `/info`, or why it is unavailable.
+pub fn digest_or_reason(path: &Path) -> String {
+    sha256_file(path).unwrap_or_else(|e| format!("unavailable: {e:#}"))
+}
+
 /// The output stem of an input.
 pub fn stem(cfg: &Config, input: &Input) -> PathBuf {
     cfg.output.join(&input.rel)
@@ -283,7 +288,7 @@ fn decode(engine: &Engine, cfg: &Config, input: &Input) -> Result<(Decoded, Payl
 /// The digest of the weights for sidecars: of the checkpoint here, or as the server says.
 fn weights_digest(engine: &Engine, cfg: &Config) -> String {
     match engine {
-        Engine::Local(_) => sha256_file(&cfg.weights).unwrap_or_else(|e| format!("unavailable: {e:#}")),
+        Engine::Local(_) => digest_or_reason(&cfg.weights),
         Engine::Remote(c) => c.info().get("weights_sha256").and_then(|v| v.as_str()).unwrap_or("unavailable: not given by the server").to_owned(),
     }
 }
@@ -409,7 +414,7 @@ fn yield_to_device(engine: &Engine) {
 fn remote_request(cfg: &Config) -> crate::remote::Request {
     use crate::remote::Fit;
     let mut r = crate::remote::Request::from_options(&cfg.infer);
-    if r.num_tokens == Some(1800) {
+    if r.num_tokens == Some(crate::infer::DEFAULT_NUM_TOKENS) {
         r.num_tokens = None;
     }
     r.fit = match cfg.fit {

@@ -125,7 +125,7 @@ impl Shared {
         {
             let (sha, path) = (sha.clone(), cfg.weights.clone());
             std::thread::spawn(move || {
-                sha.get_or_init(|| crate::pipeline::run::sha256_file(&path).unwrap_or_else(|e| format!("unavailable: {e:#}")));
+                sha.get_or_init(|| crate::pipeline::run::digest_or_reason(&path));
             });
         }
         let device = crate::device::name_of(&model.device);

@@ -108,7 +108,7 @@ fn decode_base64(s: &str) -> Result<Vec<u8>, ApiError> {
 
 fn build(image: Vec<u8>, o: Options, max_tokens: u32) -> Result<Request, ApiError> {
     let infer = InferOptions {
-        num_tokens: if o.resolution_level.is_some() { None } else { Some(o.num_tokens.unwrap_or(1800)) },
+        num_tokens: if o.resolution_level.is_some() { None } else { Some(o.num_tokens.unwrap_or(crate::infer::DEFAULT_NUM_TOKENS)) },
         resolution_level: o.resolution_level.unwrap_or(9),
         fov_x: o.fov_x,
         force_projection: o.force_projection.unwrap_or(true),
