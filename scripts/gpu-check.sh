@@ -12,15 +12,18 @@
 #
 # Options: --only vits-normal,vitl-normal   --images N (batch, default 320)   --runs N (default 20)
 #          --skip-torch   --skip-compile   --moge PATH (a moge binary instead of the bundle's)
+#          --budget S (default 540: steps that would start later are skipped, each is cut at what is left)
 # Environment: PYTHON (default python3; --dry-run: venv/bin/python where present), MOGE_GPU_CHECK_WORK.
 #
 # For ViT-S and ViT-L with synthetic weights (tests/make_fullsize_reference.py's configs, generated
 # here with tests/synth_weights.py at its fixed seed) at 1800 tokens on 1920x1080 it prints:
 # parity of the CUDA forward (bf16 and f32) against the CPU f32 forward (PCC of points, depth and
-# normal, mask agreement, pass at PCC >= 0.9999); forward and model-call time (`moge bench`);
+# normal, mask agreement, pass at PCC >= 0.9999; on CUDA also a graph replay's); forward and
+# model-call time (`moge bench`, op by op and by CUDA graph replay);
 # `moge batch` images/s on 1080p JPEGs writing png; upstream MoGeModel on the same device: eager
 # fp32, bf16 autocast, torch.compile(mode="reduce-overhead") under bf16 autocast. The JSON lines
-# land in $MOGE_GPU_CHECK_WORK/results.jsonl (and $OUT/ where that is set). Exit 1 if a parity
+# land in $OUT/results.jsonl where that is set (the device tool's), else in
+# $MOGE_GPU_CHECK_WORK/results.jsonl, each step's stderr beside them in logs/. Exit 1 if a parity
 # check fails (not in a dry run, whose CPU bf16 against CPU f32 is only reported).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +37,7 @@ runs=20
 skip_torch=0
 skip_compile=0
 moge=
+budget=540
 while [ $# -gt 0 ]; do
     case "$1" in
         --prepare) mode=prepare; shift ;;
@@ -44,6 +48,7 @@ while [ $# -gt 0 ]; do
         --skip-torch) skip_torch=1; shift ;;
         --skip-compile) skip_compile=1; shift ;;
         --moge) moge=$2; shift 2 ;;
+        --budget) budget=$2; shift 2 ;;
         -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu-check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -72,7 +77,11 @@ fi
 work=${MOGE_GPU_CHECK_WORK:-${TMPDIR:-/tmp}/moge-gpu-check}
 rm -rf "$work"
 mkdir -p "$work"
-results=$work/results.jsonl
+# Results and logs go straight to $OUT where the device tool gave one: a call that runs out of
+# time still returns what it measured.
+results=${OUT:-$work}/results.jsonl
+logs=${OUT:-$work}/logs
+mkdir -p "$logs"
 : > "$results"
 record() { python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a in sys.argv[1:])))' "$@" | tee -a "$results"; }
 skip() { say "skipped $1: $2"; record step=skip "what=$1" "why=$2" >/dev/null; }
@@ -161,24 +170,67 @@ if [ "$mode" != dry ]; then
     first=$work/photos/00000.jpg
 fi
 
+# Every step is bounded (--budget, then the step's own cap) and a failing step is recorded and
+# passed over, so one call on a lent machine returns everything that worked, most important first:
+# parity, then moge's timings, then batch, then upstream eager, then torch.compile (the slowest).
+step() { # step NAME CAP_S CMD...: runs CMD under a timeout, its stderr kept; 0 even when it fails
+    local name=$1 cap=$2; shift 2
+    local left=$(( budget - ($(date +%s) - start) ))
+    if [ "$left" -lt 10 ]; then
+        skip "$name" "out of time (--budget $budget s)"
+        return 1
+    fi
+    [ "$cap" -gt "$left" ] && cap=$left
+    local log=$logs/$(echo "$name" | tr -c 'A-Za-z0-9_.-' _).log
+    local t0=$(date +%s) rc=0
+    timeout --kill-after=5 "$cap" "$@" 2> "$log" || rc=$?
+    if [ "$rc" != 0 ]; then
+        local why
+        why=$(grep -v '^\s*$' "$log" | tail -n 3 | tr '\n' ' ' | cut -c1-400)
+        [ "$rc" = 124 ] && why="timed out after $cap s. $why"
+        say "FAILED $name (exit $rc): $why" >&2
+        record step=fail "what=$name" "rc=$rc" "why=$why" "seconds=$(( $(date +%s) - t0 ))" >/dev/null
+        return 1
+    fi
+    return 0
+}
+
+# 1. Parity: the device (default precision, and f32) against the CPU's f32 forward.
 for v in ${variants//,/ }; do
     ck=${ckpt[$v]}
     common=(--weights "$ck" --num-tokens "$tokens")
-    # Parity: the device (default bf16, and f32) against the CPU's f32 forward.
     say "$v: parity on $(basename "$first")"
-    "$moge" predict "$first" "${common[@]}" --device cpu --precision f32 --format npz --npz-compression none -o "$work/ref-$v" >/dev/null
+    step "$v cpu f32 reference" 180 "$moge" predict "$first" "${common[@]}" --device cpu --precision f32 --format npz --npz-compression none -o "$work/ref-$v" >/dev/null || continue
     ref=$work/ref-$v/$(basename "${first%.*}").npz
     for prec in $precs; do
-        "$moge" predict "$first" "${common[@]}" --device "$dev" --precision "$prec" --format npz --npz-compression none -o "$work/got-$v-$prec" >/dev/null
+        step "$v $dev $prec predict" 120 "$moge" predict "$first" "${common[@]}" --device "$dev" --precision "$prec" --format npz --npz-compression none -o "$work/got-$v-$prec" >/dev/null || continue
         label="$v $dev $prec vs cpu f32"
         "$py" scripts/gpu_check.py compare "$ref" "$work/got-$v-$prec/$(basename "${first%.*}").npz" --label "$label" | tee -a "$results" || true
+        # On CUDA the first forward of a grid is the op-by-op run a graph is captured after; the
+        # photo twice in one batch checks the replay as well.
+        [ "$dev" = cuda ] || continue
+        mkdir -p "$work/pair"
+        ln -sf "$first" "$work/pair/a.jpg"
+        ln -sf "$first" "$work/pair/b.jpg"
+        step "$v $dev $prec batch of two" 120 "$moge" batch "$work/pair" "${common[@]}" --device "$dev" --precision "$prec" --format npz --npz-compression none -o "$work/pair-$v-$prec" --quiet || continue
+        for f in a b; do
+            "$py" scripts/gpu_check.py compare "$ref" "$work/pair-$v-$prec/$f.npz" --label "$v $dev $prec batch $f vs cpu f32" | tee -a "$results" || true
+        done
     done
+done
 
-    # Forward and model call: `moge bench` (eager). Graph replay is not in this build (issue 12).
-    for prec in $precs; do
-        say "$v: bench $dev $prec"
-        "$moge" bench "$first" "${common[@]}" --device "$dev" --precision "$prec" --runs "$runs" --warmup "$warm" --json > "$work/bench-$v-$prec.json"
-        python3 - "$work/bench-$v-$prec.json" "$v" "eager $prec" <<'PY' | tee -a "$results"
+# 2. Forward and model call: `moge bench`, with the time of each part of the network.
+for v in ${variants//,/ }; do
+    common=(--weights "${ckpt[$v]}" --num-tokens "$tokens")
+    # The model call op by op (MOGE_CUDA_GRAPHS=0), then by graph replay (CUDA only).
+    modes="eager"
+    [ "$dev" = cuda ] && modes="eager graph"
+    for prec in $precs; do for how in $modes; do
+        say "$v: bench $dev $prec $how"
+        graphs=1
+        [ "$how" = eager ] && graphs=0
+        step "$v bench $dev $prec $how" 150 env MOGE_CUDA_GRAPHS=$graphs "$moge" bench "$first" "${common[@]}" --device "$dev" --precision "$prec" --runs "$runs" --warmup "$warm" --json > "$work/bench-$v-$prec-$how.json" || continue
+        python3 - "$work/bench-$v-$prec-$how.json" "$v" "$how $prec" <<'PY' | tee -a "$results"
 import json, sys
 b = json.load(open(sys.argv[1]))
 net = ("encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head")
@@ -186,41 +238,57 @@ fwd = sum(b["stages"][k]["median_s"] for k in net if k in b["stages"])
 c = b["conditions"]
 print(json.dumps({"step": "moge-bench", "variant": sys.argv[2], "label": sys.argv[3], "device": c["device"], "gpu": c.get("gpu"),
                   "precision": c["precision"], "grid": c["grid"], "forward_ms": round(1e3 * fwd, 2),
-                  "model_call_ms": round(1e3 * b["model_call_s"]["median"], 2), "per_image_ms": round(1e3 * b["per_image_s"]["median"], 2)}))
+                  "model_call_ms": round(1e3 * b["model_call_s"]["median"], 2), "per_image_ms": round(1e3 * b["per_image_s"]["median"], 2),
+                  "model_call_min_ms": round(1e3 * b["model_call_s"]["min"], 2), "cuda_graphs": c.get("cuda_graphs"),
+                  "parts_ms": {k: round(1e3 * v["median_s"], 2) for k, v in b["stages"].items()}}))
 PY
-    done
-    skip "$v graph replay" "CUDA graph capture is not implemented in this build"
+    done; done
+done
 
-    # moge batch: images/s writing png. Two runs (a fifth of the photos, then all) so the
-    # steady rate excludes the fixed start-up (weights, kernel loading).
-    n_small=$(( images / 5 > 0 ? images / 5 : 1 ))
-    mkdir -p "$work/few"
-    ls "$work/photos" | head -n "$n_small" | while read -r f; do ln -sf "$work/photos/$f" "$work/few/$f"; done
+# 3. moge batch: images/s writing png. Two runs (a fifth of the photos, then all) so the steady
+# rate excludes the fixed start-up (weights, kernel loading).
+n_small=$(( images / 5 > 0 ? images / 5 : 1 ))
+mkdir -p "$work/few"
+ls "$work/photos" | head -n "$n_small" | while read -r f; do ln -sf "$work/photos/$f" "$work/few/$f"; done
+for v in ${variants//,/ }; do
+    common=(--weights "${ckpt[$v]}" --num-tokens "$tokens")
+    say "$v: batch $dev png"
+    ok=1
     for set in few photos; do
         rm -rf "$work/out-batch"
         t0=$(date +%s.%N)
-        "$moge" batch "$work/$set" -o "$work/out-batch" "${common[@]}" --device "$dev" --format png --quiet
+        step "$v batch $set" 200 "$moge" batch "$work/$set" -o "$work/out-batch" "${common[@]}" --device "$dev" --format png --quiet || { ok=0; break; }
         t1=$(date +%s.%N)
         n=$(ls "$work/$set" | wc -l)
         secs=$(python3 -c "print(round($t1 - $t0, 3))")
         [ "$set" = few ] && { few_n=$n; few_s=$secs; }
-        [ "$(ls "$work/out-batch" | grep -c '\.depth\.png$')" = "$n" ] || { echo "gpu-check.sh: batch wrote $(ls "$work/out-batch" | grep -c '\.depth\.png$') of $n depth maps" >&2; exit 1; }
+        wrote=$(ls "$work/out-batch" | grep -c '\.depth\.png$' || true)
+        if [ "$wrote" != "$n" ]; then
+            record step=fail "what=$v batch $set" "why=batch wrote $wrote of $n depth maps" >/dev/null
+            ok=0; break
+        fi
     done
+    [ "$ok" = 1 ] || continue
     record step=moge-batch "variant=$v" "label=$dev whole run" "images=$n" "seconds=$secs" "images_per_s=$(python3 -c "print(round($n / $secs, 1))")" >/dev/null
     record step=moge-batch "variant=$v" "label=$dev steady" "images=$(( n - few_n ))" "seconds=$(python3 -c "print(round($secs - $few_s, 3))")" \
         "images_per_s=$(python3 -c "d = $secs - $few_s; print(round(($n - $few_n) / d, 1) if d > 0 else 'n/a')")" >/dev/null
     tail -2 "$results"
-
-    # Upstream on the same device.
-    if [ "$have_torch" = 1 ] && [ "$skip_torch" = 0 ]; then
-        modes=(eager-fp32 bf16-autocast)
-        if [ "$skip_compile" = 0 ]; then modes+=(compile-bf16); else skip "$v torch.compile" "--skip-compile (a dry run skips it: minutes of compiling on a CPU)"; fi
-        say "$v: upstream PyTorch ${modes[*]}"
-        "$py" scripts/gpu_check.py torch "$ck" --device "$dev" --width "$width" --height "$height" --tokens "$tokens" --runs "$runs" --warmup "$warm" --modes "${modes[@]}" | tee -a "$results"
-    fi
 done
 
-[ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && cp "$results" "$OUT/" || true
+# 4, 5. Upstream on the same device: eager fp32 and bf16 autocast, then torch.compile.
+if [ "$have_torch" = 1 ] && [ "$skip_torch" = 0 ]; then
+    for modes in "eager-fp32 bf16-autocast" compile-bf16; do
+        if [ "$modes" = compile-bf16 ] && [ "$skip_compile" = 1 ]; then
+            skip "torch.compile" "--skip-compile (a dry run skips it: minutes of compiling on a CPU)"
+            continue
+        fi
+        for v in ${variants//,/ }; do
+            say "$v: upstream PyTorch $modes"
+            step "$v torch $modes" 240 "$py" scripts/gpu_check.py torch "${ckpt[$v]}" --device "$dev" --width "$width" --height "$height" --tokens "$tokens" --runs "$runs" --warmup "$warm" --modes $modes | tee -a "$results" || true
+        done
+    done
+fi
+
 say "done in $(( $(date +%s) - start )) s; results in $results"
 if [ "$mode" = dry ]; then
     # A dry run checks the steps; the CPU's bf16 against its f32 is reported, not gated.

@@ -297,8 +297,9 @@ def cmd_summary(args) -> int:
             vals = ", ".join(f"{k[4:]} {r[k]:.6f}" for k in ("pcc_points", "pcc_depth", "pcc_normal") if r.get(k) is not None)
             print(f"parity  {r['label']:<34} PCC {vals}; mask {r.get('mask_agreement')}  -> {'PASS' if r['pass'] else 'FAIL'} (>= {r['min_pcc']})")
         elif s == "moge-bench":
-            print(f"moge    {r['variant']:<12} {r['label']:<20} forward {r['forward_ms']} ms, model call {r['model_call_ms']} ms, "
-                  f"per image {r['per_image_ms']} ms ({r['device']}, {r['precision']})")
+            graphs = f"; graphs {r['cuda_graphs']}" if r.get("cuda_graphs") else ""
+            print(f"moge    {r['variant']:<12} {r['label']:<20} forward {r['forward_ms']} ms (parts, synchronised), model call {r['model_call_ms']} ms, "
+                  f"per image {r['per_image_ms']} ms ({r['device']}, {r['precision']}{graphs})")
         elif s == "moge-batch":
             print(f"batch   {r['variant']:<12} {r['label']:<20} {r['images']} images in {r['seconds']} s: {r['images_per_s']} images/s")
         elif s == "torch":
@@ -310,9 +311,14 @@ def cmd_summary(args) -> int:
                       f"(warm-up {r['warmup_s']} s, {r['device']})")
         elif s == "skip":
             print(f"skipped {r['what']}: {r['why']}")
+        elif s == "fail":
+            print(f"FAILED  {r['what']}: {r['why']}")
     fails = [r for r in recs if r.get("step") == "parity" and not r["pass"]]
     print(f"parity: {sum(1 for r in recs if r.get('step') == 'parity') - len(fails)} passed, {len(fails)} failed")
-    return 1 if fails else 0
+    broken = [r for r in recs if r.get("step") == "fail"]
+    if broken:
+        print(f"{len(broken)} step(s) failed")
+    return 1 if fails or broken else 0
 
 
 def main() -> int:

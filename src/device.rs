@@ -167,7 +167,15 @@ fn open_cuda(ordinal: usize) -> Result<Opened, Unavailable> {
     if ordinal >= count {
         return Err(Unavailable::NoSuchGpu { ordinal, count });
     }
-    let device = quiet_unwind(|| Device::new_cuda(ordinal)).map_err(Unavailable::Failed)?.map_err(|e| Unavailable::Failed(format!("{e}")))?;
+    // A stream of its own (not the per-thread default stream): the model is loaded on one thread
+    // and run on the device worker's, and a CUDA graph is captured on it. Everything runs on
+    // that one stream, so cudarc's cross-stream events (two per allocation, one per use) only
+    // cost time, and a wait on one recorded outside a capture would break the capture.
+    let device = quiet_unwind(|| Device::new_cuda_with_stream(ordinal)).map_err(Unavailable::Failed)?.map_err(|e| Unavailable::Failed(format!("{e}")))?;
+    if let Device::Cuda(d) = &device {
+        // SAFETY: no tensor exists yet on this device, and all its work goes to the one stream.
+        unsafe { d.cuda_stream().context().disable_event_tracking() };
+    }
     let gpu = match &device {
         Device::Cuda(d) => d.cuda_stream().context().name().ok(),
         _ => None,

@@ -165,7 +165,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         let total = start.elapsed();
         // The model call as the device worker makes it (upload, network, download). On the CPU
         // it is the network's laps; an asynchronous device is timed again without the per-part
-        // synchronisation of the laps.
+        // synchronisation of the laps (on CUDA: a graph replay, see `MOGE_CUDA_GRAPHS`).
         let call = if model.device.is_cpu() {
             laps.iter().filter(|(n, _)| NETWORK.contains(n)).map(|(_, d)| *d).sum()
         } else {
@@ -208,6 +208,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         "threads": threads(),
         "cpu": cpu_name(),
         "cpu_route": model.device.is_cpu().then(|| crate::model::cpu::route(model.precision)),
+        "cuda_graphs": model.cuda_graphs(),
         "runs": args.runs,
         "warmup": args.warmup,
         "version": env!("CARGO_PKG_VERSION"),
@@ -251,6 +252,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     );
     if model.device.is_cpu() {
         crate::outln!("{}", crate::model::cpu::route_description(model.precision));
+    }
+    if let Some(g) = model.cuda_graphs() {
+        crate::outln!("CUDA graphs (the model call): {g}");
     }
     crate::outln!("cold start (load weights): {:.3} s", cold.as_secs_f64());
     crate::outln!(

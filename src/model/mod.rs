@@ -6,6 +6,8 @@ pub mod checkpoint;
 pub mod config;
 pub mod cpu;
 pub mod dinov2;
+#[cfg(feature = "cuda")]
+mod graph;
 pub mod modules;
 pub mod pickle;
 pub mod v2;

@@ -11,7 +11,7 @@ use candle_core::{DType, Device, Tensor};
 use super::checkpoint::Checkpoint;
 use super::config::{BackboneSpec, ConvStackConfig, ModelConfig};
 use super::dinov2::{PATCH_SIZE, POS_GRID};
-use super::modules::{ConvStack, Dinov2Encoder, Mlp};
+use super::modules::{ConvStack, Dinov2Encoder, EncoderOutput, Mlp};
 use super::token_grid;
 use super::weights::Weights;
 use super::Precision;
@@ -39,6 +39,9 @@ pub struct Model {
     /// Host copy of the 37x37 embedding as (D, 37, 37) planes, for the bicubic resize.
     pos_planes: Vec<f32>,
     pos_cls: Vec<f32>,
+    /// The captured forwards, per token grid.
+    #[cfg(feature = "cuda")]
+    graphs: super::graph::Graphs,
 }
 
 /// The modules of `MoGeModel`, bound to a state dict.
@@ -98,6 +101,55 @@ pub struct RawOutput {
     pub mask: Option<Vec<f32>>,
     /// Scale head output before `exp`.
     pub metric_scale: Option<f32>,
+}
+
+/// What [`Model::network`] leaves on the device.
+pub(crate) struct Network {
+    pub enc: EncoderOutput,
+    pub neck: Vec<Tensor>,
+    pub heads: Vec<(&'static str, Vec<Tensor>)>,
+    /// The scale head's (1, 1) output, before `exp`.
+    pub scale: Option<Tensor>,
+}
+
+impl Network {
+    /// The tensors the host needs: each head's last map and the scale.
+    pub fn outputs(&self) -> Outputs {
+        let head = |name: &str| self.heads.iter().find(|(n, _)| *n == name).and_then(|(_, outs)| outs.last().cloned());
+        Outputs { points: head("points_head"), normal: head("normal_head"), mask: head("mask_head"), scale: self.scale.clone() }
+    }
+
+    pub fn read_back(&self) -> Result<RawOutput> {
+        self.outputs().read_back()
+    }
+}
+
+/// The network's outputs on the device.
+#[derive(Clone)]
+pub(crate) struct Outputs {
+    pub points: Option<Tensor>,
+    pub normal: Option<Tensor>,
+    pub mask: Option<Tensor>,
+    pub scale: Option<Tensor>,
+}
+
+impl Outputs {
+    /// Copies the outputs to the host (waiting for the device).
+    pub fn read_back(&self) -> Result<RawOutput> {
+        let host = |t: &Option<Tensor>| -> Result<Option<Vec<f32>>> {
+            t.as_ref().map(|t| Ok(t.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)).transpose()
+        };
+        let points_t = self.points.as_ref().context("the model has no points head")?;
+        let size = (points_t.dim(1)?, points_t.dim(2)?);
+        let points = host(&self.points)?.unwrap_or_default();
+        Ok(RawOutput {
+            size,
+            points,
+            normal: host(&self.normal)?,
+            mask: host(&self.mask)?,
+            metric_scale: host(&self.scale)?.map(|v| v[0]),
+        })
+    }
 }
 
 /// Every intermediate of one forward, for per-stage parity checks.
@@ -169,6 +221,8 @@ impl Model {
             pos_cache: Mutex::new(HashMap::new()),
             pos_planes,
             pos_cls,
+            #[cfg(feature = "cuda")]
+            graphs: super::graph::Graphs::new(),
         })
     }
 
@@ -178,6 +232,15 @@ impl Model {
         let mut w = Weights::new(HashMap::new(), &Device::Cpu, DType::F32);
         Parts::bind(config, &mut w)?;
         Ok(w.requested().to_vec())
+    }
+
+    /// How forwards run on a CUDA device: graph replay per token grid, or why not (`None`
+    /// elsewhere).
+    pub fn cuda_graphs(&self) -> Option<String> {
+        #[cfg(feature = "cuda")]
+        return super::graph::describe(&self.graphs, &self.device);
+        #[cfg(not(feature = "cuda"))]
+        None
     }
 
     pub fn has_normal(&self) -> bool {
@@ -235,15 +298,54 @@ impl Model {
         Ok(t)
     }
 
-    /// The network on one prepared image.
+    /// The network on one prepared image. On a CUDA device the forward of each token grid is
+    /// captured once as a CUDA graph and replayed (`super::graph`); elsewhere, or where a
+    /// capture failed, it runs op by op.
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
+        #[cfg(feature = "cuda")]
+        if let Some(raw) = self.graphs.forward(self, prep)? {
+            return Ok(raw);
+        }
         Ok(self.forward_stages(prep, None)?.raw)
     }
 
     /// The network, keeping every intermediate; with `timings`, the wall time of each part
     /// (encoder, neck, each head, scale head) is appended. Timings are exact on the CPU, where
     /// every op completes before it returns; an asynchronous device needs a sync per part.
-    pub fn forward_stages(&self, prep: &Prepared, mut timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Stages> {
+    pub fn forward_stages(&self, prep: &Prepared, timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Stages> {
+        let (image, uv) = self.device_inputs(prep)?;
+        let pos_embed = self.pos_embed(prep.grid.0, prep.grid.1)?;
+        let net = self.network(&image, &uv, &pos_embed, prep.grid, timings)?;
+        let raw = net.read_back()?;
+        let Network { enc, neck, heads, .. } = net;
+        Ok(Stages { pos_embed, taps: enc.taps, features: enc.features, cls_token: enc.cls_token, neck, heads, raw })
+    }
+
+    /// The network's inputs on the device: the normalised image, and the UV planes of the
+    /// neck's five levels (their values depend on the photo's aspect, not only on the grid).
+    pub(crate) fn device_inputs(&self, prep: &Prepared) -> Result<(Tensor, Vec<Tensor>)> {
+        let (rows, cols) = prep.grid;
+        let image = Tensor::from_slice(&prep.input, (3, rows * PATCH_SIZE, cols * PATCH_SIZE), &self.device)?;
+        let aspect = prep.width as f64 / prep.height as f64;
+        let uv = (0..5)
+            .map(|level| {
+                let (h, w) = (rows << level, cols << level);
+                Tensor::from_vec(view_plane_uv_planar(w, h, aspect), (2, h, w), &self.device)
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((image, uv))
+    }
+
+    /// Encoder, neck and heads on device-resident inputs, with nothing read back to the host and
+    /// nothing uploaded (so that it can be captured as a CUDA graph).
+    pub(crate) fn network(
+        &self,
+        image: &Tensor,
+        uv: &[Tensor],
+        pos_embed: &Tensor,
+        (rows, cols): (usize, usize),
+        mut timings: Option<&mut Vec<(&'static str, Duration)>>,
+    ) -> Result<Network> {
         let mut clock = Instant::now();
         let mut lap = |name: &'static str, timings: &mut Option<&mut Vec<(&'static str, Duration)>>| {
             if let Some(t) = timings.as_mut() {
@@ -253,55 +355,26 @@ impl Model {
                 clock = now;
             }
         };
-        let (rows, cols) = prep.grid;
-        let aspect = prep.width as f64 / prep.height as f64;
-        let image = Tensor::from_slice(&prep.input, (3, rows * PATCH_SIZE, cols * PATCH_SIZE), &self.device)?;
-        let pos_embed = self.pos_embed(rows, cols)?;
-        let enc = self.encoder.forward(&image, rows, cols, &pos_embed)?;
+        let enc = self.encoder.forward(image, rows, cols, pos_embed)?;
         lap("encoder", &mut timings);
 
-        // UV conditioning per level: the aspect is the input image's, not the grid's.
-        let mut levels = Vec::with_capacity(5);
-        for level in 0..5 {
-            let (h, w) = (rows << level, cols << level);
-            let uv = Tensor::from_vec(view_plane_uv_planar(w, h, aspect), (2, h, w), &self.device)?;
-            levels.push(if level == 0 { Tensor::cat(&[&enc.features, &uv], 0)? } else { uv });
-        }
-        let inputs: Vec<Option<&Tensor>> = levels.iter().map(Some).collect();
+        // UV conditioning per level: level 0 also takes the encoder's features.
+        let level0 = Tensor::cat(&[&enc.features, &uv[0]], 0)?;
+        let inputs: Vec<Option<&Tensor>> = std::iter::once(&level0).chain(&uv[1..]).map(Some).collect();
         let neck = self.neck.forward(&inputs)?;
         lap("neck", &mut timings);
         let neck_in: Vec<Option<&Tensor>> = neck.iter().map(Some).collect();
 
         let mut heads = Vec::new();
-        let mut last = |name: &'static str, head: &Option<ConvStack>, timings: &mut Option<&mut Vec<(&'static str, Duration)>>| -> Result<Option<Vec<f32>>> {
-            let Some(h) = head else { return Ok(None) };
-            let outs = h.forward(&neck_in)?;
-            let v = outs.last().unwrap().to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-            heads.push((name, outs));
-            lap(name, timings);
-            Ok(Some(v))
-        };
-        let points = last("points_head", &self.points_head, &mut timings)?.unwrap();
-        let normal = last("normal_head", &self.normal_head, &mut timings)?;
-        let mask = last("mask_head", &self.mask_head, &mut timings)?;
-        let size = {
-            let t = heads[0].1.last().unwrap();
-            (t.dim(1)?, t.dim(2)?)
-        };
-        let metric_scale = match &self.scale_head {
-            Some(m) => Some(m.forward(&enc.cls_token)?.flatten_all()?.to_vec1::<f32>()?[0]),
-            None => None,
-        };
+        for (name, head) in [("points_head", &self.points_head), ("normal_head", &self.normal_head), ("mask_head", &self.mask_head)] {
+            if let Some(h) = head {
+                heads.push((name, h.forward(&neck_in)?));
+                lap(name, &mut timings);
+            }
+        }
+        let scale = self.scale_head.as_ref().map(|m| m.forward(&enc.cls_token)).transpose()?;
         lap("scale_head", &mut timings);
-        Ok(Stages {
-            pos_embed,
-            taps: enc.taps,
-            features: enc.features,
-            cls_token: enc.cls_token,
-            neck,
-            heads,
-            raw: RawOutput { size, points, normal, mask, metric_scale },
-        })
+        Ok(Network { enc, neck, heads, scale })
     }
 
     /// Host post-processing of one forward (any thread).
