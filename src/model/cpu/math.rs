@@ -1,15 +1,16 @@
 //! Elementwise maths of the encoder (softmax's exp, GELU's erf), written branch-free so LLVM
-//! vectorises it, and compiled a second time for AVX-512: the baseline x86-64 target only
-//! allows 4-lane SSE, and a released binary must still run on CPUs without AVX-512.
+//! vectorises it, and compiled again for AVX2 and for AVX-512: the baseline x86-64 target only
+//! allows 4-lane SSE, and a released binary must still run on CPUs without either.
 
 use super::isa::{self, Isa};
 
-/// The code path of this module's loops at `level`: the AVX-512F build, or the baseline one
-/// (there is no AVX2 build yet, so AVX2 takes the baseline).
+/// The code path of this module's loops at `level`: the AVX-512F build, the AVX2 one, or the
+/// baseline.
 pub fn route(level: Isa) -> Isa {
     match level {
         Isa::Avx512 | Isa::Avx512Bf16 => Isa::Avx512,
-        Isa::Avx2 | Isa::Portable => Isa::Portable,
+        Isa::Avx2 => Isa::Avx2,
+        Isa::Portable => Isa::Portable,
     }
 }
 
@@ -31,10 +32,17 @@ macro_rules! dispatch {
             unsafe fn wide($($a: $t),*) {
                 $base($($a),*)
             }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            unsafe fn half($($a: $t),*) {
+                $base($($a),*)
+            }
             match route(isa::usable(level)) {
-                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F.
+                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F (AVX2).
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512 => unsafe { wide($($a),*) },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { half($($a),*) },
                 _ => $base($($a),*),
             }
         }
@@ -195,6 +203,6 @@ mod tests {
 
     #[test]
     fn the_route_follows_the_level() {
-        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Portable, Isa::Avx512, Isa::Avx512]);
+        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512]);
     }
 }
