@@ -1,6 +1,7 @@
 //! Upstream `MoGeModel.infer` after the network: resize the head outputs to the input size,
 //! remap, solve focal and shift, build intrinsics, re-project, apply metric scale and mask.
 
+use crate::geometry::exp::exp_in_place;
 use crate::geometry::focal_shift::{recover_focal_shift, recover_focal_shift_sampled};
 use crate::geometry::resize::{bilinear_at, bilinear_axis, resize_bilinear, BilinearRows};
 use crate::geometry::uv::linspace;
@@ -180,6 +181,22 @@ fn remap_point(remap: RemapOutput, p: &mut [f32]) {
     }
 }
 
+/// [`remap_point`] of a point whose z is already `exp(z)` (remaps `Exp` and `SinhExp`).
+#[inline]
+fn remap_point_after_exp(remap: RemapOutput, p: &mut [f32]) {
+    match remap {
+        RemapOutput::Exp => {
+            p[0] *= p[2];
+            p[1] *= p[2];
+        }
+        RemapOutput::SinhExp => {
+            p[0] = p[0].sinh();
+            p[1] = p[1].sinh();
+        }
+        RemapOutput::Linear | RemapOutput::Sinh => unreachable!("z is exp(z) only for Exp and SinhExp"),
+    }
+}
+
 /// The z of [`remap_point`] alone (it never depends on x and y).
 #[inline]
 fn remap_z(remap: RemapOutput, z: f32) -> f32 {
@@ -320,8 +337,10 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
             // remap has one), then the rest over whole planar rows, which vectorise: shift,
             // validity, x, y = ray · depth, scale, mask, and one interleaving store.
             let [px, py, z] = &mut row;
-            if remap != RemapOutput::Linear {
-                z.iter_mut().for_each(|v| *v = remap_z(remap, *v));
+            match remap {
+                RemapOutput::Linear => {}
+                RemapOutput::Exp | RemapOutput::SinhExp => exp_in_place(z),
+                RemapOutput::Sinh => z.iter_mut().for_each(|v| *v = remap_z(remap, *v)),
             }
             z.iter_mut().for_each(|v| *v += fs.shift);
             if has_mask {
@@ -350,9 +369,18 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
                 p.copy_from_slice(&[x, yv, zv]);
             }
         } else {
+            // exp(z) over the row at once (libm's bits, vectorised), then the rest per point.
+            let z_done = matches!(remap, RemapOutput::Exp | RemapOutput::SinhExp);
+            if z_done {
+                exp_in_place(&mut row[2]);
+            }
             for (i, (p, d)) in prow.chunks_exact_mut(3).zip(drow.iter_mut()).enumerate() {
                 p.copy_from_slice(&[row[0][i], row[1][i], row[2][i]]);
-                remap_point(remap, p);
+                if z_done {
+                    remap_point_after_exp(remap, p);
+                } else {
+                    remap_point(remap, p);
+                }
                 p[2] += fs.shift;
                 if has_mask {
                     valid[i] &= p[2] > 0.0;

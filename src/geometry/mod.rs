@@ -1,6 +1,7 @@
 //! Host-side numerics that must match PyTorch's float32 kernels closely: resizes, the UV plane,
-//! `linspace`, and the focal/shift solve of `recover_focal_shift`.
+//! `linspace`, the focal/shift solve of `recover_focal_shift`, and libm's `expf` vectorised.
 
+pub mod exp;
 pub mod focal_shift;
 pub mod resize;
 pub mod uv;

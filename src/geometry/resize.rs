@@ -88,9 +88,7 @@ impl<'a> BilinearRows<'a> {
         }
         let s = usize::from(keep.is_some() && self.held[0] == keep);
         let src = &self.plane[y * self.w..(y + 1) * self.w];
-        for (o, &(x0, x1, wx0, wx1)) in self.rows[s].iter_mut().zip(self.xs) {
-            *o = src[x0] * wx0 + src[x1] * wx1;
-        }
+        lerp_taps(src, self.xs, &mut self.rows[s]);
         self.held[s] = Some(y);
         s
     }
@@ -104,6 +102,40 @@ impl<'a> BilinearRows<'a> {
             *o = a * wy0 + b * wy1;
         }
     }
+}
+
+/// out[i] = src[x0]·wx0 + src[x1]·wx1 over the taps, compiled for the widest vectors the CPU has
+/// (gathers; the post-processing runs it once per source row of each map). The same arithmetic
+/// in every build (no contraction into FMA), so every level gives the same bits.
+fn lerp_taps(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
+    #[inline(always)]
+    fn body(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
+        // The clamp never changes a tap of `bilinear_axis(src.len(), _)`; it lets the compiler
+        // drop the bounds checks, which would keep the loop scalar.
+        let Some(last) = src.len().checked_sub(1) else { return };
+        for (o, &(x0, x1, wx0, wx1)) in out.iter_mut().zip(xs) {
+            *o = src[x0.min(last)] * wx0 + src[x1.min(last)] * wx1;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::model::cpu::isa::{self, Isa};
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
+            body(src, xs, out)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn half(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
+            body(src, xs, out)
+        }
+        match isa::current() {
+            // Safety: `current` never exceeds what the CPU has.
+            Isa::Avx512 | Isa::Avx512Bf16 => return unsafe { wide(src, xs, out) },
+            Isa::Avx2 => return unsafe { half(src, xs, out) },
+            Isa::Portable => {}
+        }
+    }
+    body(src, xs, out)
 }
 
 /// Antialiased bilinear (triangle filter) weights for one axis, as PyTorch's
@@ -254,4 +286,39 @@ pub fn resize_bicubic_scaled(src: &[f32], c: usize, h: usize, w: usize, oh: usiz
         }
     }
     out
+}
+
+#[cfg(test)]
+mod rows_tests {
+    use super::*;
+    use crate::model::cpu::isa;
+
+    /// Row by row, at every ISA level this machine has, the bits of the whole-map resize (the
+    /// post-processing's upsample of the head outputs; up and down, odd sizes, one column).
+    #[test]
+    fn bilinear_rows_give_resize_bilinear_bits_at_every_level() {
+        let mut seed = 0x853c_49e6_748f_ea9bu64;
+        for (h, w, oh, ow) in [(30, 56, 1080, 1920), (7, 5, 13, 33), (9, 1, 4, 3), (40, 40, 17, 23)] {
+            let plane: Vec<f32> = (0..h * w)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+                })
+                .collect();
+            let want = resize_bilinear(&plane, 1, h, w, oh, ow);
+            let (xs, ys) = (bilinear_axis(w, ow), bilinear_axis(h, oh));
+            for level in isa::levels() {
+                isa::with_isa(level, || {
+                    let mut rows = BilinearRows::new(&plane, w, &xs);
+                    let mut out = vec![0f32; ow];
+                    for (y, &ty) in ys.iter().enumerate() {
+                        rows.row(ty, &mut out);
+                        assert!(out == want[y * ow..(y + 1) * ow], "{level}: {h}x{w} -> {oh}x{ow}, row {y}");
+                    }
+                });
+            }
+        }
+    }
 }
