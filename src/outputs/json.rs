@@ -105,18 +105,35 @@ impl DepthStats {
     /// element of rank n/2 in `total_cmp` order) is then picked among the few values of its
     /// bin, not by selecting over a copy of every depth.
     pub fn of(p: &Prediction) -> Self {
-        let mut hist = vec![0u32; 1 << 16];
+        // Pixel i goes to lane i % 4 (its own histogram, minimum and maximum): neighbouring
+        // pixels mostly share a bin, and with one table each count would wait for the last
+        // one's store; one running minimum would wait for the last compare. Only the sum stays
+        // one chain, in pixel order.
+        let mut hists = vec![0u32; 4 << 16];
         // -0.0: the neutral element `Iterator::sum` starts from.
         let (mut n, mut sum) = (0usize, -0f64);
-        let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
-        for (&v, &m) in p.depth.iter().zip(&p.mask) {
+        let (mut mins, mut maxs) = ([f32::INFINITY; 4], [f32::NEG_INFINITY; 4]);
+        for (i, (&v, &m)) in p.depth.iter().zip(&p.mask).enumerate() {
             if m && v.is_finite() {
+                let lane = i & 3;
                 n += 1;
                 sum += v as f64;
-                (min, max) = (min.min(v), max.max(v));
-                hist[(order_key(v) >> 16) as usize] += 1;
+                if v < mins[lane] {
+                    mins[lane] = v;
+                }
+                if v > maxs[lane] {
+                    maxs[lane] = v;
+                }
+                hists[(lane << 16) | (order_key(v) >> 16) as usize] += 1;
             }
         }
+        let min = mins.into_iter().fold(f32::INFINITY, |a, b| if b < a { b } else { a });
+        let max = maxs.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+        let (first, rest) = hists.split_at_mut(1 << 16);
+        for h in rest.chunks_exact(1 << 16) {
+            first.iter_mut().zip(h).for_each(|(a, &b)| *a += b);
+        }
+        let hist = first;
         let valid_fraction = if p.mask.is_empty() { 0.0 } else { n as f64 / p.mask.len() as f64 };
         if n == 0 {
             return Self { valid_pixels: 0, valid_fraction, min: None, max: None, mean: None, median: None };
