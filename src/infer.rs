@@ -319,9 +319,17 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
     let mut row = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
     let mut nrow = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
     let mut mrow = vec![0f32; width];
-    let (mut prow, mut drow, mut nout, mut valid) = (vec![0f32; 3 * width], vec![0f32; width], vec![0f32; 3 * width], vec![true; width]);
+    let mut valid = vec![true; width];
 
     for (y, &ty) in ys.iter().enumerate() {
+        // This row of each map, computed in place (a row at a time, so it stays in cache).
+        let grow = |m: &mut Vec<f32>, k: usize| {
+            let at = m.len();
+            m.resize(at + k * width, 0.0);
+            at
+        };
+        let (pa, da) = (grow(&mut points, 3), grow(&mut depth, 1));
+        let (prow, drow) = (&mut points[pa..], &mut depth[da..]);
         if let Some(m) = msk.as_mut() {
             m.row(ty, &mut mrow);
             valid.iter_mut().zip(&mrow).for_each(|(v, &l)| *v = mask_valid(l));
@@ -398,7 +406,7 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
                 }
             }
         }
-        if let Some(nr) = nrm.as_mut() {
+        if let (Some(nr), Some(nmap)) = (nrm.as_mut(), normal.as_mut()) {
             for (r, buf) in nr.iter_mut().zip(nrow.iter_mut()) {
                 r.row(ty, buf);
             }
@@ -412,14 +420,10 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
                     (*a, *b, *c) = if m { (*a, *b, *c) } else { (0.0, 0.0, 0.0) };
                 }
             }
-            for (v, ((&a, &b), &c)) in nout.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
+            let na = grow(nmap, 3);
+            for (v, ((&a, &b), &c)) in nmap[na..].chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
                 v.copy_from_slice(&[a, b, c]);
             }
-        }
-        points.extend_from_slice(&prow);
-        depth.extend_from_slice(&drow);
-        if let Some(nmap) = normal.as_mut() {
-            nmap.extend_from_slice(&nout);
         }
         mask.extend_from_slice(&valid);
     }
