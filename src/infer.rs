@@ -197,16 +197,6 @@ fn remap_point_after_exp(remap: RemapOutput, p: &mut [f32]) {
     }
 }
 
-/// The z of [`remap_point`] alone (it never depends on x and y).
-#[inline]
-fn remap_z(remap: RemapOutput, z: f32) -> f32 {
-    match remap {
-        RemapOutput::Linear => z,
-        RemapOutput::Sinh => z.sinh(),
-        RemapOutput::Exp | RemapOutput::SinhExp => z.exp(),
-    }
-}
-
 /// `F.normalize(normal, dim=-1)`: v / max(|v|, 1e-12).
 #[inline]
 fn normalized(a: f32, b: f32, c: f32) -> (f32, f32, f32) {
@@ -340,15 +330,18 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
             py.row(ty, &mut row[1]);
         }
         let has_mask = raw.mask.is_some();
+        // exp(z) over the row at once (libm's bits, vectorised); the rest of the remap follows.
+        let z_done = matches!(remap, RemapOutput::Exp | RemapOutput::SinhExp);
+        if z_done {
+            exp_in_place(&mut row[2]);
+        }
         if project {
-            // Only z survives the projection: remap it alone (a libm call per pixel where the
-            // remap has one), then the rest over whole planar rows, which vectorise: shift,
-            // validity, x, y = ray · depth, scale, mask, and one interleaving store.
+            // Only z survives the projection: its remap alone (exp done above, sinh per pixel),
+            // then the rest over whole planar rows, which vectorise: shift, validity,
+            // x, y = ray · depth, scale, mask, and one interleaving store.
             let [px, py, z] = &mut row;
-            match remap {
-                RemapOutput::Linear => {}
-                RemapOutput::Exp | RemapOutput::SinhExp => exp_in_place(z),
-                RemapOutput::Sinh => z.iter_mut().for_each(|v| *v = remap_z(remap, *v)),
+            if remap == RemapOutput::Sinh {
+                z.iter_mut().for_each(|v| *v = v.sinh());
             }
             z.iter_mut().for_each(|v| *v += fs.shift);
             if has_mask {
@@ -377,11 +370,6 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
                 p.copy_from_slice(&[x, yv, zv]);
             }
         } else {
-            // exp(z) over the row at once (libm's bits, vectorised), then the rest per point.
-            let z_done = matches!(remap, RemapOutput::Exp | RemapOutput::SinhExp);
-            if z_done {
-                exp_in_place(&mut row[2]);
-            }
             for (i, (p, d)) in prow.chunks_exact_mut(3).zip(drow.iter_mut()).enumerate() {
                 p.copy_from_slice(&[row[0][i], row[1][i], row[2][i]]);
                 if z_done {

@@ -60,8 +60,8 @@ const C0: f64 = f64::from_bits(0x3ebc_6af8_4b91_2394);
 const C1: f64 = f64::from_bits(0x3f2e_bfce_50fa_c4f3);
 const C2: f64 = f64::from_bits(0x3f96_2e42_ff0c_52d6);
 
-/// The fast path of glibc's `expf` for |x| < 88 (garbage, but no panic, outside it). Compiled
-/// only inside functions with the `fma` target feature, where `mul_add` is one instruction.
+/// The fast path of glibc's `expf` for |x| < 88 (garbage, but no panic, outside it). Run only
+/// in the builds with the `fma` target feature, where `mul_add` is one instruction.
 #[inline(always)]
 fn fast(x: f32) -> f32 {
     let xd = x as f64;
@@ -80,43 +80,30 @@ fn fast(x: f32) -> f32 {
 /// path's range can be redone by `f32::exp` after the branch-free, vectorised pass.
 const BLOCK: usize = 64;
 
-#[inline(always)]
-fn exp_blocks(v: &mut [f32]) {
-    let mut keep = [0f32; BLOCK];
-    for block in v.chunks_mut(BLOCK) {
-        let keep = &mut keep[..block.len()];
-        keep.copy_from_slice(block);
-        block.iter_mut().for_each(|x| *x = fast(*x));
-        for (x, &input) in block.iter_mut().zip(keep.iter()) {
-            if !(input.abs() < 88.0) {
-                *x = input.exp();
+crate::model::cpu::math::dispatch! {
+    fn exp_blocks / exp_blocks_baseline(v: &mut [f32]) {
+        let mut keep = [0f32; BLOCK];
+        for block in v.chunks_mut(BLOCK) {
+            let keep = &mut keep[..block.len()];
+            keep.copy_from_slice(block);
+            block.iter_mut().for_each(|x| *x = fast(*x));
+            for (x, &input) in block.iter_mut().zip(keep.iter()) {
+                if !(input.abs() < 88.0) {
+                    *x = input.exp();
+                }
             }
         }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn exp_avx512(v: &mut [f32]) {
-    exp_blocks(v)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_avx2(v: &mut [f32]) {
-    exp_blocks(v)
-}
-
-/// The vector route at `level`, if any.
+/// The vector route at `level`, if any: CPUs with FMA only (elsewhere `mul_add` is a libm call,
+/// and glibc's `expf` is its plain variant, whose bits differ).
 fn run(level: Isa, v: &mut [f32]) -> bool {
-    match isa::usable(level) {
-        // Safety: `usable` never exceeds what the CPU has; the avx2 level requires FMA.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Bf16 => unsafe { exp_avx512(v) },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { exp_avx2(v) },
-        _ => return false,
+    let level = isa::usable(level);
+    if level < Isa::Avx2 {
+        return false;
     }
+    exp_blocks(level, v);
     true
 }
 

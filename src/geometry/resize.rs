@@ -88,7 +88,7 @@ impl<'a> BilinearRows<'a> {
         }
         let s = usize::from(keep.is_some() && self.held[0] == keep);
         let src = &self.plane[y * self.w..(y + 1) * self.w];
-        lerp_taps(src, self.xs, &mut self.rows[s]);
+        lerp_taps(crate::model::cpu::isa::current(), src, self.xs, &mut self.rows[s]);
         self.held[s] = Some(y);
         s
     }
@@ -104,12 +104,11 @@ impl<'a> BilinearRows<'a> {
     }
 }
 
-/// out[i] = src[x0]·wx0 + src[x1]·wx1 over the taps, compiled for the widest vectors the CPU has
-/// (gathers; the post-processing runs it once per source row of each map). The same arithmetic
-/// in every build (no contraction into FMA), so every level gives the same bits.
-fn lerp_taps(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
-    #[inline(always)]
-    fn body(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
+crate::model::cpu::math::dispatch! {
+    /// out[i] = src[x0]·wx0 + src[x1]·wx1 over the taps, compiled for the widest vectors the CPU
+    /// has (gathers; the post-processing runs it once per source row of each map). The same
+    /// arithmetic in every build, so every level gives the same bits.
+    fn lerp_taps / lerp_taps_baseline(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
         // The clamp never changes a tap of `bilinear_axis(src.len(), _)`; it lets the compiler
         // drop the bounds checks, which would keep the loop scalar.
         let Some(last) = src.len().checked_sub(1) else { return };
@@ -117,25 +116,6 @@ fn lerp_taps(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
             *o = src[x0.min(last)] * wx0 + src[x1.min(last)] * wx1;
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::model::cpu::isa::{self, Isa};
-        #[target_feature(enable = "avx512f")]
-        unsafe fn wide(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
-            body(src, xs, out)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn half(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
-            body(src, xs, out)
-        }
-        match isa::current() {
-            // Safety: `current` never exceeds what the CPU has.
-            Isa::Avx512 | Isa::Avx512Bf16 => return unsafe { wide(src, xs, out) },
-            Isa::Avx2 => return unsafe { half(src, xs, out) },
-            Isa::Portable => {}
-        }
-    }
-    body(src, xs, out)
 }
 
 /// Antialiased bilinear (triangle filter) weights for one axis, as PyTorch's

@@ -81,40 +81,30 @@ impl Graphs {
         if !enabled() {
             return Ok(None);
         }
+        let (rows, cols) = prep.grid;
         let mut by_grid = self.by_grid.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = match by_grid.remove(&prep.grid) {
-            Some(e) => e,
-            None => match capture(model, &cuda.cuda_stream(), prep) {
+        let Some(entry) = by_grid.get_mut(&prep.grid) else {
+            return Ok(match capture(model, &cuda.cuda_stream(), prep) {
                 Ok((c, raw)) => {
-                    // The capture's own op-by-op run is this image's answer.
                     by_grid.insert(prep.grid, Entry::Ready(Box::new(c)));
-                    return Ok(Some(raw));
+                    // The capture's own op-by-op run is this image's answer.
+                    Some(raw)
                 }
                 Err(e) => {
-                    eprintln!("moge: CUDA graph for the {}x{} token grid not used: {e:#}; running op by op", prep.grid.0, prep.grid.1);
-                    Entry::Failed(format!("{e:#}"))
+                    eprintln!("moge: CUDA graph for the {rows}x{cols} token grid not used: {e:#}; running op by op");
+                    by_grid.insert(prep.grid, Entry::Failed(format!("{e:#}")));
+                    None
                 }
-            },
+            });
         };
-        let out = match &entry {
-            Entry::Ready(c) => replay(model, c.as_ref(), prep).map(Some),
-            Entry::Failed(_) => Ok(None),
-        };
-        let entry = match (entry, &out) {
-            (Entry::Ready(mut c), Ok(_)) => {
-                c.aspect = aspect(prep);
-                Entry::Ready(c)
+        let Entry::Ready(c) = entry else { return Ok(None) };
+        match replay(model, c, prep) {
+            Ok(raw) => Ok(Some(raw)),
+            Err(e) => {
+                eprintln!("moge: CUDA graph replay failed for the {rows}x{cols} token grid: {e:#}; running op by op");
+                *entry = Entry::Failed(format!("replay: {e:#}"));
+                Ok(None)
             }
-            (_, Err(e)) => {
-                eprintln!("moge: CUDA graph replay failed for the {}x{} token grid: {e:#}; running op by op", prep.grid.0, prep.grid.1);
-                Entry::Failed(format!("replay: {e:#}"))
-            }
-            (e, _) => e,
-        };
-        by_grid.insert(prep.grid, entry);
-        match out {
-            Ok(raw) => Ok(raw),
-            Err(_) => Ok(None),
         }
     }
 }
@@ -155,16 +145,13 @@ fn graph_launch(c: &Captured) -> Result<()> {
 
 /// Writes this image (and its UV planes where the aspect changed) into the graph's inputs,
 /// replays, reads the outputs back.
-fn replay(model: &Model, c: &Captured, prep: &Prepared) -> Result<RawOutput> {
-    let (rows, cols) = prep.grid;
-    let (ih, iw) = (rows * super::dinov2::PATCH_SIZE, cols * super::dinov2::PATCH_SIZE);
-    let src = Tensor::from_slice(&prep.input, (3, ih, iw), &model.device)?;
-    c.image.slice_set(&src, 0, 0)?;
+fn replay(model: &Model, c: &mut Captured, prep: &Prepared) -> Result<RawOutput> {
+    c.image.slice_set(&model.device_image(prep)?, 0, 0)?;
     if aspect(prep) != c.aspect {
-        let (_, uv) = model.device_inputs(prep)?;
-        for (dst, src) in c.uv.iter().zip(&uv) {
+        for (dst, src) in c.uv.iter().zip(&model.device_uv(prep)?) {
             dst.slice_set(src, 0, 0)?;
         }
+        c.aspect = aspect(prep);
     }
     graph_launch(c)?;
     c.outputs.read_back()

@@ -125,7 +125,6 @@ impl Network {
 }
 
 /// The network's outputs on the device.
-#[derive(Clone)]
 pub(crate) struct Outputs {
     pub points: Option<Tensor>,
     pub normal: Option<Tensor>,
@@ -324,16 +323,25 @@ impl Model {
     /// The network's inputs on the device: the normalised image, and the UV planes of the
     /// neck's five levels (their values depend on the photo's aspect, not only on the grid).
     pub(crate) fn device_inputs(&self, prep: &Prepared) -> Result<(Tensor, Vec<Tensor>)> {
+        Ok((self.device_image(prep)?, self.device_uv(prep)?))
+    }
+
+    /// The normalised (3, 14·rows, 14·cols) image on the device.
+    pub(crate) fn device_image(&self, prep: &Prepared) -> Result<Tensor> {
         let (rows, cols) = prep.grid;
-        let image = Tensor::from_slice(&prep.input, (3, rows * PATCH_SIZE, cols * PATCH_SIZE), &self.device)?;
+        Ok(Tensor::from_slice(&prep.input, (3, rows * PATCH_SIZE, cols * PATCH_SIZE), &self.device)?)
+    }
+
+    /// The (2, rows·2^l, cols·2^l) UV planes of levels l = 0..5 on the device.
+    pub(crate) fn device_uv(&self, prep: &Prepared) -> Result<Vec<Tensor>> {
+        let (rows, cols) = prep.grid;
         let aspect = prep.width as f64 / prep.height as f64;
-        let uv = (0..5)
+        Ok((0..5)
             .map(|level| {
                 let (h, w) = (rows << level, cols << level);
                 Tensor::from_vec(view_plane_uv_planar(w, h, aspect), (2, h, w), &self.device)
             })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok((image, uv))
+            .collect::<candle_core::Result<Vec<_>>>()?)
     }
 
     /// Encoder, neck and heads on device-resident inputs, with nothing read back to the host and

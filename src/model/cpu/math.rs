@@ -2,7 +2,7 @@
 //! vectorises it, and compiled again for AVX2 and for AVX-512: the baseline x86-64 target only
 //! allows 4-lane SSE, and a released binary must still run on CPUs without either.
 
-use super::isa::{self, Isa};
+use super::isa::Isa;
 
 /// The code path of this module's loops at `level`: the AVX-512F build, the AVX2 one, or the
 /// baseline.
@@ -17,8 +17,10 @@ pub fn route(level: Isa) -> Isa {
 /// `fn $name(level, args)` that runs `$body` compiled for the [`route`] of `level` (lowered to
 /// what the CPU has), and `fn $base(args)` that always runs it for the baseline target. The
 /// code is the same, so every build gives the same bits (no contraction into FMA happens
-/// without fast-math). The level is an argument, not read here, because these run inside
-/// rayon tasks, where [`isa::with_isa`] does not reach.
+/// without fast-math; an explicit `mul_add` is fused in every build, as one instruction where
+/// the build has FMA, which the AVX2 level requires). The level is an argument, not read here,
+/// because these run inside rayon tasks, where [`super::isa::with_isa`] does not reach. The one
+/// dispatch of the host's vector loops as well (`geometry::exp`, `geometry::resize`).
 macro_rules! dispatch {
     ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) $body:block) => {
         #[inline(always)]
@@ -26,19 +28,21 @@ macro_rules! dispatch {
         $vis fn $base($($a: $t),*) $body
 
         $(#[$m])*
-        $vis fn $name(level: Isa, $($a: $t),*) {
+        $vis fn $name(level: $crate::model::cpu::isa::Isa, $($a: $t),*) {
+            use $crate::model::cpu::isa::{usable, Isa};
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f")]
+            #[target_feature(enable = "avx512f,fma")]
             unsafe fn wide($($a: $t),*) {
                 $base($($a),*)
             }
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2")]
+            #[target_feature(enable = "avx2,fma")]
             unsafe fn half($($a: $t),*) {
                 $base($($a),*)
             }
-            match route(isa::usable(level)) {
-                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F (AVX2).
+            match $crate::model::cpu::math::route(usable(level)) {
+                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F (AVX2 and
+                // FMA, which the avx2 level requires).
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512 => unsafe { wide($($a),*) },
                 #[cfg(target_arch = "x86_64")]
@@ -48,6 +52,7 @@ macro_rules! dispatch {
         }
     };
 }
+pub(crate) use dispatch;
 
 /// e^x for x ≤ 0 (softmax after max subtraction): 2^n · p(r) with r = x − n·ln2, |r| ≤ ln2/2,
 /// and a degree-6 polynomial (relative error < 2e-7). Written branch-free with float→int by the
@@ -137,6 +142,7 @@ dispatch! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::cpu::isa;
 
     #[test]
     fn exp_neg_is_accurate_over_the_softmax_range() {
