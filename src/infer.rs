@@ -3,7 +3,7 @@
 
 use crate::geometry::exp::exp_in_place;
 use crate::geometry::focal_shift::{recover_focal_shift, recover_focal_shift_sampled};
-use crate::geometry::resize::{bilinear_at, bilinear_axis, resize_bilinear, BilinearRows};
+use crate::geometry::resize::{bilinear_at, bilinear_axis, resize_bilinear, BilinearRows, ColumnTaps};
 use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
 use crate::model::RawOutput;
@@ -270,8 +270,14 @@ fn rays(n: usize, f: f32) -> Vec<f32> {
 /// 64x64 samples computed alone, then each output row is interpolated, remapped, shifted,
 /// projected, scaled and masked while it is in cache, and written once into the maps. No
 /// full-size temporary, and the x and y of the points are not interpolated when the projection
-/// replaces them.
+/// replaces them. Compiled for the widest vectors the CPU has (the same arithmetic, so the
+/// same bits, at every level).
 pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
+    postprocess_rows(crate::model::cpu::isa::current(), raw, remap, width, height, grid, opts)
+}
+
+crate::model::cpu::math::dispatch! {
+fn postprocess_rows / postprocess_rows_baseline(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
     let (h, w) = raw.size;
     let plane = h * w;
     let (xs, ys) = (bilinear_axis(w, width), bilinear_axis(h, height));
@@ -302,10 +308,11 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
     let project = opts.force_projection;
     let masking = opts.apply_mask && raw.mask.is_some();
     // Interpolated rows: the points' z (and x, y unless projected), the normal, the mask logits.
-    let mut pz = BilinearRows::new(points_plane(2), w, &xs);
-    let mut pxy = (!project).then(|| [BilinearRows::new(points_plane(0), w, &xs), BilinearRows::new(points_plane(1), w, &xs)]);
-    let mut nrm = raw.normal.as_ref().map(|d| [0, 1, 2].map(|c| BilinearRows::new(&d[c * plane..(c + 1) * plane], w, &xs)));
-    let mut msk = raw.mask.as_ref().map(|d| BilinearRows::new(d, w, &xs));
+    let cols = ColumnTaps::new(&xs);
+    let mut pz = BilinearRows::new(points_plane(2), w, &cols);
+    let mut pxy = (!project).then(|| [BilinearRows::new(points_plane(0), w, &cols), BilinearRows::new(points_plane(1), w, &cols)]);
+    let mut nrm = raw.normal.as_ref().map(|d| [0, 1, 2].map(|c| BilinearRows::new(&d[c * plane..(c + 1) * plane], w, &cols)));
+    let mut msk = raw.mask.as_ref().map(|d| BilinearRows::new(d, w, &cols));
     let mut row = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
     let mut nrow = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
     let mut mrow = vec![0f32; width];
@@ -428,6 +435,7 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
         shift: fs.shift,
         grid,
     }
+}
 }
 
 /// `infer()` after `forward()`.

@@ -5,7 +5,11 @@
 //!   every option, remap and head combination, up- and down-sampling, odd sizes, and mask logits
 //!   at the sigmoid's 0.5 edge;
 //! - the antialiased resize straight from 8-bit RGB (`Model::prepare`) and the one of a float
-//!   image (`resize_bilinear_antialias`).
+//!   image (`resize_bilinear_antialias`);
+//! - the PNG codes and the depth statistics against their plain definitions.
+//!
+//! The fast paths are compiled once per ISA level (AVX-512, AVX2, baseline): each level this
+//! machine has is held to the same bits.
 
 mod common;
 
@@ -13,6 +17,7 @@ use common::rng::Rng;
 use moge::geometry::resize::{resize_bilinear_antialias, resize_rgb8_antialias};
 use moge::infer::{forward_maps, postprocess, postprocess_raw, InferOptions, Prediction};
 use moge::model::config::RemapOutput;
+use moge::model::cpu::isa;
 use moge::model::RawOutput;
 
 fn raw(rng: &mut Rng, (h, w): (usize, usize), normal: bool, mask: bool, scale: bool) -> RawOutput {
@@ -65,7 +70,7 @@ fn one_pass_equals_forward_maps_then_postprocess() {
     // one-pixel-wide maps.
     let sizes = [((16, 32), (61, 97)), ((32, 48), (45, 70)), ((48, 64), (30, 40)), ((16, 16), (16, 16)), ((1, 8), (3, 20)), ((8, 1), (9, 1))];
     let remaps = [RemapOutput::Exp, RemapOutput::Linear, RemapOutput::Sinh, RemapOutput::SinhExp];
-    let mut cases = 0;
+    let (mut cases, mut levels) = (0, 0);
     let mut masked_pixels = 0;
     for (k, &(size, (width, height))) in sizes.iter().enumerate() {
         for (r, &remap) in remaps.iter().enumerate() {
@@ -80,17 +85,22 @@ fn one_pass_equals_forward_maps_then_postprocess() {
                         ..InferOptions::default()
                     };
                     let grid = (3, 5);
-                    let fused = postprocess_raw(&raw, remap, width, height, grid, &opts);
                     let two_step = postprocess(forward_maps(&raw, remap, width, height), width, height, grid, &opts);
-                    let what = format!("{size:?} -> {width}x{height}, {remap:?}, normal {normal}, mask {mask}, scale {scale}, {opts:?}");
-                    assert_identical(&what, &fused, &two_step);
-                    masked_pixels += fused.mask.iter().filter(|&&m| !m).count();
+                    // The one-pass route is compiled per ISA level: each gives the same bits.
+                    for level in isa::levels() {
+                        let fused = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &opts));
+                        let what = format!("{level}: {size:?} -> {width}x{height}, {remap:?}, normal {normal}, mask {mask}, scale {scale}, {opts:?}");
+                        assert_identical(&what, &fused, &two_step);
+                        masked_pixels += fused.mask.iter().filter(|&&m| !m).count();
+                        levels += 1;
+                    }
                     cases += 1;
                 }
             }
         }
     }
     assert_eq!(cases, sizes.len() * remaps.len() * 8 * 4);
+    assert_eq!(levels, cases * isa::levels().count());
     // The cases exercise the mask: some pixels invalid, most valid.
     assert!(masked_pixels > 0, "no pixel masked in any case");
 }
@@ -110,8 +120,10 @@ fn resize_from_bytes_equals_resize_of_floats() {
             }
         }
         let want = resize_bilinear_antialias(&planar, 3, h, w, oh, ow);
-        let got = resize_rgb8_antialias(&rgb, h, w, oh, ow, &lut);
-        same(&format!("{h}x{w} -> {oh}x{ow}"), &got, &want);
+        for level in isa::levels() {
+            let got = isa::with_isa(level, || resize_rgb8_antialias(&rgb, h, w, oh, ow));
+            same(&format!("{level}: {h}x{w} -> {oh}x{ow}"), &got, &want);
+        }
         assert!(want.iter().any(|&v| v > 0.1), "{h}x{w}: an all-dark resize tests little");
     }
 }
@@ -176,10 +188,14 @@ fn png_encodings_equal_rounding_by_libm() {
         let mask: Vec<bool> = (0..depth.len()).map(|i| i % 7 != 3).collect();
         let (want, want_sat) = depth_codes_by_round(&depth, &mask, scale);
         let p = prediction_of(depth, mask);
-        let (got, got_sat) = moge::outputs::png::encode_depth(&p, scale);
-        assert_eq!(got, want, "depth codes at scale {scale}");
-        assert_eq!(got_sat, want_sat, "saturated count at scale {scale}");
-        assert_eq!(moge::outputs::png::count_saturated(&p, scale), want_sat);
+        for level in isa::levels() {
+            isa::with_isa(level, || {
+                let (got, got_sat) = moge::outputs::png::encode_depth(&p, scale);
+                assert_eq!(got, want, "{level}: depth codes at scale {scale}");
+                assert_eq!(got_sat, want_sat, "{level}: saturated count at scale {scale}");
+                assert_eq!(moge::outputs::png::count_saturated(&p, scale), want_sat, "{level}");
+            });
+        }
         assert!(want_sat > 0 && want.iter().any(|&c| c == 65535) && want.iter().any(|&c| c == 0));
     }
     let mut n: Vec<f32> = (0..300_000).map(|_| 1.2 * rng.unit()).collect();
@@ -190,7 +206,9 @@ fn png_encodings_equal_rounding_by_libm() {
     }
     n.extend([0.0, -0.0, 1.0, -1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
     let want: Vec<u8> = n.iter().map(|&c| (((c.clamp(-1.0, 1.0) + 1.0) * 0.5 * 255.0).round()) as u8).collect();
-    assert_eq!(moge::outputs::png::encode_normal(&n), want);
+    for level in isa::levels() {
+        assert_eq!(isa::with_isa(level, || moge::outputs::png::encode_normal(&n)), want, "{level}");
+    }
 }
 
 /// `--npz-normal-dtype float16`: `normal.npy` is a float16 array numpy reads (header checked

@@ -69,15 +69,43 @@ pub fn bilinear_at(plane: &[f32], w: usize, (x0, x1, wx0, wx1): BilinearTap, (y0
 pub struct BilinearRows<'a> {
     plane: &'a [f32],
     w: usize,
-    xs: &'a [BilinearTap],
+    xs: &'a ColumnTaps,
     /// Source row index held by each slot, and its x-interpolated values.
     held: [Option<usize>; 2],
     rows: [Vec<f32>; 2],
 }
 
+/// The output columns' taps of [`BilinearRows`] (from `bilinear_axis(w, ow)`), one array per
+/// field: the loop over them gathers with 16 lanes of 32-bit indices.
+pub struct ColumnTaps {
+    x0: Vec<u32>,
+    x1: Vec<u32>,
+    w0: Vec<f32>,
+    w1: Vec<f32>,
+}
+
+impl ColumnTaps {
+    pub fn new(xs: &[BilinearTap]) -> Self {
+        Self {
+            x0: xs.iter().map(|t| t.0 as u32).collect(),
+            x1: xs.iter().map(|t| t.1 as u32).collect(),
+            w0: xs.iter().map(|t| t.2).collect(),
+            w1: xs.iter().map(|t| t.3).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.x0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.x0.is_empty()
+    }
+}
+
 impl<'a> BilinearRows<'a> {
-    /// `plane` is `h` x `w`; `xs` the output columns' taps (`bilinear_axis(w, ow)`).
-    pub fn new(plane: &'a [f32], w: usize, xs: &'a [BilinearTap]) -> Self {
+    /// `plane` is `h` x `w`; `xs` the output columns' taps.
+    pub fn new(plane: &'a [f32], w: usize, xs: &'a ColumnTaps) -> Self {
         Self { plane, w, xs, held: [None, None], rows: [vec![0.0; xs.len()], vec![0.0; xs.len()]] }
     }
 
@@ -88,7 +116,8 @@ impl<'a> BilinearRows<'a> {
         }
         let s = usize::from(keep.is_some() && self.held[0] == keep);
         let src = &self.plane[y * self.w..(y + 1) * self.w];
-        lerp_taps(crate::model::cpu::isa::current(), src, self.xs, &mut self.rows[s]);
+        let t = self.xs;
+        lerp_taps(crate::model::cpu::isa::current(), src, &t.x0, &t.x1, &t.w0, &t.w1, &mut self.rows[s]);
         self.held[s] = Some(y);
         s
     }
@@ -105,15 +134,18 @@ impl<'a> BilinearRows<'a> {
 }
 
 crate::model::cpu::math::dispatch! {
-    /// out[i] = src[x0]·wx0 + src[x1]·wx1 over the taps, compiled for the widest vectors the CPU
+    /// out[i] = src[x0[i]]·w0[i] + src[x1[i]]·w1[i], compiled for the widest vectors the CPU
     /// has (gathers; the post-processing runs it once per source row of each map). The same
     /// arithmetic in every build, so every level gives the same bits.
-    fn lerp_taps / lerp_taps_baseline(src: &[f32], xs: &[BilinearTap], out: &mut [f32]) {
-        // The clamp never changes a tap of `bilinear_axis(src.len(), _)`; it lets the compiler
-        // drop the bounds checks, which would keep the loop scalar.
+    fn lerp_taps / lerp_taps_baseline(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
+        // The clamp never changes a tap of `bilinear_axis(src.len(), _)`; it keeps every read
+        // inside the row without a bounds check (which would keep the loop scalar).
         let Some(last) = src.len().checked_sub(1) else { return };
-        for (o, &(x0, x1, wx0, wx1)) in out.iter_mut().zip(xs) {
-            *o = src[x0.min(last)] * wx0 + src[x1.min(last)] * wx1;
+        let last = u32::try_from(last).expect("a row of fewer than 2^32 pixels");
+        for ((((o, &a), &b), &wa), &wb) in out.iter_mut().zip(x0).zip(x1).zip(w0).zip(w1) {
+            // SAFETY: both indices are at most `last`, which is `src.len() - 1`.
+            let (va, vb) = unsafe { (*src.get_unchecked(a.min(last) as usize), *src.get_unchecked(b.min(last) as usize)) };
+            *o = va * wa + vb * wb;
         }
     }
 }
@@ -162,58 +194,99 @@ pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: 
             *t = acc;
         }
     }
-    vertical_antialias(&tmp, c, h, ow, oh)
+    vertical_antialias(crate::model::cpu::isa::current(), &tmp, c, h, ow, oh)
 }
 
 /// [`resize_bilinear_antialias`] of an interleaved 8-bit RGB image whose float values are
-/// `lut[byte]`, to planar (3, oh, ow), bit for bit the same: the horizontal pass reads the bytes,
-/// so the full-size float copy of the photo is never made (24 MB at 1080p), and the three
-/// channels' sums run side by side.
-pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usize, lut: &[f32; 256]) -> Vec<f32> {
+/// v / 255 (numpy's `image / 255` in float64 cast to float32 gives the same value: a float64
+/// quotient rounded to float32 is the correctly rounded float32 quotient), to planar (3, oh,
+/// ow), bit for bit the same. The full-size float copy of the photo is never made (24 MB at
+/// 1080p): each source row is split into three float rows in cache, filtered along x, and the
+/// filtered rows go through the vertical pass; both passes are compiled for the widest vectors
+/// the CPU has.
+pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     assert_eq!(rgb.len(), 3 * h * w);
+    let level = crate::model::cpu::isa::current();
     let xs = antialias_axis(w, ow);
-    let mut tmp = vec![0f32; 3 * h * ow];
-    let (t0, rest) = tmp.split_at_mut(h * ow);
-    let (t1, t2) = rest.split_at_mut(h * ow);
-    for (y, src) in rgb.chunks_exact(3 * w).enumerate() {
-        let out = y * ow..(y + 1) * ow;
-        for (((o0, o1), o2), tap) in t0[out.clone()].iter_mut().zip(&mut t1[out.clone()]).zip(&mut t2[out]).zip(&xs) {
-            let (mut a0, mut a1, mut a2) = (0f32, 0f32, 0f32);
-            for (px, wv) in src[3 * tap.start..].chunks_exact(3).zip(&tap.weights) {
-                a0 += lut[px[0] as usize] * wv;
-                a1 += lut[px[1] as usize] * wv;
-                a2 += lut[px[2] as usize] * wv;
-            }
-            (*o0, *o1, *o2) = (a0, a1, a2);
+    // The taps as a table of `width` weights per output column, zero past each column's own
+    // (a zero weight adds +0.0 to a sum of non-negative terms: no change to it).
+    let width = xs.iter().map(|t| t.weights.len()).max().unwrap_or(0);
+    // 32-bit indices: 16-lane gathers where 64-bit ones take 8.
+    let starts: Vec<u32> = xs.iter().map(|t| t.start as u32).collect();
+    let mut weights = vec![0f32; width * ow];
+    for (i, t) in xs.iter().enumerate() {
+        for (k, &wv) in t.weights.iter().enumerate() {
+            weights[k * ow + i] = wv;
         }
     }
-    vertical_antialias(&tmp, 3, h, ow, oh)
+    let mut tmp = vec![0f32; 3 * h * ow];
+    let mut planes = vec![0f32; 3 * w];
+    for (y, src) in rgb.chunks_exact(3 * w).enumerate() {
+        rgb8_planes(level, src, &mut planes);
+        for (c, plane) in planes.chunks_exact(w).enumerate() {
+            let out = &mut tmp[(c * h + y) * ow..(c * h + y + 1) * ow];
+            taps_along_x(level, plane, &starts, &weights, out);
+        }
+    }
+    vertical_antialias(level, &tmp, 3, h, ow, oh)
 }
 
-/// The vertical pass of the antialiased resize over `c` planes of `h` x `ow`.
-fn vertical_antialias(tmp: &[f32], c: usize, h: usize, ow: usize, oh: usize) -> Vec<f32> {
-    let ys = antialias_axis(h, oh);
-    let mut out = vec![0f32; c * oh * ow];
-    for ch in 0..c {
-        let plane = &tmp[ch * h * ow..(ch + 1) * h * ow];
-        let dst = &mut out[ch * oh * ow..(ch + 1) * oh * ow];
-        for (oy, tap) in ys.iter().enumerate() {
-            let row = &mut dst[oy * ow..(oy + 1) * ow];
-            for (k, wv) in tap.weights.iter().enumerate() {
-                let srow = &plane[(tap.start + k) * ow..(tap.start + k + 1) * ow];
-                if k == 0 {
-                    for (o, s) in row.iter_mut().zip(srow) {
-                        *o = s * wv;
-                    }
-                } else {
-                    for (o, s) in row.iter_mut().zip(srow) {
-                        *o += s * wv;
+crate::model::cpu::math::dispatch! {
+    /// One row of 8-bit RGB as three planar float rows of v / 255.
+    fn rgb8_planes / rgb8_planes_baseline(src: &[u8], planes: &mut [f32]) {
+        let w = src.len() / 3;
+        let (p0, rest) = planes.split_at_mut(w);
+        let (p1, p2) = rest.split_at_mut(w);
+        for (((px, a), b), c) in src.chunks_exact(3).zip(p0).zip(p1).zip(p2) {
+            (*a, *b, *c) = (px[0] as f32 / 255.0, px[1] as f32 / 255.0, px[2] as f32 / 255.0);
+        }
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    /// out[i] = Σ_k src[starts[i] + k] · weights[k][i], summed in k order from 0 (the order of
+    /// PyTorch's kernel), one k at a time over the whole row so that it vectorises (gathers).
+    fn taps_along_x / taps_along_x_baseline(src: &[f32], starts: &[u32], weights: &[f32], out: &mut [f32]) {
+        out.fill(0.0);
+        // The clamp only moves padded taps (zero weight) back into the row, and keeps every
+        // read inside it without a bounds check (which would keep the loop scalar).
+        let Some(last) = src.len().checked_sub(1) else { return };
+        let last = u32::try_from(last).expect("a row of fewer than 2^32 pixels");
+        for (k, wk) in weights.chunks_exact(out.len().max(1)).enumerate() {
+            for ((o, &s), &wv) in out.iter_mut().zip(starts).zip(wk) {
+                // SAFETY: the index is at most `last`, which is `src.len() - 1`.
+                *o += unsafe { *src.get_unchecked(s.wrapping_add(k as u32).min(last) as usize) } * wv;
+            }
+        }
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    /// The vertical pass of the antialiased resize over `c` planes of `h` x `ow`.
+    fn vertical_antialias / vertical_antialias_baseline(tmp: &[f32], c: usize, h: usize, ow: usize, oh: usize) -> Vec<f32> {
+        let ys = antialias_axis(h, oh);
+        let mut out = vec![0f32; c * oh * ow];
+        for ch in 0..c {
+            let plane = &tmp[ch * h * ow..(ch + 1) * h * ow];
+            let dst = &mut out[ch * oh * ow..(ch + 1) * oh * ow];
+            for (oy, tap) in ys.iter().enumerate() {
+                let row = &mut dst[oy * ow..(oy + 1) * ow];
+                for (k, wv) in tap.weights.iter().enumerate() {
+                    let srow = &plane[(tap.start + k) * ow..(tap.start + k + 1) * ow];
+                    if k == 0 {
+                        for (o, s) in row.iter_mut().zip(srow) {
+                            *o = s * wv;
+                        }
+                    } else {
+                        for (o, s) in row.iter_mut().zip(srow) {
+                            *o += s * wv;
+                        }
                     }
                 }
             }
         }
+        out
     }
-    out
 }
 
 /// PyTorch legacy `mode='nearest'` source index for one axis.
@@ -273,6 +346,15 @@ mod rows_tests {
     use super::*;
     use crate::model::cpu::isa;
 
+    /// `resize_rgb8_antialias` divides in float32 where numpy divides in float64 and casts: the
+    /// same value for every byte.
+    #[test]
+    fn float32_division_by_255_is_numpys() {
+        for v in 0..=255u8 {
+            assert_eq!((v as f32 / 255.0).to_bits(), ((v as f64 / 255.0) as f32).to_bits(), "{v}");
+        }
+    }
+
     /// Row by row, at every ISA level this machine has, the bits of the whole-map resize (the
     /// post-processing's upsample of the head outputs; up and down, odd sizes, one column).
     #[test]
@@ -289,6 +371,7 @@ mod rows_tests {
                 .collect();
             let want = resize_bilinear(&plane, 1, h, w, oh, ow);
             let (xs, ys) = (bilinear_axis(w, ow), bilinear_axis(h, oh));
+            let xs = ColumnTaps::new(&xs);
             for level in isa::levels() {
                 isa::with_isa(level, || {
                     let mut rows = BilinearRows::new(&plane, w, &xs);

@@ -250,11 +250,9 @@ impl Model {
     /// ViT input → ImageNet normalisation.
     pub fn prepare(&self, rgb: &[u8], width: usize, height: usize, num_tokens: u32) -> Prepared {
         assert_eq!(rgb.len(), width * height * 3);
-        // numpy `image / 255` in float64, then cast to float32, as the upstream CLI: 256 values.
-        let lut: [f32; 256] = std::array::from_fn(|v| (v as f64 / 255.0) as f32);
         let grid = token_grid(width, height, num_tokens);
         let (ih, iw) = (grid.0 * PATCH_SIZE, grid.1 * PATCH_SIZE);
-        let input = resize_rgb8_antialias(rgb, height, width, ih, iw, &lut);
+        let input = resize_rgb8_antialias(rgb, height, width, ih, iw);
         self.normalized(input, width, height, grid)
     }
 

@@ -11,6 +11,7 @@ use image::{ExtendedColorType, ImageEncoder};
 
 use super::write_atomic;
 use crate::infer::Prediction;
+use crate::model::cpu::isa;
 
 /// The depth code of one pixel and whether it saturated (see [`encode_depth`]): `round(d /
 /// scale)` half away from zero, clamped to 1..=65535, written with a truncating conversion and
@@ -43,33 +44,54 @@ fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
 /// 65535 / 1; returns the codes and how many saturated.
 pub fn encode_depth(p: &Prediction, scale: f32) -> (Vec<u16>, usize) {
     let mut codes = vec![0u16; p.depth.len()];
-    let mut saturated = 0;
-    for ((c, &d), &m) in codes.iter_mut().zip(&p.depth).zip(&p.mask) {
-        let (code, sat) = depth_code(d, m, scale);
-        *c = code;
-        saturated += usize::from(sat);
-    }
+    let saturated = depth_codes(isa::current(), &p.depth, &p.mask, scale, &mut codes);
     (codes, saturated)
+}
+
+// The per-pixel loops below, compiled for the widest vectors the CPU has (the baseline target
+// only has SSE2, without a vector f64 -> u32 conversion); the same arithmetic in every build.
+crate::model::cpu::math::dispatch! {
+    fn depth_codes / depth_codes_baseline(depth: &[f32], mask: &[bool], scale: f32, codes: &mut [u16]) -> usize {
+        let mut saturated = 0;
+        for ((c, &d), &m) in codes.iter_mut().zip(depth).zip(mask) {
+            let (code, sat) = depth_code(d, m, scale);
+            *c = code;
+            saturated += usize::from(sat);
+        }
+        saturated
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    fn saturated_count / saturated_count_baseline(depth: &[f32], mask: &[bool], scale: f32) -> usize {
+        depth.iter().zip(mask).map(|(&d, &m)| usize::from(depth_code(d, m, scale).1)).sum()
+    }
 }
 
 /// How many valid depths [`encode_depth`] would saturate, without the codes.
 pub fn count_saturated(p: &Prediction, scale: f32) -> usize {
-    p.depth.iter().zip(&p.mask).map(|(&d, &m)| usize::from(depth_code(d, m, scale).1)).sum()
+    saturated_count(isa::current(), &p.depth, &p.mask, scale)
 }
 
 /// `round((n + 1) / 2 · 255)` per component (half away from zero, as `f32::round`, through a
 /// truncating conversion that vectorises); masked normals are zero vectors → 128.
 pub fn encode_normal(n: &[f32]) -> Vec<u8> {
-    n.iter()
-        .map(|&c| {
-            // NaN codes 0, as `round() as u8` gives it: the same as -1.
-            let c = if c.is_nan() { -1.0 } else { c.clamp(-1.0, 1.0) };
-            let x = (c + 1.0) * 0.5 * 255.0;
-            // SAFETY: x is finite and in [0, 255], so the conversion is exact truncation.
-            let i: i32 = unsafe { x.to_int_unchecked() };
-            (i + i32::from(x - i as f32 >= 0.5)) as u8
-        })
-        .collect()
+    normal_codes(isa::current(), n)
+}
+
+crate::model::cpu::math::dispatch! {
+    fn normal_codes / normal_codes_baseline(n: &[f32]) -> Vec<u8> {
+        n.iter()
+            .map(|&c| {
+                // NaN codes 0, as `round() as u8` gives it: the same as -1.
+                let c = if c.is_nan() { -1.0 } else { c.clamp(-1.0, 1.0) };
+                let x = (c + 1.0) * 0.5 * 255.0;
+                // SAFETY: x is finite and in [0, 255], so the conversion is exact truncation.
+                let i: i32 = unsafe { x.to_int_unchecked() };
+                (i + i32::from(x - i as f32 >= 0.5)) as u8
+            })
+            .collect()
+    }
 }
 
 /// The 16-bit depth PNG of `p` and how many valid depths saturated.

@@ -22,22 +22,26 @@ pub fn route(level: Isa) -> Isa {
 /// because these run inside rayon tasks, where [`super::isa::with_isa`] does not reach. The one
 /// dispatch of the host's vector loops as well (`geometry::exp`, `geometry::resize`).
 macro_rules! dispatch {
+    // A function without a result: the same, returning `()`.
     ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) $body:block) => {
+        $crate::model::cpu::math::dispatch! { $(#[$m])* $vis fn $name / $base($($a: $t),*) -> () $body }
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) -> $r:ty $body:block) => {
         #[inline(always)]
         #[allow(dead_code)]
-        $vis fn $base($($a: $t),*) $body
+        $vis fn $base($($a: $t),*) -> $r $body
 
         $(#[$m])*
-        $vis fn $name(level: $crate::model::cpu::isa::Isa, $($a: $t),*) {
+        $vis fn $name(level: $crate::model::cpu::isa::Isa, $($a: $t),*) -> $r {
             use $crate::model::cpu::isa::{usable, Isa};
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,fma")]
-            unsafe fn wide($($a: $t),*) {
+            unsafe fn wide($($a: $t),*) -> $r {
                 $base($($a),*)
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn half($($a: $t),*) {
+            unsafe fn half($($a: $t),*) -> $r {
                 $base($($a),*)
             }
             match $crate::model::cpu::math::route(usable(level)) {

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# moge beside ONNX Runtime (and PyTorch) on the CPU, in one run: forward of the same checkpoint
+# on the same photo at the same token count (issue 13). Outside CI.
+#
+#   scripts/bench-vs-onnxruntime.sh VENV CHECKPOINT [TOKENS] [RUNS]
+#
+# VENV: a Python venv with the reference (see tests/make_fixtures.py); onnx, onnxscript and
+# onnxruntime are installed into it from PyPI if missing. CHECKPOINT: an upstream model.pt
+# (tests/make_fullsize_reference.py --save-checkpoint DIR writes synthetic full-size ones).
+# MOGE= picks the binary (default target/release/moge); THREADS= the threads of every engine (2).
+set -euo pipefail
+venv=$1; ckpt=$2; tokens=${3:-1800}; runs=${4:-5}
+root=$(cd "$(dirname "$0")/.." && pwd)
+moge=${MOGE:-$root/target/release/moge}
+threads=${THREADS:-2}
+"$venv/bin/python" -c "import onnx, onnxscript, onnxruntime" 2>/dev/null \
+  || "$venv/bin/pip" install -q onnx onnxscript onnxruntime
+export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+exec "$venv/bin/python" "$root/scripts/bench_onnxruntime.py" "$ckpt" --moge "$moge" --tokens "$tokens" --runs "$runs" --threads "$threads" ${JSON:+--json "$JSON"}
