@@ -277,165 +277,165 @@ pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height
 }
 
 crate::model::cpu::math::dispatch! {
-fn postprocess_rows / postprocess_rows_baseline(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
-    let (h, w) = raw.size;
-    let plane = h * w;
-    let (xs, ys) = (bilinear_axis(w, width), bilinear_axis(h, height));
-    let points_plane = |c: usize| &raw.points[c * plane..(c + 1) * plane];
-    let metric_scale = raw.metric_scale.map(f32::exp);
+    fn postprocess_rows / postprocess_rows_baseline(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
+        let (h, w) = raw.size;
+        let plane = h * w;
+        let (xs, ys) = (bilinear_axis(w, width), bilinear_axis(h, height));
+        let points_plane = |c: usize| &raw.points[c * plane..(c + 1) * plane];
+        let metric_scale = raw.metric_scale.map(f32::exp);
 
-    let fs = recover_focal_shift_sampled(width, height, given_focal(opts, width, height), |x, y| {
-        if let Some(m) = &raw.mask {
-            if !mask_valid(bilinear_at(m, w, xs[x], ys[y])) {
-                return None;
-            }
-        }
-        let mut p = [0, 1, 2].map(|c| bilinear_at(points_plane(c), w, xs[x], ys[y]));
-        remap_point(remap, &mut p);
-        Some(p)
-    });
-    let intrinsics = intrinsics_of(fs.focal, width, height);
-    let (fx, fy) = (intrinsics[0][0], intrinsics[1][1]);
-    let (ray_x, ray_y) = (rays(width, fx), rays(height, fy));
-
-    // The maps are filled a row at a time from row buffers that stay in cache; they are never
-    // zeroed first (56 MB per 1080p image).
-    let n = width * height;
-    let mut points = Vec::with_capacity(3 * n);
-    let mut depth = Vec::with_capacity(n);
-    let mut normal = raw.normal.as_ref().map(|_| Vec::with_capacity(3 * n));
-    let mut mask = Vec::with_capacity(n);
-    let project = opts.force_projection;
-    let masking = opts.apply_mask && raw.mask.is_some();
-    // Interpolated rows: the points' z (and x, y unless projected), the normal, the mask logits.
-    let cols = ColumnTaps::new(&xs);
-    let mut pz = BilinearRows::new(points_plane(2), w, &cols);
-    let mut pxy = (!project).then(|| [BilinearRows::new(points_plane(0), w, &cols), BilinearRows::new(points_plane(1), w, &cols)]);
-    let mut nrm = raw.normal.as_ref().map(|d| [0, 1, 2].map(|c| BilinearRows::new(&d[c * plane..(c + 1) * plane], w, &cols)));
-    let mut msk = raw.mask.as_ref().map(|d| BilinearRows::new(d, w, &cols));
-    let mut row = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
-    let mut nrow = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
-    let mut mrow = vec![0f32; width];
-    let mut valid = vec![true; width];
-
-    for (y, &ty) in ys.iter().enumerate() {
-        // This row of each map, computed in place (a row at a time, so it stays in cache).
-        let grow = |m: &mut Vec<f32>, k: usize| {
-            let at = m.len();
-            m.resize(at + k * width, 0.0);
-            at
-        };
-        let (pa, da) = (grow(&mut points, 3), grow(&mut depth, 1));
-        let (prow, drow) = (&mut points[pa..], &mut depth[da..]);
-        if let Some(m) = msk.as_mut() {
-            m.row(ty, &mut mrow);
-            valid.iter_mut().zip(&mrow).for_each(|(v, &l)| *v = mask_valid(l));
-        }
-        pz.row(ty, &mut row[2]);
-        if let Some([px, py]) = pxy.as_mut() {
-            px.row(ty, &mut row[0]);
-            py.row(ty, &mut row[1]);
-        }
-        let has_mask = raw.mask.is_some();
-        // exp(z) over the row at once (libm's bits, vectorised); the rest of the remap follows.
-        let z_done = matches!(remap, RemapOutput::Exp | RemapOutput::SinhExp);
-        if z_done {
-            exp_in_place(&mut row[2]);
-        }
-        if project {
-            // Only z survives the projection: its remap alone (exp done above, sinh per pixel),
-            // then the rest over whole planar rows, which vectorise: shift, validity,
-            // x, y = ray · depth, scale, mask, and one interleaving store.
-            let [px, py, z] = &mut row;
-            if remap == RemapOutput::Sinh {
-                z.iter_mut().for_each(|v| *v = v.sinh());
-            }
-            z.iter_mut().for_each(|v| *v += fs.shift);
-            if has_mask {
-                valid.iter_mut().zip(z.iter()).for_each(|(m, &v)| *m &= v > 0.0);
-            }
-            let ry = ray_y[y];
-            for (((x, yv), &zv), &rx) in px.iter_mut().zip(py.iter_mut()).zip(z.iter()).zip(&ray_x) {
-                *x = rx * zv;
-                *yv = ry * zv;
-            }
-            if let Some(s) = metric_scale {
-                for ((x, yv), zv) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()) {
-                    *x *= s;
-                    *yv *= s;
-                    *zv *= s;
+        let fs = recover_focal_shift_sampled(width, height, given_focal(opts, width, height), |x, y| {
+            if let Some(m) = &raw.mask {
+                if !mask_valid(bilinear_at(m, w, xs[x], ys[y])) {
+                    return None;
                 }
             }
-            if masking {
-                for (((x, yv), zv), &m) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()).zip(valid.iter()) {
-                    let inf = f32::INFINITY;
-                    (*x, *yv, *zv) = if m { (*x, *yv, *zv) } else { (inf, inf, inf) };
-                }
+            let mut p = [0, 1, 2].map(|c| bilinear_at(points_plane(c), w, xs[x], ys[y]));
+            remap_point(remap, &mut p);
+            Some(p)
+        });
+        let intrinsics = intrinsics_of(fs.focal, width, height);
+        let (fx, fy) = (intrinsics[0][0], intrinsics[1][1]);
+        let (ray_x, ray_y) = (rays(width, fx), rays(height, fy));
+
+        // The maps are filled a row at a time from row buffers that stay in cache; they are never
+        // zeroed first (56 MB per 1080p image).
+        let n = width * height;
+        let mut points = Vec::with_capacity(3 * n);
+        let mut depth = Vec::with_capacity(n);
+        let mut normal = raw.normal.as_ref().map(|_| Vec::with_capacity(3 * n));
+        let mut mask = Vec::with_capacity(n);
+        let project = opts.force_projection;
+        let masking = opts.apply_mask && raw.mask.is_some();
+        // Interpolated rows: the points' z (and x, y unless projected), the normal, the mask logits.
+        let cols = ColumnTaps::new(&xs);
+        let mut pz = BilinearRows::new(points_plane(2), w, &cols);
+        let mut pxy = (!project).then(|| [BilinearRows::new(points_plane(0), w, &cols), BilinearRows::new(points_plane(1), w, &cols)]);
+        let mut nrm = raw.normal.as_ref().map(|d| [0, 1, 2].map(|c| BilinearRows::new(&d[c * plane..(c + 1) * plane], w, &cols)));
+        let mut msk = raw.mask.as_ref().map(|d| BilinearRows::new(d, w, &cols));
+        let mut row = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
+        let mut nrow = [vec![0f32; width], vec![0f32; width], vec![0f32; width]];
+        let mut mrow = vec![0f32; width];
+        let mut valid = vec![true; width];
+
+        for (y, &ty) in ys.iter().enumerate() {
+            // This row of each map, computed in place (a row at a time, so it stays in cache).
+            let grow = |m: &mut Vec<f32>, k: usize| {
+                let at = m.len();
+                m.resize(at + k * width, 0.0);
+                at
+            };
+            let (pa, da) = (grow(&mut points, 3), grow(&mut depth, 1));
+            let (prow, drow) = (&mut points[pa..], &mut depth[da..]);
+            if let Some(m) = msk.as_mut() {
+                m.row(ty, &mut mrow);
+                valid.iter_mut().zip(&mrow).for_each(|(v, &l)| *v = mask_valid(l));
             }
-            drow.copy_from_slice(z);
-            for (p, ((&x, &yv), &zv)) in prow.chunks_exact_mut(3).zip(px.iter().zip(py.iter()).zip(z.iter())) {
-                p.copy_from_slice(&[x, yv, zv]);
+            pz.row(ty, &mut row[2]);
+            if let Some([px, py]) = pxy.as_mut() {
+                px.row(ty, &mut row[0]);
+                py.row(ty, &mut row[1]);
             }
-        } else {
-            for (i, (p, d)) in prow.chunks_exact_mut(3).zip(drow.iter_mut()).enumerate() {
-                p.copy_from_slice(&[row[0][i], row[1][i], row[2][i]]);
-                if z_done {
-                    remap_point_after_exp(remap, p);
-                } else {
-                    remap_point(remap, p);
+            let has_mask = raw.mask.is_some();
+            // exp(z) over the row at once (libm's bits, vectorised); the rest of the remap follows.
+            let z_done = matches!(remap, RemapOutput::Exp | RemapOutput::SinhExp);
+            if z_done {
+                exp_in_place(&mut row[2]);
+            }
+            if project {
+                // Only z survives the projection: its remap alone (exp done above, sinh per pixel),
+                // then the rest over whole planar rows, which vectorise: shift, validity,
+                // x, y = ray · depth, scale, mask, and one interleaving store.
+                let [px, py, z] = &mut row;
+                if remap == RemapOutput::Sinh {
+                    z.iter_mut().for_each(|v| *v = v.sinh());
                 }
-                p[2] += fs.shift;
+                z.iter_mut().for_each(|v| *v += fs.shift);
                 if has_mask {
-                    valid[i] &= p[2] > 0.0;
+                    valid.iter_mut().zip(z.iter()).for_each(|(m, &v)| *m &= v > 0.0);
                 }
-                *d = p[2];
-            }
-            if let Some(s) = metric_scale {
-                prow.iter_mut().for_each(|v| *v *= s);
-                drow.iter_mut().for_each(|v| *v *= s);
-            }
-            if masking {
-                for (i, _) in valid.iter().enumerate().filter(|(_, &v)| !v) {
-                    prow[3 * i..3 * i + 3].fill(f32::INFINITY);
-                    drow[i] = f32::INFINITY;
+                let ry = ray_y[y];
+                for (((x, yv), &zv), &rx) in px.iter_mut().zip(py.iter_mut()).zip(z.iter()).zip(&ray_x) {
+                    *x = rx * zv;
+                    *yv = ry * zv;
+                }
+                if let Some(s) = metric_scale {
+                    for ((x, yv), zv) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()) {
+                        *x *= s;
+                        *yv *= s;
+                        *zv *= s;
+                    }
+                }
+                if masking {
+                    for (((x, yv), zv), &m) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()).zip(valid.iter()) {
+                        let inf = f32::INFINITY;
+                        (*x, *yv, *zv) = if m { (*x, *yv, *zv) } else { (inf, inf, inf) };
+                    }
+                }
+                drow.copy_from_slice(z);
+                for (p, ((&x, &yv), &zv)) in prow.chunks_exact_mut(3).zip(px.iter().zip(py.iter()).zip(z.iter())) {
+                    p.copy_from_slice(&[x, yv, zv]);
+                }
+            } else {
+                for (i, (p, d)) in prow.chunks_exact_mut(3).zip(drow.iter_mut()).enumerate() {
+                    p.copy_from_slice(&[row[0][i], row[1][i], row[2][i]]);
+                    if z_done {
+                        remap_point_after_exp(remap, p);
+                    } else {
+                        remap_point(remap, p);
+                    }
+                    p[2] += fs.shift;
+                    if has_mask {
+                        valid[i] &= p[2] > 0.0;
+                    }
+                    *d = p[2];
+                }
+                if let Some(s) = metric_scale {
+                    prow.iter_mut().for_each(|v| *v *= s);
+                    drow.iter_mut().for_each(|v| *v *= s);
+                }
+                if masking {
+                    for (i, _) in valid.iter().enumerate().filter(|(_, &v)| !v) {
+                        prow[3 * i..3 * i + 3].fill(f32::INFINITY);
+                        drow[i] = f32::INFINITY;
+                    }
                 }
             }
+            if let (Some(nr), Some(nmap)) = (nrm.as_mut(), normal.as_mut()) {
+                for (r, buf) in nr.iter_mut().zip(nrow.iter_mut()) {
+                    r.row(ty, buf);
+                }
+                // Normalised on planar rows (vectorises), then interleaved.
+                let [n0, n1, n2] = &mut nrow;
+                for ((a, b), c) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()) {
+                    (*a, *b, *c) = normalized(*a, *b, *c);
+                }
+                if masking {
+                    for (((a, b), c), &m) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()).zip(valid.iter()) {
+                        (*a, *b, *c) = if m { (*a, *b, *c) } else { (0.0, 0.0, 0.0) };
+                    }
+                }
+                let na = grow(nmap, 3);
+                for (v, ((&a, &b), &c)) in nmap[na..].chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
+                    v.copy_from_slice(&[a, b, c]);
+                }
+            }
+            mask.extend_from_slice(&valid);
         }
-        if let (Some(nr), Some(nmap)) = (nrm.as_mut(), normal.as_mut()) {
-            for (r, buf) in nr.iter_mut().zip(nrow.iter_mut()) {
-                r.row(ty, buf);
-            }
-            // Normalised on planar rows (vectorises), then interleaved.
-            let [n0, n1, n2] = &mut nrow;
-            for ((a, b), c) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()) {
-                (*a, *b, *c) = normalized(*a, *b, *c);
-            }
-            if masking {
-                for (((a, b), c), &m) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()).zip(valid.iter()) {
-                    (*a, *b, *c) = if m { (*a, *b, *c) } else { (0.0, 0.0, 0.0) };
-                }
-            }
-            let na = grow(nmap, 3);
-            for (v, ((&a, &b), &c)) in nmap[na..].chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
-                v.copy_from_slice(&[a, b, c]);
-            }
+        Prediction {
+            width,
+            height,
+            points,
+            depth,
+            normal,
+            mask,
+            intrinsics,
+            metric_scale: metric_scale.unwrap_or(1.0),
+            focal: fs.focal,
+            shift: fs.shift,
+            grid,
         }
-        mask.extend_from_slice(&valid);
     }
-    Prediction {
-        width,
-        height,
-        points,
-        depth,
-        normal,
-        mask,
-        intrinsics,
-        metric_scale: metric_scale.unwrap_or(1.0),
-        focal: fs.focal,
-        shift: fs.shift,
-        grid,
-    }
-}
 }
 
 /// `infer()` after `forward()`.
