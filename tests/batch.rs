@@ -812,6 +812,42 @@ fn fit_pad_and_stretch_cut_outputs_back_to_the_photo() {
     assert_ne!(bits(&depth_of[&("pad", "wide")]), bits(&depth_of[&("exact", "wide")]), "pad changes a photo of another aspect");
 }
 
+/// Without a format that reads the point map (png, json), the post-processing leaves it out:
+/// the files written are the same, byte for byte, as beside an npz, at every `--fit`.
+#[test]
+fn outputs_without_the_point_map_are_unchanged() {
+    let m = models();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    photo(60, 40, 4).save(input.join("wide.png")).unwrap();
+    photo(30, 44, 5).save(input.join("tall.png")).unwrap();
+    for fit in ["exact", "pad", "stretch"] {
+        let run = |formats: &str| {
+            let out = tmp.path().join(format!("{fit}-{formats}"));
+            let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--fit", fit, "--canvas", "32x18", "--format", formats]);
+            assert_eq!(o.status.code(), Some(0), "{fit} {formats}: {}", text(&o.stderr));
+            out
+        };
+        let (lean, full) = (run("png,json"), run("npz,png,json"));
+        for name in ["wide", "tall"] {
+            for suffix in ["depth.png", "normal.png", "mask.png"] {
+                let (a, b) = (lean.join(format!("{name}.{suffix}")), full.join(format!("{name}.{suffix}")));
+                assert_eq!(sha256(&a), sha256(&b), "{fit}: {name}.{suffix}");
+            }
+            let sidecar = |dir: &Path| {
+                let mut j: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+                j.as_object_mut().unwrap().remove("timings_ms");
+                j
+            };
+            let (a, b) = (sidecar(&lean), sidecar(&full));
+            assert!(a["depth"]["valid_pixels"].as_u64().unwrap() > 0, "{fit}: depth statistics over valid pixels: {a}");
+            assert_eq!(a, b, "{fit}: {name}.json");
+            assert!(full.join(format!("{name}.npz")).exists() && !lean.join(format!("{name}.npz")).exists());
+        }
+    }
+}
+
 #[test]
 fn interrupt_leaves_no_partial_file_and_resume_completes() {
     let m = models();

@@ -91,6 +91,13 @@ fn one_pass_equals_forward_maps_then_postprocess() {
                         let fused = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &opts));
                         let what = format!("{level}: {size:?} -> {width}x{height}, {remap:?}, normal {normal}, mask {mask}, scale {scale}, {opts:?}");
                         assert_identical(&what, &fused, &two_step);
+                        // Without the point map: nothing else changes; with the projection forced
+                        // the points are left out (without it they are where depth comes from).
+                        let lean = InferOptions { point_map: false, ..opts.clone() };
+                        let mut without = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &lean));
+                        assert_eq!(without.points.is_empty(), opts.force_projection, "{what}: point map left out");
+                        without.points = fused.points.clone();
+                        assert_identical(&format!("{what}, no point map"), &without, &two_step);
                         masked_pixels += fused.mask.iter().filter(|&&m| !m).count();
                         levels += 1;
                     }

@@ -255,6 +255,7 @@ impl InferArgs {
             fov_x: self.fov_x,
             force_projection: !self.no_force_projection,
             apply_mask: !self.no_mask,
+            point_map: true,
         }
     }
 }

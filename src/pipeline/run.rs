@@ -184,7 +184,8 @@ enum Outcome {
 
 impl Config {
     fn plan(&self) -> Plan {
-        Plan { infer: self.infer.clone(), fit: self.fit, canvas: self.canvas }
+        let infer = InferOptions { point_map: self.infer.point_map && self.outputs.needs_points(), ..self.infer.clone() };
+        Plan { infer, fit: self.fit, canvas: self.canvas }
     }
 }
 
@@ -703,6 +704,11 @@ pub fn run(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBo
         pb.finish_and_clear();
     });
     summary.interrupted = stop.load(Ordering::Relaxed);
+    // Once per run rather than per file (see `outputs::sync_written`); a failure here is a
+    // failure of the run: outputs reported as written may not be on disk.
+    if let Err(e) = outputs::sync_written() {
+        summary.fatal.get_or_insert_with(|| error_line(&e));
+    }
     summary.wall = started.elapsed();
     if let (true, false, Some(model)) = (cfg.stats, summary.interrupted, engine.local()) {
         let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));

@@ -295,6 +295,7 @@ pub fn fixture_case(name: &str) -> (serde_json::Value, InferOptions) {
         fov_x: c["fov_x"].as_f64().map(|f| f as f32),
         force_projection: c["force_projection"].as_bool().unwrap(),
         apply_mask: c["apply_mask"].as_bool().unwrap(),
+        point_map: true,
     };
     (c, opts)
 }
