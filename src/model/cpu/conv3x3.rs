@@ -2,11 +2,11 @@
 //! with a ReLU on its input, a 2x bilinear upsample before it, or a residual added after it.
 //!
 //! Two routes, chosen by [`route`]:
-//! * im2col + GEMM (levels below AVX-512; bf16 products below AVX512-BF16): each tile of
+//! * im2col + GEMM (the portable level; bf16 products below AVX512-BF16): each tile of
 //!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
 //!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
 //!   single-threaded.
-//! * direct (bf16 products at AVX512-BF16, f32 at AVX-512F and above): a tile's input rows are
+//! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above): a tile's input rows are
 //!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
 //!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
 //!   so the 9x unfold (a memory-bound pass at 64 channels and 600x800 pixels) never happens.
@@ -22,13 +22,14 @@ use super::bf16::{gemm_bf16_packed_a, PackedA};
 use super::isa::{self, Isa};
 use super::SendPtr;
 
-/// The direct route's instruction set at `level`, or `None` where the im2col route runs (no
-/// AVX2 direct kernel yet: AVX2 takes im2col).
+/// The direct route's instruction set at `level`, or `None` where the im2col route runs
+/// (portable, and bf16 products without AVX512-BF16: their GEMM rounds its inputs).
 pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
     match (level, bf16) {
         (Isa::Avx512Bf16, true) => Some(Isa::Avx512Bf16),
         (Isa::Avx512 | Isa::Avx512Bf16, false) => Some(Isa::Avx512),
-        (Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Avx2 | Isa::Portable, false) => None,
+        (Isa::Avx2, false) => Some(Isa::Avx2),
+        (Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
     }
 }
 
@@ -394,9 +395,13 @@ unsafe fn direct_tile(
                         let off = r0 * hw + y * w + x0;
                         let res = if residual.is_null() { residual } else { residual.add(off) };
                         let (a, bias, c) = (d.words.as_ptr().add(r0 * kp), bias.as_ptr().add(r0), out.add(off));
-                        // `d` exists only on a direct route (AVX-512F, or AVX512-BF16 for bf16),
-                        // which `route` gives only where the CPU has it.
-                        avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                        // `d` exists only on a direct route (AVX2 or AVX-512F for f32, AVX512-BF16
+                        // for bf16), which `route` gives only where the CPU has it.
+                        if d.isa == Isa::Avx2 {
+                            avx2::kernel(r1 - r0, a as *const f32, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                        } else {
+                            avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                        }
                     }
                 }
             }
@@ -404,12 +409,14 @@ unsafe fn direct_tile(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        // The direct route is only built where AVX-512 exists.
+        // The direct route is only built where AVX2 or AVX-512 exists.
         let _ = (d, slab, bias, kc, cout, h, w, y0, y1, out, residual);
-        unreachable!("direct conv3x3 without AVX-512");
+        unreachable!("direct conv3x3 without AVX2");
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -592,9 +599,12 @@ mod tests {
                     }
                     let got = op.run(&x, oh, ow, relu, up, res).unwrap();
                     check(&format!("{level}"), &got);
-                    match by_route.iter().find(|(r, _)| *r == direct) {
+                    // The f32 direct kernels (AVX2, AVX-512F) do the same arithmetic in the same
+                    // order: one group.
+                    let group = if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct };
+                    match by_route.iter().find(|(r, _)| *r == group) {
                         Some((_, first)) => assert!(*first == got, "{level} bf16={bf16}: not the bits of the same route at a lower level"),
-                        None => by_route.push((direct, got)),
+                        None => by_route.push((group, got)),
                     }
                     // The im2col route with this level's GEMM, where the direct one was taken.
                     if direct.is_some() && !up {

@@ -1,0 +1,70 @@
+//! GFLOP/s of the f32 3x3 convolution (`moge::model::cpu::conv3x3`): the direct route at the
+//! best level this CPU has beside the im2col + `gemm` route (the portable level's route; the
+//! `gemm` crate picks its own SIMD there too), on the shapes of the neck and heads at 640x480,
+//! measured interleaved (the machine is shared: compare the ratio).
+//!
+//! `cargo run --release --example conv3x3_bench [reps]`
+
+use candle_core::{Device, Tensor};
+use moge::model::cpu::conv3x3::{route, Conv3x3Op};
+use moge::model::cpu::isa::{self, Isa};
+use std::time::Instant;
+
+fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn main() -> candle_core::Result<()> {
+    let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(5);
+    let best = isa::current();
+    let Some(direct) = route(best, false) else {
+        println!("no direct f32 route at {best}: nothing to compare");
+        return Ok(());
+    };
+    println!("direct {direct} vs im2col + gemm, {} threads, median of {reps}", rayon::current_num_threads());
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    // (cin, cout, h, w): the stacks' channel widths at the resolutions they run at.
+    for (cin, cout, h, w) in [(256, 256, 60, 80), (128, 128, 120, 160), (64, 64, 240, 320), (32, 32, 480, 640)] {
+        let wt = Tensor::from_vec(rand_vec(cout * cin * 9, &mut seed), (cout, cin, 3, 3), &Device::Cpu)?;
+        let bias = rand_vec(cout, &mut seed);
+        let x = Tensor::from_vec(rand_vec(cin * h * w, &mut seed), (cin, h, w), &Device::Cpu)?;
+        let ops = [
+            ("direct", isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
+            ("im2col", isa::with_isa(Isa::Portable, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
+        ];
+        let flop = 2.0 * (cin * 9 * cout * h * w) as f64;
+        let mut times = [vec![], vec![]];
+        let mut outs = vec![];
+        for rep in 0..=reps {
+            for (i, (_, op)) in ops.iter().enumerate() {
+                let t = Instant::now();
+                let y = x.apply_op1_no_bwd(&op.call(true, false))?;
+                if rep > 0 {
+                    times[i].push(t.elapsed().as_secs_f64());
+                } else {
+                    outs.push(y.flatten_all()?.to_vec1::<f32>()?);
+                }
+            }
+        }
+        let err = outs[0].iter().zip(&outs[1]).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
+        let med = |t: &mut Vec<f64>| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        };
+        let (d, i) = (med(&mut times[0]), med(&mut times[1]));
+        println!(
+            "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  direct {:7.1} GFLOP/s  im2col {:7.1} GFLOP/s  ratio {:.2}x  (max rel diff {err:.1e})",
+            flop / d / 1e9,
+            flop / i / 1e9,
+            i / d
+        );
+    }
+    Ok(())
+}

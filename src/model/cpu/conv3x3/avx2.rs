@@ -1,0 +1,108 @@
+//! The direct route's f32 kernel for AVX2 + FMA: the AVX-512F kernel's arithmetic (bias, then
+//! one FMA per tap and input channel in the same order, then the residual), so the two
+//! routes give the same bits, on a register tile that fits 16 ymm registers.
+//!
+//! # Safety
+//! Call only on the `Isa::Avx2` direct route (`super::route`), which `isa` gives only where
+//! the CPU has AVX2 and FMA.
+
+use core::arch::x86_64::*;
+
+/// Rows (output channels) of one register tile: 6 x 2 ymm accumulators, two slab vectors and
+/// a broadcast weight: 15 of the 16 registers.
+const ROWS: usize = 6;
+
+/// C[mv × nv] for a panel of up to 32 pixels (as the AVX-512 kernel takes it), in tiles of
+/// ≤ 6 rows × 16 pixels. Arguments as `super::avx512::kernel` in f32.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(super) unsafe fn kernel(
+    mv: usize,
+    a: *const f32,
+    lda: usize,
+    taps: &[*const u32; 9],
+    cs: usize,
+    kc: usize,
+    bias: *const f32,
+    add: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+) {
+    // Row tiles of equal height (a 2-row tail would run latency-bound).
+    let tiles = mv.div_ceil(ROWS);
+    for half in 0..nv.div_ceil(16) {
+        let x = 16 * half;
+        let shifted = taps.map(|t| t.add(x));
+        for t in 0..tiles {
+            let (r0, r1) = (mv * t / tiles, mv * (t + 1) / tiles);
+            let add = if add.is_null() { add } else { add.add(r0 * ldc + x) };
+            let (a, bias, c) = (a.add(r0 * lda), bias.add(r0), c.add(r0 * ldc + x));
+            macro_rules! go {
+                ($($r:literal)*) => {
+                    match r1 - r0 {
+                        $($r => kern::<$r>(a, lda, &shifted, cs, kc, bias, add, c, ldc, nv - x),)*
+                        _ => unreachable!(),
+                    }
+                };
+            }
+            go!(1 2 3 4 5 6)
+        }
+    }
+}
+
+/// C[R × min(nv, 16)] = bias + Σ_taps Σ_channels A · B [+ add], B rows `cs` floats apart from
+/// each tap's start.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kern<const R: usize>(
+    a: *const f32,
+    lda: usize,
+    taps: &[*const u32; 9],
+    cs: usize,
+    cin: usize,
+    bias: *const f32,
+    add: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+) {
+    if !add.is_null() {
+        // The residual rows, read at the end, requested now.
+        for r in 0..R {
+            _mm_prefetch::<_MM_HINT_T0>(add.add(r * ldc) as *const i8);
+        }
+    }
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let b = _mm256_set1_ps(*bias.add(r));
+        *acc = [b, b];
+    }
+    for (t, &tap) in taps.iter().enumerate() {
+        let at = a.add(t * cin);
+        let mut b = tap as *const f32;
+        for ci in 0..cin {
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let ar = _mm256_set1_ps(*at.add(r * lda + ci));
+                acc[0] = _mm256_fmadd_ps(ar, b0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(ar, b1, acc[1]);
+            }
+            b = b.add(cs);
+        }
+    }
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv.min(16) as i32), lane);
+    let m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv.min(16) as i32 - 8), lane);
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let cr = c.add(r * ldc);
+        if !add.is_null() {
+            let ar = add.add(r * ldc);
+            acc[0] = _mm256_add_ps(acc[0], _mm256_maskload_ps(ar, m0));
+            acc[1] = _mm256_add_ps(acc[1], _mm256_maskload_ps(ar.add(8), m1));
+        }
+        _mm256_maskstore_ps(cr, m0, acc[0]);
+        _mm256_maskstore_ps(cr.add(8), m1, acc[1]);
+    }
+}
