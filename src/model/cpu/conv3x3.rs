@@ -48,7 +48,8 @@ pub struct Conv3x3Op {
 
 /// Direct-route weights: row o holds the 9 taps one after another, each over the input
 /// channels: in bf16, word t·cinp + cp is channels (2cp, 2cp + 1) as a bf16 pair; in f32, word
-/// t·cin + c is channel c's f32 bits.
+/// t·cin + c is channel c's f32 bits. On the AVX2 route the rows of each of its row tiles are
+/// interleaved instead (`avx2::packed_index`), so the kernel reads its weights in one stream.
 struct Direct {
     words: Vec<u32>,
     bf16: bool,
@@ -231,6 +232,23 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
     let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
     let kc = words_per_tap(cin, bf16);
     let mut words = vec![0u32; cout * 9 * kc];
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // In the AVX2 kernel's row tiles, each tile's weights interleaved (`avx2::packed_index`).
+        let b = avx2::row_tiles(cout);
+        for tile in b.windows(2) {
+            let (o0, rows) = (tile[0], tile[1] - tile[0]);
+            let block = &mut words[o0 * 9 * kc..][..rows * 9 * kc];
+            for r in 0..rows {
+                for t in 0..9 {
+                    for k in 0..kc {
+                        block[avx2::packed_index(rows, kc, r, t, k)] = at(o0 + r, k, t).to_bits();
+                    }
+                }
+            }
+        }
+        return Direct { words, bf16, isa };
+    }
     for o in 0..cout {
         for t in 0..9 {
             for k in 0..kc {
@@ -375,6 +393,33 @@ unsafe fn direct_tile(
         let kp = 9 * kc;
         let wp = w + 2;
         let hw = h * w;
+        if d.isa == Isa::Avx2 {
+            // Row tiles of ≤ 6 output channels (their weights packed together), in blocks whose
+            // weights stay in L2 beside the slab; 16 pixels at a time.
+            let b = avx2::row_tiles(cout);
+            let tiles = b.len() - 1;
+            let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
+            for blk in 0..nb {
+                for y in y0..y1 {
+                    let ry = y - y0;
+                    for x0 in (0..w).step_by(16) {
+                        let nv = (w - x0).min(16);
+                        let mut taps = [std::ptr::null::<u32>(); 9];
+                        for (t, tap) in taps.iter_mut().enumerate() {
+                            *tap = slab.as_ptr().add((ry + t / 3) * kc * wp + x0 + t % 3);
+                        }
+                        for t in tiles * blk / nb..tiles * (blk + 1) / nb {
+                            let (r0, r1) = (b[t], b[t + 1]);
+                            let off = r0 * hw + y * w + x0;
+                            let res = if residual.is_null() { residual } else { residual.add(off) };
+                            let a = d.words.as_ptr().add(r0 * kp) as *const f32;
+                            avx2::kernel(r1 - r0, a, &taps, wp, kc, bias.as_ptr().add(r0), res, out.add(off), hw, nv);
+                        }
+                    }
+                }
+            }
+            return;
+        }
         // Output channels in blocks whose weights stay in L2 beside the slab, each block cut
         // into panels of equal height ≤ MR (a 4-row tail tile is latency-bound).
         let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, cout);
@@ -397,11 +442,7 @@ unsafe fn direct_tile(
                         let (a, bias, c) = (d.words.as_ptr().add(r0 * kp), bias.as_ptr().add(r0), out.add(off));
                         // `d` exists only on a direct route (AVX2 or AVX-512F for f32, AVX512-BF16
                         // for bf16), which `route` gives only where the CPU has it.
-                        if d.isa == Isa::Avx2 {
-                            avx2::kernel(r1 - r0, a as *const f32, kp, &taps, wp, kc, bias, res, c, hw, nv);
-                        } else {
-                            avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
-                        }
+                        avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
                     }
                 }
             }

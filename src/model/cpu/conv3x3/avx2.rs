@@ -12,14 +12,26 @@ use core::arch::x86_64::*;
 /// a broadcast weight: 15 of the 16 registers.
 const ROWS: usize = 6;
 
-/// C[mv × nv] for a panel of up to 32 pixels (as the AVX-512 kernel takes it), in tiles of
-/// ≤ 6 rows × 16 pixels. Arguments as `super::avx512::kernel` in f32.
+/// Output channels in tiles of ≤ 6 rows, of equal height (a 2-row tail would run
+/// latency-bound): tile t is rows [b[t], b[t + 1]).
+pub(super) fn row_tiles(cout: usize) -> Vec<usize> {
+    let tiles = cout.div_ceil(ROWS).max(1);
+    (0..=tiles).map(|t| cout * t / tiles).collect()
+}
+
+/// Where weight (row r of a tile of `rows` rows, tap t, channel c) sits in a tile's packed
+/// block: the tile's weights for one (tap, channel) side by side, read in one stream.
+#[inline(always)]
+pub(super) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
+    (t * cin + c) * rows + r
+}
+
+/// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(super) unsafe fn kernel(
     mv: usize,
     a: *const f32,
-    lda: usize,
     taps: &[*const u32; 9],
     cs: usize,
     kc: usize,
@@ -29,26 +41,15 @@ pub(super) unsafe fn kernel(
     ldc: usize,
     nv: usize,
 ) {
-    // Row tiles of equal height (a 2-row tail would run latency-bound).
-    let tiles = mv.div_ceil(ROWS);
-    for half in 0..nv.div_ceil(16) {
-        let x = 16 * half;
-        let shifted = taps.map(|t| t.add(x));
-        for t in 0..tiles {
-            let (r0, r1) = (mv * t / tiles, mv * (t + 1) / tiles);
-            let add = if add.is_null() { add } else { add.add(r0 * ldc + x) };
-            let (a, bias, c) = (a.add(r0 * lda), bias.add(r0), c.add(r0 * ldc + x));
-            macro_rules! go {
-                ($($r:literal)*) => {
-                    match r1 - r0 {
-                        $($r => kern::<$r>(a, lda, &shifted, cs, kc, bias, add, c, ldc, nv - x),)*
-                        _ => unreachable!(),
-                    }
-                };
+    macro_rules! go {
+        ($($r:literal)*) => {
+            match mv {
+                $($r => kern::<$r>(a, taps, cs, kc, bias, add, c, ldc, nv),)*
+                _ => unreachable!(),
             }
-            go!(1 2 3 4 5 6)
-        }
+        };
     }
+    go!(1 2 3 4 5 6)
 }
 
 /// C[R × min(nv, 16)] = bias + Σ_taps Σ_channels A · B [+ add], B rows `cs` floats apart from
@@ -57,7 +58,6 @@ pub(super) unsafe fn kernel(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kern<const R: usize>(
     a: *const f32,
-    lda: usize,
     taps: &[*const u32; 9],
     cs: usize,
     cin: usize,
@@ -79,17 +79,18 @@ unsafe fn kern<const R: usize>(
         *acc = [b, b];
     }
     for (t, &tap) in taps.iter().enumerate() {
-        let at = a.add(t * cin);
+        let mut at = a.add(packed_index(R, cin, 0, t, 0));
         let mut b = tap as *const f32;
-        for ci in 0..cin {
+        for _ in 0..cin {
             let b0 = _mm256_loadu_ps(b);
             let b1 = _mm256_loadu_ps(b.add(8));
             for (r, acc) in acc.iter_mut().enumerate() {
-                let ar = _mm256_set1_ps(*at.add(r * lda + ci));
+                let ar = _mm256_set1_ps(*at.add(r));
                 acc[0] = _mm256_fmadd_ps(ar, b0, acc[0]);
                 acc[1] = _mm256_fmadd_ps(ar, b1, acc[1]);
             }
             b = b.add(cs);
+            at = at.add(R);
         }
     }
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
