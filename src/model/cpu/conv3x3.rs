@@ -393,56 +393,47 @@ unsafe fn direct_tile(
         let kp = 9 * kc;
         let wp = w + 2;
         let hw = h * w;
-        if d.isa == Isa::Avx2 {
-            // Row tiles of ≤ 6 output channels (their weights packed together), in blocks whose
-            // weights stay in L2 beside the slab; 16 pixels at a time.
+        // Output channels in blocks whose weights stay in L2 beside the slab, each block cut into
+        // row panels of equal height: ≤ 6 rows on AVX2 (the tiles its weights were packed in,
+        // `avx2::row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16 or 32
+        // pixels at a time.
+        let avx2 = d.isa == Isa::Avx2;
+        let blocks: Vec<Vec<(usize, usize)>> = if avx2 {
             let b = avx2::row_tiles(cout);
             let tiles = b.len() - 1;
             let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
-            for blk in 0..nb {
-                for y in y0..y1 {
-                    let ry = y - y0;
-                    for x0 in (0..w).step_by(16) {
-                        let nv = (w - x0).min(16);
-                        let mut taps = [std::ptr::null::<u32>(); 9];
-                        for (t, tap) in taps.iter_mut().enumerate() {
-                            *tap = slab.as_ptr().add((ry + t / 3) * kc * wp + x0 + t % 3);
-                        }
-                        for t in tiles * blk / nb..tiles * (blk + 1) / nb {
-                            let (r0, r1) = (b[t], b[t + 1]);
-                            let off = r0 * hw + y * w + x0;
-                            let res = if residual.is_null() { residual } else { residual.add(off) };
-                            let a = d.words.as_ptr().add(r0 * kp) as *const f32;
-                            avx2::kernel(r1 - r0, a, &taps, wp, kc, bias.as_ptr().add(r0), res, out.add(off), hw, nv);
-                        }
-                    }
-                }
-            }
-            return;
-        }
-        // Output channels in blocks whose weights stay in L2 beside the slab, each block cut
-        // into panels of equal height ≤ MR (a 4-row tail tile is latency-bound).
-        let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, cout);
-        for blk in 0..nb {
-            let (o0, o1) = (cout * blk / nb, cout * (blk + 1) / nb);
-            let np = (o1 - o0).div_ceil(MR);
+            (0..nb).map(|blk| (tiles * blk / nb..tiles * (blk + 1) / nb).map(|t| (b[t], b[t + 1])).collect()).collect()
+        } else {
+            let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, cout);
+            (0..nb)
+                .map(|blk| {
+                    let (o0, o1) = (cout * blk / nb, cout * (blk + 1) / nb);
+                    let np = (o1 - o0).div_ceil(MR);
+                    (0..np).map(|p| (o0 + (o1 - o0) * p / np, o0 + (o1 - o0) * (p + 1) / np)).collect()
+                })
+                .collect()
+        };
+        let step = if avx2 { 16 } else { 32 };
+        for panels in &blocks {
             for y in y0..y1 {
                 let ry = y - y0;
-                for x0 in (0..w).step_by(32) {
-                    let nv = (w - x0).min(32);
+                for x0 in (0..w).step_by(step) {
+                    let nv = (w - x0).min(step);
                     let mut taps = [std::ptr::null::<u32>(); 9];
                     for (t, tap) in taps.iter_mut().enumerate() {
                         *tap = slab.as_ptr().add((ry + t / 3) * kc * wp + x0 + t % 3);
                     }
-                    for p in 0..np {
-                        let r0 = o0 + (o1 - o0) * p / np;
-                        let r1 = o0 + (o1 - o0) * (p + 1) / np;
+                    for &(r0, r1) in panels {
                         let off = r0 * hw + y * w + x0;
                         let res = if residual.is_null() { residual } else { residual.add(off) };
                         let (a, bias, c) = (d.words.as_ptr().add(r0 * kp), bias.as_ptr().add(r0), out.add(off));
                         // `d` exists only on a direct route (AVX2 or AVX-512F for f32, AVX512-BF16
                         // for bf16), which `route` gives only where the CPU has it.
-                        avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                        if avx2 {
+                            avx2::kernel(r1 - r0, a as *const f32, &taps, wp, kc, bias, res, c, hw, nv);
+                        } else {
+                            avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                        }
                     }
                 }
             }
