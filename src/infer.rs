@@ -361,6 +361,9 @@ crate::model::cpu::math::dispatch! {
                 if has_mask {
                     valid.iter_mut().zip(z.iter()).for_each(|(m, &v)| *m &= v > 0.0);
                 }
+                // x and y only for a kept point map (each is computed from z alone).
+                let xy = if keep_points { width } else { 0 };
+                let (px, py) = (&mut px[..xy], &mut py[..xy]);
                 let ry = ray_y[y];
                 for (((x, yv), &zv), &rx) in px.iter_mut().zip(py.iter_mut()).zip(z.iter()).zip(&ray_x) {
                     *x = rx * zv;
@@ -372,11 +375,17 @@ crate::model::cpu::math::dispatch! {
                         *yv *= s;
                         *zv *= s;
                     }
+                    if !keep_points {
+                        z.iter_mut().for_each(|zv| *zv *= s);
+                    }
                 }
                 if masking {
+                    let inf = f32::INFINITY;
                     for (((x, yv), zv), &m) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()).zip(valid.iter()) {
-                        let inf = f32::INFINITY;
                         (*x, *yv, *zv) = if m { (*x, *yv, *zv) } else { (inf, inf, inf) };
+                    }
+                    if !keep_points {
+                        z.iter_mut().zip(valid.iter()).for_each(|(zv, &m)| *zv = if m { *zv } else { inf });
                     }
                 }
                 drow.copy_from_slice(z);
@@ -423,10 +432,18 @@ crate::model::cpu::math::dispatch! {
                         (*a, *b, *c) = if m { (*a, *b, *c) } else { (0.0, 0.0, 0.0) };
                     }
                 }
-                let na = grow(nmap, 3);
-                for (v, ((&a, &b), &c)) in nmap[na..].chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
-                    v.copy_from_slice(&[a, b, c]);
+                // Interleaved straight into the map's spare capacity: zeroing 24 MB of a 1080p
+                // normal map a row at a time before overwriting it cost more than the rest of
+                // the interleave.
+                let spare = &mut nmap.spare_capacity_mut()[..3 * width];
+                for (v, ((&a, &b), &c)) in spare.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
+                    v[0].write(a);
+                    v[1].write(b);
+                    v[2].write(c);
                 }
+                // SAFETY: the loop wrote all 3 x width values (n0, n1, n2 are `width` long), and
+                // the map was allocated for 3 x width x height.
+                unsafe { nmap.set_len(nmap.len() + 3 * width) };
             }
             mask.extend_from_slice(&valid);
         }

@@ -25,8 +25,9 @@ fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
     // Selects rather than branches, so the loop vectorises; `inside` is in [0.5, 65535.5).
     let inside = if !high && !low && !q.is_nan() { q } else { 1.0 };
     // SAFETY: `inside` is finite and in [0.5, 65535.5), so the conversion is exact truncation.
-    let i: u32 = unsafe { inside.to_int_unchecked() };
-    let rounded = (i + u32::from(inside - i as f64 >= 0.5)) as u16;
+    // To i32, not u32: AVX2 converts f64 to i32 four at a time, and to u32 not at all.
+    let i: i32 = unsafe { inside.to_int_unchecked() };
+    let rounded = (i + i32::from(inside - i as f64 >= 0.5)) as u16;
     let code = if !ok {
         0
     } else if high {
