@@ -7,7 +7,8 @@
 # VENV: a Python venv with the reference (see tests/make_fixtures.py); onnx, onnxscript and
 # onnxruntime are installed into it from PyPI if missing. CHECKPOINT: an upstream model.pt
 # (tests/make_fullsize_reference.py --save-checkpoint DIR writes synthetic full-size ones).
-# MOGE= picks the binary (default target/release/moge); THREADS= the threads of every engine (2).
+# MOGE= picks the binary (default target/release/moge); THREADS= the threads of every engine (2);
+# ROUNDS= how many times ONNX Runtime and moge take turns (3); PRECISIONS= moge's (f32,bf16).
 set -euo pipefail
 venv=$1; ckpt=$2; tokens=${3:-1800}; runs=${4:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,4 +17,5 @@ threads=${THREADS:-2}
 "$venv/bin/python" -c "import onnx, onnxscript, onnxruntime" 2>/dev/null \
   || "$venv/bin/pip" install -q onnx onnxscript onnxruntime
 export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
-exec "$venv/bin/python" "$root/scripts/bench_onnxruntime.py" "$ckpt" --moge "$moge" --tokens "$tokens" --runs "$runs" --threads "$threads" ${JSON:+--json "$JSON"}
+exec "$venv/bin/python" "$root/scripts/bench_onnxruntime.py" "$ckpt" --moge "$moge" --tokens "$tokens" --runs "$runs" --threads "$threads" \
+  --rounds "${ROUNDS:-3}" --precisions "${PRECISIONS:-f32,bf16}" ${JSON:+--json "$JSON"}

@@ -1,8 +1,10 @@
 """moge beside ONNX Runtime and PyTorch on the CPU, in one run (issue 13): the same checkpoint,
 photo and token count; forward only for the Python engines, `moge bench` (its model call and its
-whole image: decode, forward, post-process, write) for moge.
+whole image: decode, forward, post-process, write) for moge. ONNX Runtime and moge take turns,
+`--rounds` times: this machine's speed drifts by a third between minutes, so each round's ratio is
+measured side by side, and the rounds' ratios are what is reported (their median and range).
 
-    scripts/bench-vs-onnxruntime.sh CHECKPOINT [TOKENS] [RUNS]   (sets up what this needs)
+    scripts/bench-vs-onnxruntime.sh VENV CHECKPOINT [TOKENS] [RUNS]   (sets up what this needs)
     python scripts/bench_onnxruntime.py CHECKPOINT --moge BIN [--tokens 1800] [--runs 5]
 
 The model is exported with the reference package (`dlr-moge`) by PyTorch's dynamo exporter at
@@ -47,6 +49,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--width", type=int, default=640)
     ap.add_argument("--height", type=int, default=480)
+    ap.add_argument("--rounds", type=int, default=3, help="ONNX Runtime and moge in turns, this many times")
+    ap.add_argument("--precisions", default="f32,bf16", help="moge's precisions to run (comma list)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
 
@@ -108,17 +112,27 @@ def main():
         errors.append(float(np.abs(w[finite] - g[finite]).max()) / scale)
     if max(errors) > 1e-3:
         sys.exit(f"ONNX Runtime's outputs differ from PyTorch's (max relative error {max(errors):.2e}): not timing a different model")
-    ort_times = timed(lambda: sess.run(None, feed), args.runs, args.warmup)
+    precisions = [p for p in args.precisions.split(",") if p]
 
-    moge = {}
-    for precision in ("f32", "bf16"):
+    def moge_bench(precision):
         cmd = [args.moge, "bench", str(photo), "--weights", args.checkpoint, "--num-tokens", str(tokens), "--precision", precision,
                "--runs", str(args.runs), "--warmup", str(args.warmup), "--json"]
         env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
         b = json.loads(out)
-        moge[precision] = {"model_call_median_s": b["model_call_s"]["median"], "per_image_median_s": b["per_image_s"]["median"],
-                           "route": b["conditions"]["cpu_route"]}
+        return {"model_call_median_s": b["model_call_s"]["median"], "per_image_median_s": b["per_image_s"]["median"],
+                "route": b["conditions"]["cpu_route"]}
+
+    rounds = []
+    for r in range(args.rounds):
+        ort_times = timed(lambda: sess.run(None, feed), args.runs, args.warmup)
+        rnd = {"onnxruntime_fp32_forward": summary(ort_times), "moge": {p: moge_bench(p) for p in precisions}}
+        rounds.append(rnd)
+        o = statistics.median(ort_times)
+        line = f"round {r + 1}: ONNX Runtime {o * 1e3:.0f} ms"
+        for p, m in rnd["moge"].items():
+            line += f"; moge {p} model call {m['model_call_median_s'] * 1e3:.0f} ms ({o / m['model_call_median_s']:.2f}x), whole image {m['per_image_median_s'] * 1e3:.0f} ms ({o / m['per_image_median_s']:.2f}x)"
+        print(line, flush=True)
 
     cpu = "?"
     family = "?"
@@ -131,21 +145,18 @@ def main():
         "cpu": cpu, "cpu_family": family, "threads": args.threads, "tokens": tokens, "photo": [args.width, args.height],
         "checkpoint": args.checkpoint, "versions": {"torch": torch.__version__, "onnxruntime": ort.__version__},
         "onnx_export_s": export_s, "onnx_max_rel_error_vs_torch": max(errors),
-        "torch_fp32_forward": summary(torch_times), "onnxruntime_fp32_forward": summary(ort_times), "moge": moge,
+        "torch_fp32_forward": summary(torch_times), "rounds": rounds,
     }
-    print(f"CPU: {cpu} (cpu family {family}), {args.threads} threads, {args.width}x{args.height}, {tokens} tokens, {args.runs} runs after {args.warmup} warm-up")
+    print(f"CPU: {cpu} (cpu family {family}), {args.threads} threads, {args.width}x{args.height}, {tokens} tokens, "
+          f"{args.rounds} rounds of {args.runs} runs after {args.warmup} warm-up")
     print(f"ONNX export {export_s:.1f} s; ONNX Runtime vs PyTorch outputs: max relative error {max(errors):.1e}")
-    o = statistics.median(ort_times)
-    rows = [
-        ("PyTorch fp32 forward", statistics.median(torch_times)),
-        ("ONNX Runtime fp32 forward", o),
-        ("moge f32 model call", moge["f32"]["model_call_median_s"]),
-        ("moge f32 whole image", moge["f32"]["per_image_median_s"]),
-        ("moge bf16 model call", moge["bf16"]["model_call_median_s"]),
-        ("moge bf16 whole image", moge["bf16"]["per_image_median_s"]),
-    ]
-    for name, s in rows:
-        print(f"{name:28} {s * 1e3:9.1f} ms   ONNX Runtime forward / this: {o / s:5.2f}x")
+    print(f"{'PyTorch fp32 forward':28} {statistics.median(torch_times) * 1e3:9.1f} ms (before the rounds)")
+    # Per round: ONNX Runtime's forward over moge's time, in the same round; > 1 means moge is faster.
+    for name, key in [("model call", "model_call_median_s"), ("whole image", "per_image_median_s")]:
+        for p in precisions:
+            ratios = [statistics.median(rd["onnxruntime_fp32_forward"]["all_s"]) / rd["moge"][p][key] for rd in rounds]
+            print(f"moge {p} {name:12} ONNX Runtime forward / moge: median {statistics.median(ratios):.2f}x "
+                  f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
