@@ -369,23 +369,15 @@ crate::model::cpu::math::dispatch! {
                     *x = rx * zv;
                     *yv = ry * zv;
                 }
+                // Element by element, each row on its own (x and y are empty when not kept).
                 if let Some(s) = metric_scale {
-                    for ((x, yv), zv) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()) {
-                        *x *= s;
-                        *yv *= s;
-                        *zv *= s;
-                    }
-                    if !keep_points {
-                        z.iter_mut().for_each(|zv| *zv *= s);
+                    for r in [&mut px[..], &mut py[..], &mut z[..]] {
+                        r.iter_mut().for_each(|v| *v *= s);
                     }
                 }
                 if masking {
-                    let inf = f32::INFINITY;
-                    for (((x, yv), zv), &m) in px.iter_mut().zip(py.iter_mut()).zip(z.iter_mut()).zip(valid.iter()) {
-                        (*x, *yv, *zv) = if m { (*x, *yv, *zv) } else { (inf, inf, inf) };
-                    }
-                    if !keep_points {
-                        z.iter_mut().zip(valid.iter()).for_each(|(zv, &m)| *zv = if m { *zv } else { inf });
+                    for r in [&mut px[..], &mut py[..], &mut z[..]] {
+                        r.iter_mut().zip(valid.iter()).for_each(|(v, &m)| *v = if m { *v } else { f32::INFINITY });
                     }
                 }
                 drow.copy_from_slice(z);
