@@ -9,6 +9,8 @@
 //! `STEM.depth.png`, `STEM.normal.png` and `STEM.mask.png` (what `moge predict --format png` wrote).
 
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+use moge::outputs::png;
+use moge::Prediction;
 use image::{ExtendedColorType, ImageEncoder};
 use std::time::Instant;
 
@@ -69,9 +71,23 @@ fn main() -> anyhow::Result<()> {
     } else {
         let (w, h) = (1920usize, 1080usize);
         let (depth, normal, mask) = scene(w, h);
-        let codes: Vec<u16> = depth.iter().zip(&mask).map(|(&d, &m)| if m { (d / 0.001).round().clamp(1.0, 65535.0) as u16 } else { 0 }).collect();
-        let ncodes: Vec<u8> = normal.iter().map(|&c| ((c.clamp(-1.0, 1.0) + 1.0) * 0.5 * 255.0).round() as u8).collect();
+        // The codes as `moge` writes them (1 mm depth units, the default `--depth-png-scale`).
         let mcodes: Vec<u8> = mask.iter().map(|&m| if m { 255 } else { 0 }).collect();
+        let ncodes = png::encode_normal(&normal);
+        let p = Prediction {
+            width: w,
+            height: h,
+            points: Vec::new(),
+            depth,
+            normal: None,
+            mask,
+            intrinsics: [[0.8, 0.0, 0.5], [0.0, 0.8 * w as f32 / h as f32, 0.5], [0.0, 0.0, 1.0]],
+            metric_scale: 1.0,
+            focal: 0.8,
+            shift: 0.0,
+            grid: (1, 1),
+        };
+        let (codes, _) = png::encode_depth(&p, 0.001);
         (w, h, codes, ncodes, mcodes, "synthetic room")
     };
     let maps: [(&str, &[u8], ExtendedColorType); 3] =
