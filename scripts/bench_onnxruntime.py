@@ -14,8 +14,10 @@ PyTorch, onnx, onnxscript and onnxruntime (pip).
 """
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,6 +64,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="moge-ort-"))
+    # The exported model is as large as the checkpoint: gone on every way out, sys.exit included.
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     # The photo: a smooth synthetic scene with noise, as scripts/bench-vs-upstream.sh draws it.
     rng = np.random.default_rng(0)
     y, x = np.mgrid[0 : args.height, 0 : args.width].astype(np.float32)

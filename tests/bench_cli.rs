@@ -102,6 +102,8 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // The commands' own temporary folder, to see that a failed bench leaves no scratch behind.
+    let tmp = tempfile::tempdir().unwrap();
     let img = fixtures().join("images/rgb_64x48.png");
     let w = fixtures().join("tiny_normal.pt");
     let o = dir.path().join("o");
@@ -113,7 +115,12 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
     ];
     for args in runs {
         for dev in ["cuda", "cuda:1"] {
-            let out = Command::new(env!("CARGO_BIN_EXE_moge")).args(&args).args(["--weights".as_ref(), w.as_os_str(), "--device".as_ref(), dev.as_ref()]).output().unwrap();
+            let out = Command::new(env!("CARGO_BIN_EXE_moge"))
+                .env("TMPDIR", tmp.path())
+                .args(&args)
+                .args(["--weights".as_ref(), w.as_os_str(), "--device".as_ref(), dev.as_ref()])
+                .output()
+                .unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{args:?} {dev}: {err}");
             assert_eq!(err.lines().count(), 1, "{args:?} {dev}: {err}");
@@ -122,7 +129,10 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
             assert!(err.starts_with(&format!("moge: --device {}: ", if dev == "cuda" { "cuda:0" } else { dev })) && why.iter().any(|w| err.contains(w)), "{err}");
         }
     }
-    // Nothing is written (batch checks that its output folder can be made before it loads).
+    // Nothing is written (batch checks that its output folder can be made before it loads), and
+    // bench's scratch folder is gone although it failed after making it.
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     assert!(!o.exists() || std::fs::read_dir(&o).unwrap().next().is_none(), "nothing is written when the device cannot be opened");
     // The sidecar names the device the network ran on.
     let out = Command::new(env!("CARGO_BIN_EXE_moge"))

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
 
@@ -108,7 +108,8 @@ pub fn threads() -> usize {
 }
 
 pub fn run(args: BenchArgs) -> Result<i32> {
-    let tmp = tempdir()?;
+    let scratch = tempdir()?;
+    let tmp = scratch.path().to_path_buf();
     let input: PathBuf = match &args.input {
         Some(p) => p.clone(),
         None => {
@@ -185,7 +186,6 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         size = (w, h);
         grid = prep.grid;
     }
-    let _ = std::fs::remove_dir_all(&tmp);
 
     let totals = Samples(totals);
     let calls = Samples(calls);
@@ -280,13 +280,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
 /// The laps of [`crate::Model::forward_stages`].
 const NETWORK: [&str; 6] = ["encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head"];
 
-fn tempdir() -> Result<PathBuf> {
-    let p = std::env::temp_dir().join(format!("moge-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&p).with_context(|| format!("{}: cannot create", p.display()))?;
-    if !p.is_dir() {
-        bail!("{}: not a directory", p.display());
-    }
-    Ok(p)
+/// A scratch folder deleted when dropped, so that a bench which fails half-way leaves nothing behind.
+fn tempdir() -> Result<tempfile::TempDir> {
+    let base = std::env::temp_dir();
+    tempfile::Builder::new().prefix("moge-bench-").tempdir_in(&base).with_context(|| format!("{}: cannot create a scratch folder", base.display()))
 }
 
 
@@ -299,7 +296,6 @@ fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -
     let photo = inputs::file_input(input);
     let timings = run::host_only(std::sync::Arc::new(model), &cfg, &photo, args.warmup as usize, args.runs as usize)?;
     let (w, h) = image::image_dimensions(input).unwrap_or((0, 0));
-    let _ = std::fs::remove_dir_all(tmp);
     let ms = |f: &dyn Fn(&crate::outputs::json::Timings) -> f64| Samples(timings.iter().map(|t| Duration::from_secs_f64(f(t) / 1e3)).collect());
     let stages: Vec<(&str, Samples)> = vec![
         ("decode", ms(&|t| t.decode)),
