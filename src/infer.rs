@@ -214,18 +214,49 @@ fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
 
+/// Mask logits at least this far from 0 decide `sigmoid(v) > 0.5` by their sign alone: for v
+/// >= 1e-3, e^-v <= 0.9990 and the quotient is >= 0.50025, far above 0.5 for any expf within a
+/// few ulps; for v <= -1e-3 it is <= 0.49975.
+const MASK_SURE: f32 = 1e-3;
+
 /// `sigmoid(v) > 0.5` as `infer()` thresholds the mask, without the exp where the answer
-/// cannot depend on it: for v >= 1, 1 + e^-v <= 1.37 and the quotient is far above 0.5; for
-/// v <= -1 it is far below (NaN falls through to the full expression, false as there).
+/// cannot depend on it (NaN falls through to the full expression, false as there).
 #[inline]
 fn mask_valid(v: f32) -> bool {
-    if v >= 1.0 {
+    if v >= MASK_SURE {
         true
-    } else if v <= -1.0 {
+    } else if v <= -MASK_SURE {
         false
     } else {
         sigmoid(v) > 0.5
     }
+}
+
+/// [`mask_valid`] over a row: the sign test over the whole row (it vectorises), then the exact
+/// expression for the few logits within [`MASK_SURE`] of 0. NaN is neither sure nor in the
+/// band, and is invalid, as `mask_valid` has it.
+#[inline(always)]
+fn mask_valid_row(logits: &[f32], valid: &mut [bool]) {
+    let mut unsure = false;
+    for (v, &l) in valid.iter_mut().zip(logits) {
+        *v = l >= MASK_SURE;
+        unsure |= l > -MASK_SURE && l < MASK_SURE;
+    }
+    if unsure {
+        for (v, &l) in valid.iter_mut().zip(logits) {
+            if l > -MASK_SURE && l < MASK_SURE {
+                *v = sigmoid(l) > 0.5;
+            }
+        }
+    }
+}
+
+/// `v` where `keep`, else `other`, through the bits: a select the compiler keeps in registers
+/// (a conditional store became `vmaskmovps`, microcoded and slow on AMD).
+#[inline(always)]
+fn select_bits(keep: bool, v: f32, other: f32) -> f32 {
+    let k = u32::from(keep).wrapping_neg();
+    f32::from_bits((v.to_bits() & k) | (other.to_bits() & !k))
 }
 
 /// Tail of upstream `forward()`: resize the head outputs, then remap, normalize, sigmoid, exp.
@@ -336,7 +367,7 @@ crate::model::cpu::math::dispatch! {
             let (prow, drow) = (&mut points[pa..], &mut depth[da..]);
             if let Some(m) = msk.as_mut() {
                 m.row(ty, &mut mrow);
-                valid.iter_mut().zip(&mrow).for_each(|(v, &l)| *v = mask_valid(l));
+                mask_valid_row(&mrow, &mut valid);
             }
             pz.row(ty, &mut row[2]);
             if let Some([px, py]) = pxy.as_mut() {
@@ -377,7 +408,7 @@ crate::model::cpu::math::dispatch! {
                 }
                 if masking {
                     for r in [&mut px[..], &mut py[..], &mut z[..]] {
-                        r.iter_mut().zip(valid.iter()).for_each(|(v, &m)| *v = if m { *v } else { f32::INFINITY });
+                        r.iter_mut().zip(valid.iter()).for_each(|(v, &m)| *v = select_bits(m, *v, f32::INFINITY));
                     }
                 }
                 drow.copy_from_slice(z);
@@ -421,7 +452,7 @@ crate::model::cpu::math::dispatch! {
                 }
                 if masking {
                     for (((a, b), c), &m) in n0.iter_mut().zip(n1.iter_mut()).zip(n2.iter_mut()).zip(valid.iter()) {
-                        (*a, *b, *c) = if m { (*a, *b, *c) } else { (0.0, 0.0, 0.0) };
+                        (*a, *b, *c) = (select_bits(m, *a, 0.0), select_bits(m, *b, 0.0), select_bits(m, *c, 0.0));
                     }
                 }
                 // Interleaved straight into the map's spare capacity: zeroing 24 MB of a 1080p
@@ -513,5 +544,46 @@ pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, 
         focal,
         shift: fs.shift,
         grid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortcut thresholds agree with `sigmoid(v) > 0.5` everywhere: every float near the
+    /// band's edges and near 0 (where the exact expression decides), a sweep across it, and the
+    /// specials.
+    #[test]
+    fn mask_thresholds_match_the_sigmoid() {
+        let mut logits = vec![0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, 1.0, -1.0, 80.0, -80.0];
+        for edge in [MASK_SURE, -MASK_SURE, 6e-8, -6e-8, 3e-8, -3e-8] {
+            let b = edge.to_bits();
+            logits.extend((b - 2000..b + 2000).map(f32::from_bits));
+        }
+        logits.extend((-20_000..20_000).map(|i| i as f32 * 1.3e-7));
+        logits.extend((-2000..2000).map(|i| i as f32 * 3.7e-3));
+        let want: Vec<bool> = logits.iter().map(|&v| sigmoid(v) > 0.5).collect();
+        let got: Vec<bool> = logits.iter().map(|&v| mask_valid(v)).collect();
+        assert_eq!(got, want);
+        let mut row = vec![false; logits.len()];
+        mask_valid_row(&logits, &mut row);
+        assert_eq!(row, want);
+        // Both outcomes occur inside the band, so it is the exact expression that decides there.
+        let band: Vec<bool> = logits.iter().zip(&want).filter(|(v, _)| v.abs() < MASK_SURE).map(|(_, &w)| w).collect();
+        assert!(band.contains(&true) && band.contains(&false));
+        // A row with no logit in the band skips the second pass and is still right.
+        let sure = [2.0f32, -2.0, 0.5, -0.5, f32::NAN];
+        let mut r = [true; 5];
+        mask_valid_row(&sure, &mut r);
+        assert_eq!(r, [true, false, true, false, false]);
+    }
+
+    #[test]
+    fn select_bits_is_a_select() {
+        for (keep, v, other) in [(true, -0.0f32, 0.0), (false, 3.5, f32::INFINITY), (true, f32::NAN, 0.0), (false, f32::NAN, 0.0), (true, -2.0, 0.0)] {
+            let want = if keep { v } else { other };
+            assert_eq!(select_bits(keep, v, other).to_bits(), want.to_bits());
+        }
     }
 }
