@@ -180,7 +180,8 @@ fn prediction_of(depth: Vec<f32>, mask: Vec<bool>) -> Prediction {
 #[test]
 fn png_encodings_equal_rounding_by_libm() {
     let mut rng = Rng(77);
-    for scale in [0.001f32, 0.0001, 0.01, 1.0 / 3.0] {
+    // Scales of few significant bits (0.75, 0.25) make exact halves: q = k + 0.5 to the last bit.
+    for scale in [0.001f32, 0.0001, 0.01, 1.0 / 3.0, 0.75, 0.25] {
         let mut depth: Vec<f32> = (0..200_000).map(|_| (rng.unit() + 1.0) * 40.0).collect();
         // Exact and near halves of a unit, the saturation edges, and what is never a code.
         for k in [0u32, 1, 2, 3, 100, 1000, 65534, 65535, 65536] {
@@ -287,6 +288,17 @@ fn depth_stats_equal_selection_over_a_copy() {
         vec![f32::INFINITY; 10],
     ];
     cases.push((0..70_000).map(|i| if i % 3 == 0 { f32::INFINITY } else { 1e-3 * i as f32 }).collect());
+    // Sums in four lanes are used where every partial sum is exact: a 400x range of depths
+    // (exact), and one where summing by lanes would round differently from pixel order.
+    cases.push((0..100_001).map(|_| 1.0 + 399.0 * rng.unit().abs()).collect());
+    let wide: Vec<f32> = (0..100_001).map(|i| if i % 4 == 1 { 3e7 } else { 0.1 + rng.unit().abs() }).collect();
+    let lanes = (0..4).map(|l| wide.iter().skip(l).step_by(4).map(|&v| v as f64).sum::<f64>()).collect::<Vec<_>>();
+    let by_lanes = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    let masked_out = |i: usize| i % 11 == 5;
+    let in_order: f64 = wide.iter().enumerate().filter(|(i, _)| !masked_out(*i)).map(|(_, &v)| v as f64).sum();
+    let lanes_masked = (0..4).map(|l| wide.iter().enumerate().skip(l).step_by(4).filter(|(i, _)| !masked_out(*i)).map(|(_, &v)| v as f64).sum::<f64>()).collect::<Vec<_>>();
+    assert_ne!(((lanes_masked[0] + lanes_masked[1]) + (lanes_masked[2] + lanes_masked[3])).to_bits(), in_order.to_bits(), "this case must round differently by lanes ({by_lanes})");
+    cases.push(wide);
     for (k, depth) in cases.into_iter().enumerate() {
         let mask: Vec<bool> = (0..depth.len()).map(|i| k == 3 || i % 11 != 5).collect();
         let mut d: Vec<f32> = depth.iter().zip(&mask).filter(|(v, &m)| m && v.is_finite()).map(|(v, _)| *v).collect();
@@ -299,8 +311,13 @@ fn depth_stats_equal_selection_over_a_copy() {
             let (_, med, _) = d.select_nth_unstable_by(n / 2, f32::total_cmp);
             (n, Some(min.to_bits()), Some(max.to_bits()), Some(mean.to_bits()), Some(med.to_bits()))
         };
-        let s = DepthStats::of(&prediction_of(depth, mask));
-        let got = (s.valid_pixels, s.min.map(f32::to_bits), s.max.map(f32::to_bits), s.mean.map(f64::to_bits), s.median.map(f32::to_bits));
-        assert_eq!(got, want, "case {k}");
+        let p = prediction_of(depth, mask);
+        for level in isa::levels() {
+            isa::with_isa(level, || {
+                let s = DepthStats::of(&p);
+                let got = (s.valid_pixels, s.min.map(f32::to_bits), s.max.map(f32::to_bits), s.mean.map(f64::to_bits), s.median.map(f32::to_bits));
+                assert_eq!(got, want, "{level}: case {k}");
+            });
+        }
     }
 }

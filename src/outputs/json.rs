@@ -100,35 +100,23 @@ pub struct Timings {
 }
 
 impl DepthStats {
-    /// Over the valid, finite depths. One pass gathers the count, min, max, the sum (in pixel
-    /// order, in f64) and a histogram of each value's 16 high order bits; the median (the
-    /// element of rank n/2 in `total_cmp` order) is then picked among the few values of its
-    /// bin, not by selecting over a copy of every depth.
+    /// Over the valid, finite depths. One pass gathers the count, min, max, the sum (the bits
+    /// of the depths' sum in pixel order, in f64) and a histogram of each value's 16 high order
+    /// bits; the median (the element of rank n/2 in `total_cmp` order) is then picked among the
+    /// few values of its bin, not by selecting over a copy of every depth.
     pub fn of(p: &Prediction) -> Self {
-        // Pixel i goes to lane i % 4 (its own histogram, minimum and maximum): neighbouring
-        // pixels mostly share a bin, and with one table each count would wait for the last
-        // one's store; one running minimum would wait for the last compare. Only the sum stays
-        // one chain, in pixel order.
+        let len = p.depth.len().min(p.mask.len());
+        let (depth, mask) = (&p.depth[..len], &p.mask[..len]);
+        let level = crate::model::cpu::isa::current();
         let mut hists = vec![0u32; 4 << 16];
-        // -0.0: the neutral element `Iterator::sum` starts from.
-        let (mut n, mut sum) = (0usize, -0f64);
-        let (mut mins, mut maxs) = ([f32::INFINITY; 4], [f32::NEG_INFINITY; 4]);
-        for (i, (&v, &m)) in p.depth.iter().zip(&p.mask).enumerate() {
-            if m && v.is_finite() {
-                let lane = i & 3;
-                n += 1;
-                sum += v as f64;
-                if v < mins[lane] {
-                    mins[lane] = v;
-                }
-                if v > maxs[lane] {
-                    maxs[lane] = v;
-                }
-                hists[(lane << 16) | (order_key(v) >> 16) as usize] += 1;
-            }
-        }
+        let Lanes { n, sums, mins, maxs } = depth_lanes(level, depth, mask, &mut hists);
         let min = mins.into_iter().fold(f32::INFINITY, |a, b| if b < a { b } else { a });
         let max = maxs.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+        let sum = if sums_are_exact(n, min, max) {
+            (sums[0] + sums[1]) + (sums[2] + sums[3])
+        } else {
+            depth.iter().zip(mask).filter(|&(&v, &m)| m && v.is_finite()).map(|(&v, _)| v as f64).sum()
+        };
         let (first, rest) = hists.split_at_mut(1 << 16);
         for h in rest.chunks_exact(1 << 16) {
             first.iter_mut().zip(h).for_each(|(a, &b)| *a += b);
@@ -147,21 +135,105 @@ impl DepthStats {
             }
             below += c as usize;
         }
-        let mut in_bin: Vec<f32> =
-            p.depth.iter().zip(&p.mask).filter(|&(&v, &m)| m && v.is_finite() && (order_key(v) >> 16) as usize == bin).map(|(&v, _)| v).collect();
+        let mut in_bin = bin_values(level, depth, mask, bin as u32);
         let (_, med, _) = in_bin.select_nth_unstable_by(rank - below, f32::total_cmp);
         Self { valid_pixels: n, valid_fraction, min: Some(min), max: Some(max), mean: Some(sum / n as f64), median: Some(*med) }
     }
 }
 
+/// What [`depth_lanes`] gathers per lane (pixel i is in lane i % 4), the count in all.
+struct Lanes {
+    n: usize,
+    sums: [f64; 4],
+    mins: [f32; 4],
+    maxs: [f32; 4],
+}
+
+crate::model::cpu::math::dispatch! {
+    /// The count of valid, finite depths and, per lane (pixel i goes to lane i % 4), their
+    /// sum, minimum, maximum and a histogram of their 16 high order bits (`hists`: 4 x 2^16).
+    /// Neighbouring pixels mostly share a bin, and with one table each count would wait for the
+    /// last one's store; one running minimum would wait for the last compare, one sum for the
+    /// last add.
+    fn depth_lanes / depth_lanes_baseline(depth: &[f32], mask: &[bool], hists: &mut [u32]) -> Lanes {
+        // -0.0: the neutral element `Iterator::sum` starts from.
+        let (mut n, mut sums) = (0usize, [-0f64; 4]);
+        let (mut mins, mut maxs) = ([f32::INFINITY; 4], [f32::NEG_INFINITY; 4]);
+        // Four pixels a step, each lane a constant, so that the running values stay in
+        // registers (indexed by `i % 4`, they went through memory at every pixel).
+        let mut add = |lane: usize, v: f32, m: bool| {
+            if m && v.is_finite() {
+                n += 1;
+                sums[lane] += v as f64;
+                if v < mins[lane] {
+                    mins[lane] = v;
+                }
+                if v > maxs[lane] {
+                    maxs[lane] = v;
+                }
+                hists[(lane << 16) | (order_key(v) >> 16) as usize] += 1;
+            }
+        };
+        let (d4, m4) = (depth.chunks_exact(4), mask.chunks_exact(4));
+        let (dr, mr) = (d4.remainder(), m4.remainder());
+        for (d, m) in d4.zip(m4) {
+            for lane in 0..4 {
+                add(lane, d[lane], m[lane]);
+            }
+        }
+        // The last pixels: lanes 0.. again, since the chunks start at pixel 0.
+        for (lane, (&v, &m)) in dr.iter().zip(mr).enumerate() {
+            add(lane, v, m);
+        }
+        Lanes { n, sums, mins, maxs }
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    /// The valid depths whose 16 high order bits (in `order_key`) are `bin`, a bin of finite
+    /// values: it holds no infinity or NaN (their high bits are outside every finite value's),
+    /// so the bin test alone says finite. The test is branch-free over blocks of 64 pixels (it
+    /// vectorises), and only blocks with a hit are gone through again to pick the values out.
+    fn bin_values / bin_values_baseline(depth: &[f32], mask: &[bool], bin: u32) -> Vec<f32> {
+        let lo = bin << 16;
+        let hit = |v: f32, m: bool| m & (order_key(v).wrapping_sub(lo) < 1 << 16);
+        let mut out = Vec::new();
+        for (d, m) in depth.chunks(64).zip(mask.chunks(64)) {
+            if d.iter().zip(m).fold(false, |a, (&v, &m)| a | hit(v, m)) {
+                out.extend(d.iter().zip(m).filter(|&(&v, &m)| hit(v, m)).map(|(&v, _)| v));
+            }
+        }
+        out
+    }
+}
+
+/// Whether every partial sum of `n` f32 values in [min, max] is exact in f64, so that summing
+/// them in any order gives the bits of the sum in pixel order. All of them are multiples of the
+/// smallest one's ulp `g` (a float's ulp is a multiple of every smaller float's), so every
+/// partial sum is a multiple of `g` of magnitude at most n·max|v|, and is exact below 2^53·g.
+/// Holds for depth maps spanning up to ~500x at 1080p; zeros (g = 0) or mixed signs say no.
+fn sums_are_exact(n: usize, min: f32, max: f32) -> bool {
+    let same_sign = (min > 0.0 && max > 0.0) || (min < 0.0 && max < 0.0);
+    if !same_sign || !min.is_finite() || !max.is_finite() {
+        return false;
+    }
+    let (small, large) = if min > 0.0 { (min, max) } else { (-max, -min) };
+    if !small.is_normal() {
+        return false;
+    }
+    // The ulp of a normal f32: 2^(exponent - 23).
+    let ulp = f32::from_bits(small.to_bits() & 0x7f80_0000) as f64 * 2f64.powi(-23);
+    // With a factor of 2 to spare for the rounding of the product on the left.
+    (n as f64) * large as f64 <= 2f64.powi(52) * ulp
+}
+
 /// The bits of a float as an unsigned key in `f32::total_cmp` order.
+#[inline(always)]
 fn order_key(v: f32) -> u32 {
     let b = v.to_bits();
-    if b >> 31 == 1 {
-        !b
-    } else {
-        b | 0x8000_0000
-    }
+    // Negative: all bits flipped; positive: the sign bit set. As a select of the xor mask, so
+    // that loops over it vectorise.
+    b ^ ((((b as i32) >> 31) as u32) | 0x8000_0000)
 }
 
 impl Sidecar {

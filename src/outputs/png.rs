@@ -14,30 +14,27 @@ use crate::infer::Prediction;
 use crate::model::cpu::isa;
 
 /// The depth code of one pixel and whether it saturated (see [`encode_depth`]): `round(d /
-/// scale)` half away from zero, clamped to 1..=65535, written with a truncating conversion and
-/// a compare (round(q) > 65535 exactly when q >= 65535.5, < 1 exactly when q < 0.5) so that the
-/// loop vectorises on any x86-64 instead of calling libm's `round` per pixel.
+/// scale)` half away from zero, clamped to 1..=65535, as `trunc(clamp(q + 0.5, 1, 65535))`
+/// with q = d / scale in f64, so that the loop vectorises on any x86-64 instead of calling
+/// libm's `round` per pixel. Exact: for q in [0.5, 65535.5), q + 0.5 is q's own sum (q is a
+/// multiple of 0.5's ulp at most 2^-37 and the sum stays in q's binade or the next, where any
+/// rounding is at a tie that lands on the integer the true sum reaches), and q < 0.5 or q >=
+/// 65535.5 are the clamps' own cases (the saturations).
 #[inline]
 fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
     let ok = valid && d.is_finite() && d > 0.0;
     let q = d as f64 / scale as f64;
-    let (high, low) = (q >= 65535.5, q < 0.5);
-    // Selects rather than branches, so the loop vectorises; `inside` is in [0.5, 65535.5).
-    let inside = if !high && !low && !q.is_nan() { q } else { 1.0 };
-    // SAFETY: `inside` is finite and in [0.5, 65535.5), so the conversion is exact truncation.
-    // To i32, not u32: AVX2 converts f64 to i32 four at a time, and to u32 not at all.
-    let i: i32 = unsafe { inside.to_int_unchecked() };
-    let rounded = (i + i32::from(inside - i as f64 >= 0.5)) as u16;
-    let code = if !ok {
-        0
-    } else if high {
-        65535
-    } else if low {
-        1
-    } else {
-        rounded
-    };
-    (code, ok && (high || low))
+    // max / min as selects (NaN only where `ok` is false, and then unused).
+    let x = q + 0.5;
+    let x = if x < 1.0 { 1.0 } else { x };
+    let x = if x > 65535.0 { 65535.0 } else { x };
+    // SAFETY: where `ok`, x is finite and in [1, 65535]; elsewhere it is replaced by 0 below, and
+    // a NaN or out-of-range conversion is not undefined on x86 (it gives i32::MIN), but it is
+    // in Rust, so such an x is replaced by 1.0 first.
+    let x = if ok { x } else { 1.0 };
+    let i: i32 = unsafe { x.to_int_unchecked() };
+    let code = if ok { i as u16 } else { 0 };
+    (code, ok && (q < 0.5 || q >= 65535.5))
 }
 
 /// Depth in units of `scale`, rounded; 0 for invalid pixels. Valid depths that do not fit
