@@ -363,8 +363,6 @@ crate::model::cpu::math::dispatch! {
                 m.resize(at + k * width, 0.0);
                 at
             };
-            let (pa, da) = (if keep_points { grow(&mut points, 3) } else { 0 }, grow(&mut depth, 1));
-            let (prow, drow) = (&mut points[pa..], &mut depth[da..]);
             if let Some(m) = msk.as_mut() {
                 m.row(ty, &mut mrow);
                 mask_valid_row(&mrow, &mut valid);
@@ -411,12 +409,22 @@ crate::model::cpu::math::dispatch! {
                         r.iter_mut().zip(valid.iter()).for_each(|(v, &m)| *v = select_bits(m, *v, f32::INFINITY));
                     }
                 }
-                drow.copy_from_slice(z);
-                // An empty row when the point map is not kept.
-                for (p, ((&x, &yv), &zv)) in prow.chunks_exact_mut(3).zip(px.iter().zip(py.iter()).zip(z.iter())) {
-                    p.copy_from_slice(&[x, yv, zv]);
+                depth.extend_from_slice(z);
+                if keep_points {
+                    // Interleaved straight into the map's spare capacity, as the normals below.
+                    let spare = &mut points.spare_capacity_mut()[..3 * width];
+                    for (p, ((&x, &yv), &zv)) in spare.chunks_exact_mut(3).zip(px.iter().zip(py.iter()).zip(z.iter())) {
+                        p[0].write(x);
+                        p[1].write(yv);
+                        p[2].write(zv);
+                    }
+                    // SAFETY: the loop wrote all 3 x width values (px, py, z are `width` long
+                    // when the points are kept), and the map was allocated for 3 x width x height.
+                    unsafe { points.set_len(points.len() + 3 * width) };
                 }
             } else {
+                let (pa, da) = (grow(&mut points, 3), grow(&mut depth, 1));
+                let (prow, drow) = (&mut points[pa..], &mut depth[da..]);
                 for (i, (p, d)) in prow.chunks_exact_mut(3).zip(drow.iter_mut()).enumerate() {
                     p.copy_from_slice(&[row[0][i], row[1][i], row[2][i]]);
                     if z_done {

@@ -200,14 +200,15 @@ pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: 
 /// [`resize_bilinear_antialias`] of an interleaved 8-bit RGB image whose float values are
 /// v / 255 (numpy's `image / 255` in float64 cast to float32 gives the same value: a float64
 /// quotient rounded to float32 is the correctly rounded float32 quotient), to planar (3, oh,
-/// ow), bit for bit the same. The full-size float copy of the photo is never made (24 MB at
-/// 1080p): each source row is split into three float rows in cache, filtered along x, and the
-/// filtered rows go through the vertical pass; both passes are compiled for the widest vectors
-/// the CPU has.
+/// ow), bit for bit the same. Streamed a source row at a time: each is split into three float
+/// rows, filtered along x into a ring of the last few filtered rows (as many as an output
+/// row's vertical taps), and each output row is made as soon as its rows are in the ring. The
+/// full-size float copy of the photo (24 MB at 1080p) and the x-filtered image (10 MB) are
+/// never made; both passes are compiled for the widest vectors the CPU has.
 pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     assert_eq!(rgb.len(), 3 * h * w);
     let level = crate::model::cpu::isa::current();
-    let xs = antialias_axis(w, ow);
+    let (xs, ys) = (antialias_axis(w, ow), antialias_axis(h, oh));
     // The taps as a table of `width` weights per output column, zero past each column's own
     // (a zero weight adds +0.0 to a sum of non-negative terms: no change to it).
     let width = xs.iter().map(|t| t.weights.len()).max().unwrap_or(0);
@@ -219,16 +220,43 @@ pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usiz
             weights[k * ow + i] = wv;
         }
     }
-    let mut tmp = vec![0f32; 3 * h * ow];
+    // Row y of channel c at ring[(y % slots * 3 + c) * ow..]. The taps' first and last rows
+    // never decrease from one output row to the next, so the `slots` rows before the next one
+    // to filter hold every row the current output row reads.
+    let slots = ys.iter().map(|t| t.weights.len()).max().unwrap_or(0).max(1);
+    let mut ring = vec![0f32; 3 * slots * ow];
     let mut planes = vec![0f32; 3 * w];
-    for (y, src) in rgb.chunks_exact(3 * w).enumerate() {
-        rgb8_planes(level, src, &mut planes);
-        for (c, plane) in planes.chunks_exact(w).enumerate() {
-            let out = &mut tmp[(c * h + y) * ow..(c * h + y + 1) * ow];
-            taps_along_x(level, plane, &starts, &weights, out);
+    let mut out = vec![0f32; 3 * oh * ow];
+    let mut next = 0;
+    for (oy, tap) in ys.iter().enumerate() {
+        for (y, src) in rgb.chunks_exact(3 * w).enumerate().take(tap.start + tap.weights.len()).skip(next) {
+            rgb8_planes(level, src, &mut planes);
+            let slot = &mut ring[y % slots * 3 * ow..][..3 * ow];
+            for (plane, row) in planes.chunks_exact(w).zip(slot.chunks_exact_mut(ow)) {
+                taps_along_x(level, plane, &starts, &weights, row);
+            }
+            next = y + 1;
+        }
+        for c in 0..3 {
+            let row = &mut out[(c * oh + oy) * ow..][..ow];
+            for (k, &wv) in tap.weights.iter().enumerate() {
+                let src = &ring[((tap.start + k) % slots * 3 + c) * ow..][..ow];
+                weighted_row(level, src, wv, k == 0, row);
+            }
         }
     }
-    vertical_antialias(level, &tmp, 3, h, ow, oh)
+    out
+}
+
+crate::model::cpu::math::dispatch! {
+    /// row = src · wv (the first tap) or row += src · wv: one tap of the vertical pass.
+    fn weighted_row / weighted_row_baseline(src: &[f32], wv: f32, first: bool, row: &mut [f32]) {
+        if first {
+            row.iter_mut().zip(src).for_each(|(o, s)| *o = s * wv);
+        } else {
+            row.iter_mut().zip(src).for_each(|(o, s)| *o += s * wv);
+        }
+    }
 }
 
 crate::model::cpu::math::dispatch! {
@@ -247,15 +275,26 @@ crate::model::cpu::math::dispatch! {
     /// out[i] = Σ_k src[starts[i] + k] · weights[k][i], summed in k order from 0 (the order of
     /// PyTorch's kernel), one k at a time over the whole row so that it vectorises (gathers).
     fn taps_along_x / taps_along_x_baseline(src: &[f32], starts: &[u32], weights: &[f32], out: &mut [f32]) {
-        out.fill(0.0);
         // The clamp only moves padded taps (zero weight) back into the row, and keeps every
         // read inside it without a bounds check (which would keep the loop scalar).
-        let Some(last) = src.len().checked_sub(1) else { return };
+        let (Some(last), true) = (src.len().checked_sub(1), weights.len() >= out.len()) else {
+            out.fill(0.0);
+            return;
+        };
         let last = u32::try_from(last).expect("a row of fewer than 2^32 pixels");
-        for (k, wk) in weights.chunks_exact(out.len().max(1)).enumerate() {
+        // SAFETY (both loops): the index is at most `last`, which is `src.len() - 1`.
+        let tap = |s: u32, k: usize| unsafe { *src.get_unchecked(s.wrapping_add(k as u32).min(last) as usize) };
+        let mut taps = weights.chunks_exact(out.len().max(1));
+        // The first tap is stored, not added to a zeroed row: 0 + t is t for the non-negative
+        // products here (pixels / 255 times triangle weights).
+        if let Some(w0) = taps.next() {
+            for ((o, &s), &wv) in out.iter_mut().zip(starts).zip(w0) {
+                *o = tap(s, 0) * wv;
+            }
+        }
+        for (k, wk) in taps.enumerate() {
             for ((o, &s), &wv) in out.iter_mut().zip(starts).zip(wk) {
-                // SAFETY: the index is at most `last`, which is `src.len() - 1`.
-                *o += unsafe { *src.get_unchecked(s.wrapping_add(k as u32).min(last) as usize) } * wv;
+                *o += tap(s, k + 1) * wv;
             }
         }
     }
