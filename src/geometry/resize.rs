@@ -133,11 +133,26 @@ impl<'a> BilinearRows<'a> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+/// out[i] = src[x0[i]]·w0[i] + src[x1[i]]·w1[i] (the post-processing runs it once per source
+/// row of each map): on AVX2 and above by in-register permutes where a block of columns allows
+/// (`avx2`), else the portable loop compiled for the widest vectors the CPU has (gathers). The
+/// same arithmetic on every route, so every level gives the same bits.
+fn lerp_taps(level: crate::model::cpu::isa::Isa, src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
+    use crate::model::cpu::isa::{usable, Isa};
+    #[cfg(target_arch = "x86_64")]
+    if matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512) {
+        // SAFETY: `usable` never exceeds what the CPU has, and both levels have AVX2.
+        return unsafe { avx2::lerp_taps(src, x0, x1, w0, w1, out) };
+    }
+    lerp_taps_gather(level, src, x0, x1, w0, w1, out)
+}
+
 crate::model::cpu::math::dispatch! {
-    /// out[i] = src[x0[i]]·w0[i] + src[x1[i]]·w1[i], compiled for the widest vectors the CPU
-    /// has (gathers; the post-processing runs it once per source row of each map). The same
-    /// arithmetic in every build, so every level gives the same bits.
-    fn lerp_taps / lerp_taps_baseline(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
+    /// [`lerp_taps`] as one loop that vectorises with gathers.
+    fn lerp_taps_gather / lerp_taps_baseline(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
         // The clamp never changes a tap of `bilinear_axis(src.len(), _)`; it keeps every read
         // inside the row without a bounds check (which would keep the loop scalar).
         let Some(last) = src.len().checked_sub(1) else { return };
@@ -396,6 +411,32 @@ mod rows_tests {
 
     /// Row by row, at every ISA level this machine has, the bits of the whole-map resize (the
     /// post-processing's upsample of the head outputs; up and down, odd sizes, one column).
+    #[test]
+    fn lerp_taps_is_the_portable_loop_for_any_taps() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 33) as u32 % m
+        };
+        let src: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let n = 203;
+        // Runs where eight columns fit eight floats (the permute route), blocks that do not
+        // (spread, decreasing, past the row's end, which the clamp takes back), and the tail.
+        let x0: Vec<u32> = (0..n).map(|i| match i / 40 { 0 => i as u32 / 3, 1 => 99 - (i as u32 % 40), 2 => next(100), 3 => 95 + next(10), _ => i as u32 % 7 }).collect();
+        let x1: Vec<u32> = x0.iter().map(|&a| if next(5) == 0 { a } else { a + 1 }).collect();
+        let w0: Vec<f32> = (0..n).map(|_| next(1000) as f32 / 999.0).collect();
+        let w1: Vec<f32> = w0.iter().map(|w| 1.0 - w).collect();
+        let mut want = vec![0f32; n];
+        lerp_taps_baseline(&src, &x0, &x1, &w0, &w1, &mut want);
+        for level in isa::levels() {
+            let mut got = vec![f32::NAN; n];
+            lerp_taps(level, &src, &x0, &x1, &w0, &w1, &mut got);
+            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{level}");
+        }
+    }
+
     #[test]
     fn bilinear_rows_give_resize_bilinear_bits_at_every_level() {
         let mut seed = 0x853c_49e6_748f_ea9bu64;

@@ -6,8 +6,7 @@ use std::io::BufWriter;
 use std::path::Path;
 
 use anyhow::Result;
-use image::codecs::png::{CompressionType, FilterType, PngEncoder};
-use image::{ExtendedColorType, ImageEncoder};
+use image::ExtendedColorType;
 
 use super::write_atomic;
 use crate::infer::Prediction;
@@ -92,11 +91,17 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
+/// The depth codes in PNG's byte order (big-endian), and how many saturated.
+fn depth_samples(p: &Prediction, scale: f32) -> (Vec<u16>, usize) {
+    let (mut codes, saturated) = encode_depth(p, scale);
+    codes.iter_mut().for_each(|c| *c = c.to_be());
+    (codes, saturated)
+}
+
 /// The 16-bit depth PNG of `p` and how many valid depths saturated.
 pub fn depth_png(p: &Prediction, scale: f32) -> Result<(Vec<u8>, usize)> {
-    let (codes, saturated) = encode_depth(p, scale);
-    // The encoder takes 16-bit samples in native byte order (PNG's big-endian is its job).
-    Ok((encode_png(bytemuck::cast_slice(&codes), p.width, p.height, ExtendedColorType::L16)?, saturated))
+    let (samples, saturated) = depth_samples(p, scale);
+    Ok((encode_png(bytemuck::cast_slice(&samples), p.width, p.height, ExtendedColorType::L16)?, saturated))
 }
 
 pub fn normal_png(p: &Prediction) -> Result<Vec<u8>> {
@@ -113,8 +118,8 @@ fn mask_codes(p: &Prediction) -> Vec<u8> {
 }
 
 pub fn write_depth(path: &Path, p: &Prediction, scale: f32) -> Result<usize> {
-    let (codes, saturated) = encode_depth(p, scale);
-    write_png(path, bytemuck::cast_slice(&codes), p.width, p.height, ExtendedColorType::L16)?;
+    let (samples, saturated) = depth_samples(p, scale);
+    write_png(path, bytemuck::cast_slice(&samples), p.width, p.height, ExtendedColorType::L16)?;
     Ok(saturated)
 }
 
@@ -127,7 +132,7 @@ pub fn write_mask(path: &Path, p: &Prediction) -> Result<()> {
     write_png(path, &mask_codes(p), p.width, p.height, ExtendedColorType::L8)
 }
 
-/// `data` as the encoder takes it: 8-bit samples, or 16-bit ones in native byte order.
+/// `data` as PNG stores it: 8-bit samples, or 16-bit ones big-endian.
 pub fn write_png(path: &Path, data: &[u8], w: usize, h: usize, color: ExtendedColorType) -> Result<()> {
     write_atomic(path, |f| {
         let mut out = BufWriter::new(f);
@@ -145,9 +150,23 @@ pub fn encode_png(data: &[u8], w: usize, h: usize, color: ExtendedColorType) -> 
 }
 
 fn encode_png_to(out: &mut impl std::io::Write, data: &[u8], w: usize, h: usize, color: ExtendedColorType) -> Result<()> {
+    use png::{BitDepth, ColorType};
+    let (ct, depth) = match color {
+        ExtendedColorType::L8 => (ColorType::Grayscale, BitDepth::Eight),
+        ExtendedColorType::L16 => (ColorType::Grayscale, BitDepth::Sixteen),
+        ExtendedColorType::Rgb8 => (ColorType::Rgb, BitDepth::Eight),
+        other => anyhow::bail!("internal: no PNG encoding of {other:?} here"),
+    };
+    let mut enc = png::Encoder::new(out, u32::try_from(w)?, u32::try_from(h)?);
+    enc.set_color(ct);
+    enc.set_depth(depth);
     // fdeflate's fast mode, one Paeth filter for every row: the same size as the adaptive
     // choice on depth and normal maps (which picks Paeth nearly everywhere), without trying
-    // five filters per row.
-    PngEncoder::new_with_quality(out, CompressionType::Fast, FilterType::Paeth).write_image(data, w as u32, h as u32, color)?;
+    // five filters per row (examples/png_bench.rs measures them).
+    enc.set_compression(png::Compression::Fast);
+    enc.set_filter(png::Filter::Paeth);
+    let mut writer = enc.write_header()?;
+    writer.write_image_data(data)?;
+    writer.finish()?;
     Ok(())
 }
