@@ -80,6 +80,7 @@ fn main() -> anyhow::Result<()> {
             points: Vec::new(),
             depth,
             normal: None,
+            normal_png: None,
             mask,
             intrinsics: [[0.8, 0.0, 0.5], [0.0, 0.8 * w as f32 / h as f32, 0.5], [0.0, 0.0, 1.0]],
             metric_scale: 1.0,

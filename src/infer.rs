@@ -28,11 +28,16 @@ pub struct InferOptions {
     /// for outputs that never read it (png, json), 12 bytes per pixel neither stored nor
     /// written back (~5 ms of a 1080p photo). Everything else is unchanged.
     pub point_map: bool,
+    /// Whether the float normal map is wanted. False (for outputs that only write the normal
+    /// PNG) makes the post-processing store the PNG's 8-bit codes, computed on rows still in
+    /// cache, in `Prediction::normal_png` instead of `Prediction::normal`: 12 bytes per pixel
+    /// neither stored nor read back. The codes are those of `outputs::png::encode_normal`.
+    pub normal_map: bool,
 }
 
 impl Default for InferOptions {
     fn default() -> Self {
-        Self { num_tokens: None, resolution_level: 9, fov_x: None, force_projection: true, apply_mask: true, point_map: true }
+        Self { num_tokens: None, resolution_level: 9, fov_x: None, force_projection: true, apply_mask: true, point_map: true, normal_map: true }
     }
 }
 
@@ -77,8 +82,11 @@ pub struct Prediction {
     pub points: Vec<f32>,
     /// (H, W); +inf where masked.
     pub depth: Vec<f32>,
-    /// (H, W, 3) unit normals, zero where masked; None for models without a normal head.
+    /// (H, W, 3) unit normals, zero where masked; None for models without a normal head, or
+    /// when only their PNG codes were asked for (`InferOptions::normal_map` false).
     pub normal: Option<Vec<f32>>,
+    /// (H, W, 3) the normal PNG's codes, when they were made in place of `normal`.
+    pub normal_png: Option<Vec<u8>>,
     /// (H, W), true = valid.
     pub mask: Vec<bool>,
     /// Normalised intrinsics (image = unit square), row-major.
@@ -93,6 +101,11 @@ pub struct Prediction {
 }
 
 impl Prediction {
+    /// Whether the model predicted normals (as floats or as PNG codes).
+    pub fn has_normal(&self) -> bool {
+        self.normal.is_some() || self.normal_png.is_some()
+    }
+
     pub fn intrinsics_pixels(&self) -> [[f32; 3]; 3] {
         let (w, h) = (self.width as f32, self.height as f32);
         let k = self.intrinsics;
@@ -339,7 +352,9 @@ crate::model::cpu::math::dispatch! {
         let n = width * height;
         let mut points = Vec::with_capacity(3 * n);
         let mut depth = Vec::with_capacity(n);
-        let mut normal = raw.normal.as_ref().map(|_| Vec::with_capacity(3 * n));
+        // The float normals, or (`normal_map` false) their PNG codes in their place.
+        let mut normal = raw.normal.as_ref().filter(|_| opts.normal_map).map(|_| Vec::with_capacity(3 * n));
+        let mut normal_png = raw.normal.as_ref().filter(|_| !opts.normal_map).map(|_| Vec::with_capacity(3 * n));
         let mut mask = Vec::with_capacity(n);
         let project = opts.force_projection;
         // Without the projection the row of points is where the depth is computed.
@@ -449,7 +464,7 @@ crate::model::cpu::math::dispatch! {
                     }
                 }
             }
-            if let (Some(nr), Some(nmap)) = (nrm.as_mut(), normal.as_mut()) {
+            if let Some(nr) = nrm.as_mut() {
                 for (r, buf) in nr.iter_mut().zip(nrow.iter_mut()) {
                     r.row(ty, buf);
                 }
@@ -466,15 +481,27 @@ crate::model::cpu::math::dispatch! {
                 // Interleaved straight into the map's spare capacity: zeroing 24 MB of a 1080p
                 // normal map a row at a time before overwriting it cost more than the rest of
                 // the interleave.
-                let spare = &mut nmap.spare_capacity_mut()[..3 * width];
-                for (v, ((&a, &b), &c)) in spare.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
-                    v[0].write(a);
-                    v[1].write(b);
-                    v[2].write(c);
+                if let Some(nmap) = normal.as_mut() {
+                    let spare = &mut nmap.spare_capacity_mut()[..3 * width];
+                    for (v, ((&a, &b), &c)) in spare.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
+                        v[0].write(a);
+                        v[1].write(b);
+                        v[2].write(c);
+                    }
+                    // SAFETY: the loop wrote all 3 x width values (n0, n1, n2 are `width` long),
+                    // and the map was allocated for 3 x width x height.
+                    unsafe { nmap.set_len(nmap.len() + 3 * width) };
                 }
-                // SAFETY: the loop wrote all 3 x width values (n0, n1, n2 are `width` long), and
-                // the map was allocated for 3 x width x height.
-                unsafe { nmap.set_len(nmap.len() + 3 * width) };
+                if let Some(codes) = normal_png.as_mut() {
+                    let spare = &mut codes.spare_capacity_mut()[..3 * width];
+                    for (v, ((&a, &b), &c)) in spare.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
+                        v[0].write(crate::outputs::png::normal_code(a));
+                        v[1].write(crate::outputs::png::normal_code(b));
+                        v[2].write(crate::outputs::png::normal_code(c));
+                    }
+                    // SAFETY: as for the float map above.
+                    unsafe { codes.set_len(codes.len() + 3 * width) };
+                }
             }
             mask.extend_from_slice(&valid);
         }
@@ -484,6 +511,7 @@ crate::model::cpu::math::dispatch! {
             points,
             depth,
             normal,
+            normal_png,
             mask,
             intrinsics,
             metric_scale: metric_scale.unwrap_or(1.0),
@@ -546,6 +574,7 @@ pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, 
         points,
         depth,
         normal,
+        normal_png: None,
         mask,
         intrinsics,
         metric_scale: metric_scale.unwrap_or(1.0),

@@ -812,8 +812,9 @@ fn fit_pad_and_stretch_cut_outputs_back_to_the_photo() {
     assert_ne!(bits(&depth_of[&("pad", "wide")]), bits(&depth_of[&("exact", "wide")]), "pad changes a photo of another aspect");
 }
 
-/// Without a format that reads the point map (png, json), the post-processing leaves it out:
-/// the files written are the same, byte for byte, as beside an npz, at every `--fit`.
+/// Without a format that reads the point map or the float normals (png, json), the
+/// post-processing leaves them out (the normal PNG's codes made in place of the floats): the
+/// files written are the same, byte for byte, as beside an npz, at every `--fit`.
 #[test]
 fn outputs_without_the_point_map_are_unchanged() {
     let m = models();

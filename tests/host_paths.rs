@@ -98,6 +98,15 @@ fn one_pass_equals_forward_maps_then_postprocess() {
                         assert_eq!(without.points.is_empty(), opts.force_projection, "{what}: point map left out");
                         without.points = fused.points.clone();
                         assert_identical(&format!("{what}, no point map"), &without, &two_step);
+                        // Without the float normals: their PNG codes in their place, the codes
+                        // `encode_normal` makes of the floats, and nothing else changed.
+                        let codes_only = InferOptions { normal_map: false, ..opts.clone() };
+                        let mut coded = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &codes_only));
+                        assert!(coded.normal.is_none() && coded.has_normal() == normal, "{what}: float normals left out");
+                        let want_codes = fused.normal.as_deref().map(moge::outputs::png::encode_normal);
+                        assert!(coded.normal_png == want_codes, "{what}: normal PNG codes");
+                        (coded.normal, coded.normal_png) = (fused.normal.clone(), None);
+                        assert_identical(&format!("{what}, normal codes only"), &coded, &two_step);
                         masked_pixels += fused.mask.iter().filter(|&&m| !m).count();
                         levels += 1;
                     }
@@ -168,6 +177,7 @@ fn prediction_of(depth: Vec<f32>, mask: Vec<bool>) -> Prediction {
         points: vec![0.0; 3 * n],
         depth,
         normal: None,
+        normal_png: None,
         mask,
         intrinsics: [[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.0, 0.0, 1.0]],
         metric_scale: 1.0,

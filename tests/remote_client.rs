@@ -59,6 +59,7 @@ fn synthetic(height: usize, width: usize, with_normal: bool) -> Prediction {
         points,
         depth,
         normal: with_normal.then_some(normal),
+        normal_png: None,
         mask,
         intrinsics: [[fx, 0.0, 0.5], [0.0, fy, 0.5], [0.0, 0.0, 1.0]],
         metric_scale: 3.75,

@@ -256,6 +256,7 @@ impl InferArgs {
             force_projection: !self.no_force_projection,
             apply_mask: !self.no_mask,
             point_map: true,
+            normal_map: true,
         }
     }
 }

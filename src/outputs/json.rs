@@ -260,7 +260,7 @@ impl Sidecar {
             metric_scale: p.metric_scale,
             depth,
             depth_png: DepthPng { scale: depth_png_scale, saturated: 0 },
-            has_normal: p.normal.is_some(),
+            has_normal: p.has_normal(),
             model,
             tool: ToolInfo::default(),
             inference,

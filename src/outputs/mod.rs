@@ -74,6 +74,11 @@ impl OutputOptions {
     pub fn needs_points(&self) -> bool {
         [Format::Npz, Format::Ply, Format::Glb, Format::Exr].iter().any(|&f| self.wants(f))
     }
+    /// The formats that read `Prediction::normal` as floats (png alone takes the codes the
+    /// post-processing can make in its place).
+    pub fn needs_normal_floats(&self) -> bool {
+        [Format::Npz, Format::Ply, Format::Glb, Format::Vis].iter().any(|&f| self.wants(f))
+    }
     /// ply and glb take their colours from the photo.
     pub fn needs_image(&self) -> bool {
         self.wants(Format::Ply) || self.wants(Format::Glb)
@@ -176,7 +181,7 @@ pub fn write_all(
     let mut written = Vec::new();
     let mut surface: Option<edges::Surface> = None;
     let mut depth_saturated = None;
-    for kind in planned_files(opts, pred.normal.is_some()) {
+    for kind in planned_files(opts, pred.has_normal()) {
         let path = with_suffix(stem, kind.suffix());
         match kind {
             FileKind::Npz => npz::write(&path, pred, opts.npz_compression, opts.npz_normal)?,

@@ -76,18 +76,21 @@ pub fn encode_normal(n: &[f32]) -> Vec<u8> {
     normal_codes(isa::current(), n)
 }
 
+/// One component's code (see [`encode_normal`]); the post-processing makes them in place of the
+/// float map when only the PNG is written (`InferOptions::normal_map`).
+#[inline(always)]
+pub(crate) fn normal_code(c: f32) -> u8 {
+    // NaN codes 0, as `round() as u8` gives it: the same as -1.
+    let c = if c.is_nan() { -1.0 } else { c.clamp(-1.0, 1.0) };
+    let x = (c + 1.0) * 0.5 * 255.0;
+    // SAFETY: x is finite and in [0, 255], so the conversion is exact truncation.
+    let i: i32 = unsafe { x.to_int_unchecked() };
+    (i + i32::from(x - i as f32 >= 0.5)) as u8
+}
+
 crate::model::cpu::math::dispatch! {
     fn normal_codes / normal_codes_baseline(n: &[f32]) -> Vec<u8> {
-        n.iter()
-            .map(|&c| {
-                // NaN codes 0, as `round() as u8` gives it: the same as -1.
-                let c = if c.is_nan() { -1.0 } else { c.clamp(-1.0, 1.0) };
-                let x = (c + 1.0) * 0.5 * 255.0;
-                // SAFETY: x is finite and in [0, 255], so the conversion is exact truncation.
-                let i: i32 = unsafe { x.to_int_unchecked() };
-                (i + i32::from(x - i as f32 >= 0.5)) as u8
-            })
-            .collect()
+        n.iter().map(|&c| normal_code(c)).collect()
     }
 }
 
@@ -104,9 +107,17 @@ pub fn depth_png(p: &Prediction, scale: f32) -> Result<(Vec<u8>, usize)> {
     Ok((encode_png(bytemuck::cast_slice(&samples), p.width, p.height, ExtendedColorType::L16)?, saturated))
 }
 
+/// The normal PNG's codes: made by the post-processing, or from the float map.
+fn normal_samples(p: &Prediction) -> Result<std::borrow::Cow<'_, [u8]>> {
+    match (&p.normal_png, &p.normal) {
+        (Some(codes), _) => Ok(codes.as_slice().into()),
+        (None, Some(n)) => Ok(encode_normal(n).into()),
+        (None, None) => anyhow::bail!("the model has no normal head"),
+    }
+}
+
 pub fn normal_png(p: &Prediction) -> Result<Vec<u8>> {
-    let n = p.normal.as_ref().ok_or_else(|| anyhow::anyhow!("the model has no normal head"))?;
-    encode_png(&encode_normal(n), p.width, p.height, ExtendedColorType::Rgb8)
+    encode_png(&normal_samples(p)?, p.width, p.height, ExtendedColorType::Rgb8)
 }
 
 pub fn mask_png(p: &Prediction) -> Result<Vec<u8>> {
@@ -124,8 +135,7 @@ pub fn write_depth(path: &Path, p: &Prediction, scale: f32) -> Result<usize> {
 }
 
 pub fn write_normal(path: &Path, p: &Prediction) -> Result<()> {
-    let n = p.normal.as_ref().ok_or_else(|| anyhow::anyhow!("the model has no normal head"))?;
-    write_png(path, &encode_normal(n), p.width, p.height, ExtendedColorType::Rgb8)
+    write_png(path, &normal_samples(p)?, p.width, p.height, ExtendedColorType::Rgb8)
 }
 
 pub fn write_mask(path: &Path, p: &Prediction) -> Result<()> {

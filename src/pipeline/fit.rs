@@ -145,6 +145,7 @@ fn crop(p: Prediction, ox: usize, oy: usize, w: usize, h: usize) -> Prediction {
         points: take(&p.points, 3),
         depth: take(&p.depth, 1),
         normal: p.normal.as_ref().map(|n| take(n, 3)),
+        normal_png: None,
         mask,
         intrinsics,
         ..p
@@ -256,6 +257,7 @@ mod tests {
             points,
             depth: vec![d; w * h],
             normal: Some([0.0, 0.0, -1.0].repeat(w * h)),
+            normal_png: None,
             mask: vec![true; w * h],
             intrinsics: k,
             metric_scale: 1.0,

@@ -184,7 +184,11 @@ enum Outcome {
 
 impl Config {
     fn plan(&self) -> Plan {
-        let infer = InferOptions { point_map: self.infer.point_map && self.outputs.needs_points(), ..self.infer.clone() };
+        let infer = InferOptions {
+            point_map: self.infer.point_map && self.outputs.needs_points(),
+            normal_map: self.infer.normal_map && self.outputs.needs_normal_floats(),
+            ..self.infer.clone()
+        };
         Plan { infer, fit: self.fit, canvas: self.canvas }
     }
 }

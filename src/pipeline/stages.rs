@@ -36,8 +36,9 @@ pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Staged> {
     let photo_size = (photo.width() as usize, photo.height() as usize);
     let (work, placement) = fit::place(photo, plan.fit, plan.canvas)?;
     let mut opts = fit::work_options(&plan.infer, placement, photo_size.0);
-    // Cropping and resampling back to the photo read the work image's point map.
+    // Cropping and resampling back to the photo read the work image's point map and normals.
     opts.point_map |= placement != Placement::Exact;
+    opts.normal_map |= placement != Placement::Exact;
     let img = work.as_ref().unwrap_or(photo);
     let tokens = opts.tokens(model.config.num_tokens_range);
     let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens);

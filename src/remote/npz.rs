@@ -52,6 +52,7 @@ pub fn read_prediction(bytes: &[u8]) -> Result<Prediction> {
         points: points.data,
         depth: depth.data,
         normal: normal.map(|a| a.data),
+        normal_png: None,
         mask,
         intrinsics,
         metric_scale,

@@ -114,6 +114,7 @@ fn build(image: Vec<u8>, o: Options, max_tokens: u32) -> Result<Request, ApiErro
         force_projection: o.force_projection.unwrap_or(true),
         apply_mask: o.apply_mask.unwrap_or(true),
         point_map: true,
+        normal_map: true,
     };
     if o.num_tokens.is_some() && o.resolution_level.is_some() {
         return Err(ApiError::bad_request("give num_tokens or resolution_level, not both"));

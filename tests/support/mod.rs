@@ -296,6 +296,7 @@ pub fn fixture_case(name: &str) -> (serde_json::Value, InferOptions) {
         force_projection: c["force_projection"].as_bool().unwrap(),
         apply_mask: c["apply_mask"].as_bool().unwrap(),
         point_map: true,
+        normal_map: true,
     };
     (c, opts)
 }
