@@ -227,6 +227,23 @@ fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
 
+/// Appends three planar rows interleaved (a0 b0 c0 a1 ...), each value through `f`, straight
+/// into `map`'s spare capacity: zeroing a full-size map a row at a time before overwriting it
+/// (24 MB for a 1080p normal map) cost more than the interleave itself.
+#[inline(always)]
+fn push_interleaved<T>(map: &mut Vec<T>, [a, b, c]: [&[f32]; 3], f: impl Fn(f32) -> T) {
+    let n = a.len().min(b.len()).min(c.len());
+    map.reserve(3 * n);
+    let spare = &mut map.spare_capacity_mut()[..3 * n];
+    for (v, ((&x, &y), &z)) in spare.chunks_exact_mut(3).zip(a.iter().zip(b).zip(c)) {
+        v[0].write(f(x));
+        v[1].write(f(y));
+        v[2].write(f(z));
+    }
+    // SAFETY: the loop wrote all 3 x n values after the first `len` (n chunks of 3 in `spare`).
+    unsafe { map.set_len(map.len() + 3 * n) };
+}
+
 /// Mask logits at least this far from 0 decide `sigmoid(v) > 0.5` by their sign alone: for v
 /// >= 1e-3, e^-v <= 0.9990 and the quotient is >= 0.50025, far above 0.5 for any expf within a
 /// few ulps; for v <= -1e-3 it is <= 0.49975.
@@ -426,16 +443,7 @@ crate::model::cpu::math::dispatch! {
                 }
                 depth.extend_from_slice(z);
                 if keep_points {
-                    // Interleaved straight into the map's spare capacity, as the normals below.
-                    let spare = &mut points.spare_capacity_mut()[..3 * width];
-                    for (p, ((&x, &yv), &zv)) in spare.chunks_exact_mut(3).zip(px.iter().zip(py.iter()).zip(z.iter())) {
-                        p[0].write(x);
-                        p[1].write(yv);
-                        p[2].write(zv);
-                    }
-                    // SAFETY: the loop wrote all 3 x width values (px, py, z are `width` long
-                    // when the points are kept), and the map was allocated for 3 x width x height.
-                    unsafe { points.set_len(points.len() + 3 * width) };
+                    push_interleaved(&mut points, [&px[..], &py[..], &z[..]], |v| v);
                 }
             } else {
                 let (pa, da) = (grow(&mut points, 3), grow(&mut depth, 1));
@@ -478,29 +486,11 @@ crate::model::cpu::math::dispatch! {
                         (*a, *b, *c) = (select_bits(m, *a, 0.0), select_bits(m, *b, 0.0), select_bits(m, *c, 0.0));
                     }
                 }
-                // Interleaved straight into the map's spare capacity: zeroing 24 MB of a 1080p
-                // normal map a row at a time before overwriting it cost more than the rest of
-                // the interleave.
                 if let Some(nmap) = normal.as_mut() {
-                    let spare = &mut nmap.spare_capacity_mut()[..3 * width];
-                    for (v, ((&a, &b), &c)) in spare.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
-                        v[0].write(a);
-                        v[1].write(b);
-                        v[2].write(c);
-                    }
-                    // SAFETY: the loop wrote all 3 x width values (n0, n1, n2 are `width` long),
-                    // and the map was allocated for 3 x width x height.
-                    unsafe { nmap.set_len(nmap.len() + 3 * width) };
+                    push_interleaved(nmap, [&n0[..], &n1[..], &n2[..]], |v| v);
                 }
                 if let Some(codes) = normal_png.as_mut() {
-                    let spare = &mut codes.spare_capacity_mut()[..3 * width];
-                    for (v, ((&a, &b), &c)) in spare.chunks_exact_mut(3).zip(n0.iter().zip(n1.iter()).zip(n2.iter())) {
-                        v[0].write(crate::outputs::png::normal_code(a));
-                        v[1].write(crate::outputs::png::normal_code(b));
-                        v[2].write(crate::outputs::png::normal_code(c));
-                    }
-                    // SAFETY: as for the float map above.
-                    unsafe { codes.set_len(codes.len() + 3 * width) };
+                    push_interleaved(codes, [&n0[..], &n1[..], &n2[..]], crate::outputs::png::normal_code);
                 }
             }
             mask.extend_from_slice(&valid);
