@@ -15,10 +15,11 @@ use crate::model::cpu::isa;
 /// The depth code of one pixel and whether it saturated (see [`encode_depth`]): `round(d /
 /// scale)` half away from zero, clamped to 1..=65535, as `trunc(clamp(q + 0.5, 1, 65535))`
 /// with q = d / scale in f64, so that the loop vectorises on any x86-64 instead of calling
-/// libm's `round` per pixel. Exact: for q in [0.5, 65535.5), q + 0.5 is q's own sum (q is a
-/// multiple of 0.5's ulp at most 2^-37 and the sum stays in q's binade or the next, where any
-/// rounding is at a tie that lands on the integer the true sum reaches), and q < 0.5 or q >=
-/// 65535.5 are the clamps' own cases (the saturations).
+/// libm's `round` per pixel. Exact: the quotient of two f32 (below 65536) is either a
+/// half-integer or at least 2^-42 of itself away from every half-integer, far more than the
+/// roundings of q and of q + 0.5 (2^-53 of it each), so trunc(q + 0.5) is floor(true quotient +
+/// 0.5) — round half up, away from zero for these positive q; q < 0.5 or q >= 65535.5 are the
+/// clamps' own cases (the saturations).
 #[inline]
 fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
     let ok = valid && d.is_finite() && d > 0.0;
