@@ -244,9 +244,9 @@ fn push_interleaved<T>(map: &mut Vec<T>, [a, b, c]: [&[f32]; 3], f: impl Fn(f32)
     unsafe { map.set_len(map.len() + 3 * n) };
 }
 
-/// Mask logits at least this far from 0 decide `sigmoid(v) > 0.5` by their sign alone: for v
-/// >= 1e-3, e^-v <= 0.9990 and the quotient is >= 0.50025, far above 0.5 for any expf within a
-/// few ulps; for v <= -1e-3 it is <= 0.49975.
+/// Mask logits at least this far from 0 decide `sigmoid(v) > 0.5` by their sign alone: where
+/// v >= 1e-3, e^-v <= 0.9990 and the quotient is >= 0.50025, far above 0.5 for any expf within
+/// a few ulps; where v <= -1e-3 it is <= 0.49975.
 const MASK_SURE: f32 = 1e-3;
 
 /// `sigmoid(v) > 0.5` as `infer()` thresholds the mask, without the exp where the answer

@@ -34,7 +34,7 @@ fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
     let x = if ok { x } else { 1.0 };
     let i: i32 = unsafe { x.to_int_unchecked() };
     let code = if ok { i as u16 } else { 0 };
-    (code, ok && (q < 0.5 || q >= 65535.5))
+    (code, ok && !(0.5..65535.5).contains(&q))
 }
 
 /// Depth in units of `scale`, rounded; 0 for invalid pixels. Valid depths that do not fit
