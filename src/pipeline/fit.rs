@@ -117,18 +117,15 @@ pub fn restore(pred: Prediction, placement: Placement, width: usize, height: usi
 }
 
 fn crop(p: Prediction, ox: usize, oy: usize, w: usize, h: usize) -> Prediction {
-    let pw = p.width;
-    let take = |v: &[f32], c: usize| -> Vec<f32> {
+    // The w x h window at (ox, oy) of a map of `c` values per pixel.
+    fn take<T: Copy>(v: &[T], c: usize, pw: usize, (ox, oy, w, h): (usize, usize, usize, usize)) -> Vec<T> {
         let mut out = Vec::with_capacity(w * h * c);
         for y in oy..oy + h {
             out.extend_from_slice(&v[(y * pw + ox) * c..(y * pw + ox + w) * c]);
         }
         out
-    };
-    let mut mask = Vec::with_capacity(w * h);
-    for y in oy..oy + h {
-        mask.extend_from_slice(&p.mask[y * pw + ox..y * pw + ox + w]);
     }
+    let (pw, win) = (p.width, (ox, oy, w, h));
     let k = p.intrinsics;
     // Pixel intrinsics are those of the work image, shifted by the border; normalised by the
     // photo's size.
@@ -142,11 +139,11 @@ fn crop(p: Prediction, ox: usize, oy: usize, w: usize, h: usize) -> Prediction {
     Prediction {
         width: w,
         height: h,
-        points: take(&p.points, 3),
-        depth: take(&p.depth, 1),
-        normal: p.normal.as_ref().map(|n| take(n, 3)),
-        normal_png: None,
-        mask,
+        points: take(&p.points, 3, pw, win),
+        depth: take(&p.depth, 1, pw, win),
+        normal: p.normal.as_ref().map(|n| take(n, 3, pw, win)),
+        normal_png: p.normal_png.as_ref().map(|n| take(n, 3, pw, win)),
+        mask: take(&p.mask, 1, pw, win),
         intrinsics,
         ..p
     }
@@ -234,6 +231,8 @@ fn resample(p: Prediction, w: usize, h: usize, opts: &InferOptions) -> Predictio
             points[3 * o + 2] = d;
         }
     }
+    // `normal_png` is never set here: codes cannot be resampled, so `stages::prepare` keeps the
+    // float normals for any placement but the exact one.
     Prediction { width: w, height: h, points, depth, normal, mask, ..p }
 }
 
@@ -294,6 +293,26 @@ mod tests {
         assert!((c.intrinsics_pixels()[0][0] - p.intrinsics_pixels()[0][0]).abs() < 1e-4);
         assert!((c.intrinsics_pixels()[1][1] - p.intrinsics_pixels()[1][1]).abs() < 1e-4);
         assert!((c.intrinsics_pixels()[0][2] - (p.intrinsics_pixels()[0][2] - 3.0)).abs() < 1e-4);
+    }
+
+    /// Every map is cut to the same window, the normal PNG's codes as the float normals.
+    #[test]
+    fn crop_cuts_every_map_alike() {
+        let mut p = plane(20, 10, 2.0);
+        p.depth.iter_mut().enumerate().for_each(|(i, d)| *d += i as f32);
+        p.mask.iter_mut().enumerate().for_each(|(i, m)| *m = i % 3 != 0);
+        let normal: Vec<f32> = (0..3 * 200).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
+        p.normal = Some(normal.clone());
+        p.normal_png = Some(crate::outputs::png::encode_normal(&normal));
+        let c = crop(p, 3, 2, 12, 6);
+        let at = |x: usize, y: usize| (y + 2) * 20 + x + 3;
+        for (y, x) in (0..6).flat_map(|y| (0..12).map(move |x| (y, x))) {
+            let i = y * 12 + x;
+            assert_eq!(c.depth[i], 2.0 + at(x, y) as f32);
+            assert_eq!(c.mask[i], at(x, y) % 3 != 0);
+            assert_eq!(&c.normal.as_ref().unwrap()[3 * i..3 * i + 3], &normal[3 * at(x, y)..3 * at(x, y) + 3]);
+        }
+        assert_eq!(c.normal_png, c.normal.as_deref().map(crate::outputs::png::encode_normal));
     }
 
     #[test]
