@@ -6,7 +6,7 @@ use candle_core::Tensor;
 
 use super::cpu::bf16::PackedA;
 use super::cpu::conv3x3::Conv3x3Op;
-use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op};
+use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
 use super::config::{ConvStackConfig, EncoderConfig};
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
@@ -24,7 +24,8 @@ impl Conv1x1 {
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if w.cpu_kernels() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
-            Some(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed })
+            let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
+            Some(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise })
         } else {
             None
         };
@@ -150,7 +151,10 @@ impl ConvTranspose2x2 {
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let cpu = if w.cpu_kernels() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
-            Some(ConvTranspose2x2Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed })
+            let bias: Vec<f32> = bias.to_vec1()?;
+            let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, 4 * cout, cin))? };
+            let pointwise = pointwise.map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()));
+            Some(ConvTranspose2x2Op { weight: weight.clone(), bias, cin, cout, packed, pointwise })
         } else {
             None
         };

@@ -448,7 +448,7 @@ unsafe fn direct_tile(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 

@@ -1,6 +1,10 @@
 //! 1x1 and 2x2-stride-2 transposed convolutions over (C, H, W) planes as single GEMMs with the
 //! bias (and an optional residual) written in the same pass, instead of GEMM, permute, copy
 //! and broadcast-add as separate ops.
+//!
+//! In f32 at the AVX2 level the product is the 3x3 direct route's kernel with one tap
+//! ([`Pointwise`]): on these shapes (a few hundred rows by up to 460 000 pixels) it beat the
+//! `gemm` crate by 1.16x warm and 2-3x in a first forward (PERFORMANCE.md, step 15).
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
@@ -8,6 +12,8 @@ use rayon::prelude::*;
 use super::contiguous;
 
 use super::bf16::{gemm_bf16_packed_a, PackedA};
+use super::isa::{self, Isa};
+use super::SendPtr;
 
 /// out (m × n) += w (m × k) · x (k × n), all row-major, on the rayon pool.
 pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usize, n: usize) {
@@ -34,6 +40,98 @@ fn weights_times(out: &mut [f32], w: &[f32], packed: Option<&PackedA>, x: &[f32]
     }
 }
 
+/// A (m × k) f32 weight packed for the AVX2 direct kernel (`conv3x3::avx2`, one tap): rows in
+/// its row tiles, each tile's weights interleaved, so a product streams them in one pass.
+pub struct Pointwise {
+    #[cfg(target_arch = "x86_64")]
+    words: Vec<f32>,
+    m: usize,
+    k: usize,
+}
+
+/// Pixels per task: a task's input columns (k × this, ≤ 128 KiB) stay in L2 while every
+/// weight tile reads them.
+fn pixels_per_task(k: usize) -> usize {
+    ((32 * 1024 / k.max(1)) / 16 * 16).clamp(16, 2048)
+}
+
+/// Bytes of weights per block of row tiles, beside a task's input columns in L2.
+const WEIGHT_BLOCK_BYTES: usize = 192 * 1024;
+
+impl Pointwise {
+    /// The packed weight where this thread's level takes the AVX2 direct route in f32
+    /// (`conv3x3::route`); `None` elsewhere (the AVX-512 levels keep the `gemm` crate's
+    /// AVX-512 kernels, not measured against this one yet).
+    pub fn new(w: &[f32], m: usize, k: usize) -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        if super::conv3x3::route(isa::current(), false) == Some(Isa::Avx2) {
+            use super::conv3x3::avx2::{packed_index, row_tiles};
+            let mut words = vec![0f32; m * k];
+            for tile in row_tiles(m).windows(2) {
+                let (r0, rows) = (tile[0], tile[1] - tile[0]);
+                let block = &mut words[r0 * k..][..rows * k];
+                for r in 0..rows {
+                    for c in 0..k {
+                        block[packed_index(rows, k, r, 0, c)] = w[(r0 + r) * k + c];
+                    }
+                }
+            }
+            return Some(Self { words, m, k });
+        }
+        let _ = (w, m, k);
+        None
+    }
+
+    /// out (m × n) = bias + W · x [+ residual]: x is (k × n), bias has m values, residual
+    /// is (m × n).
+    pub fn run(&self, x: &[f32], n: usize, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+        let (m, k) = (self.m, self.k);
+        assert!(x.len() >= k * n && bias.len() == m && residual.is_none_or(|r| r.len() >= m * n), "pointwise: operand sizes");
+        let mut out: Vec<f32> = Vec::with_capacity(m * n);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use super::conv3x3::avx2::{kernel, row_tiles};
+            let b = row_tiles(m);
+            let tiles = b.len() - 1;
+            let nb = (m * k * 4).div_ceil(WEIGHT_BLOCK_BYTES).clamp(1, tiles);
+            let chunk = pixels_per_task(k);
+            let out_ptr = SendPtr(out.as_mut_ptr());
+            let res = residual.map_or(0, |r| r.as_ptr() as usize);
+            (0..n.div_ceil(chunk)).into_par_iter().for_each_init(Vec::new, |tail: &mut Vec<f32>, ci| {
+                let (p0, p1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+                for blk in 0..nb {
+                    for x0 in (p0..p1).step_by(16) {
+                        let nv = (p1 - x0).min(16);
+                        // The kernel reads 16 columns of every channel: a short last block reads a
+                        // copy padded to 16, not past the end of `x`.
+                        let (tap, cs) = if x0 + 16 <= n {
+                            (x[x0..].as_ptr(), n)
+                        } else {
+                            tail.clear();
+                            tail.extend((0..k).flat_map(|c| (0..16).map(move |i| if x0 + i < n { x[c * n + x0 + i] } else { 0.0 })));
+                            (tail.as_ptr(), 16)
+                        };
+                        for t in tiles * blk / nb..tiles * (blk + 1) / nb {
+                            let (r0, r1) = (b[t], b[t + 1]);
+                            let off = r0 * n + x0;
+                            let add = if res == 0 { std::ptr::null() } else { (res as *const f32).wrapping_add(off) };
+                            // Safety: `new` packed these weights only on the AVX2 route; `tap` has
+                            // 16 readable columns per channel; tasks write disjoint columns of
+                            // `out`, every (row, column) exactly once.
+                            unsafe { kernel(r1 - r0, self.words.as_ptr().add(r0 * k), &[tap as *const u32], cs, k, bias[r0..].as_ptr(), add, out_ptr.get().add(off), n, nv) };
+                        }
+                    }
+                }
+            });
+            // Safety: every element was written above.
+            unsafe { out.set_len(m * n) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (x, n, bias, residual, &mut out, k);
+        out
+    }
+}
+
 /// `nn.Conv2d(cin, cout, 1)`: weight (cout, cin), bias (cout).
 pub struct Conv1x1Op {
     pub weight: candle_core::Tensor,
@@ -41,10 +139,15 @@ pub struct Conv1x1Op {
     pub cin: usize,
     pub cout: usize,
     pub packed: Option<PackedA>,
+    /// The f32 product on the AVX2 route ([`Pointwise`]).
+    pub pointwise: Option<Pointwise>,
 }
 
 impl Conv1x1Op {
     fn run(&self, x: &[f32], hw: usize, residual: Option<&[f32]>) -> Result<Vec<f32>> {
+        if let Some(p) = &self.pointwise {
+            return Ok(p.run(x, hw, &self.bias, residual));
+        }
         let mut out = vec![0f32; self.cout * hw];
         out.par_chunks_mut(hw).enumerate().for_each(|(o, row)| match residual {
             Some(r) => row.iter_mut().zip(&r[o * hw..(o + 1) * hw]).for_each(|(d, s)| *d = s + self.bias[o]),
@@ -91,6 +194,9 @@ pub struct ConvTranspose2x2Op {
     pub cin: usize,
     pub cout: usize,
     pub packed: Option<PackedA>,
+    /// The f32 product on the AVX2 route ([`Pointwise`]), with the bias of each of its 4·cout
+    /// rows (row (o, di, dj) takes bias[o]), so the interleave only moves values.
+    pub pointwise: Option<(Pointwise, Vec<f32>)>,
 }
 
 impl CustomOp1 for ConvTranspose2x2Op {
@@ -104,25 +210,128 @@ impl CustomOp1 for ConvTranspose2x2Op {
         }
         let x = contiguous(s, l, "conv-transpose")?;
         let hw = h * w;
-        let mut y = vec![0f32; 4 * self.cout * hw];
-        super::with_f32(&self.weight, |wt| weights_times(&mut y, wt, self.packed.as_ref(), x, 4 * self.cout, self.cin, hw))?;
-        // Interleave: out[o, 2i+di, 2j+dj] = bias[o] + y[(o, di, dj), (i, j)].
+        let (y, bias) = match &self.pointwise {
+            Some((p, bias4)) => (p.run(x, hw, bias4, None), None),
+            None => {
+                let mut y = vec![0f32; 4 * self.cout * hw];
+                super::with_f32(&self.weight, |wt| weights_times(&mut y, wt, self.packed.as_ref(), x, 4 * self.cout, self.cin, hw))?;
+                (y, Some(&self.bias[..]))
+            }
+        };
+        // Interleave: out[o, 2i+di, 2j+dj] = bias[o] + y[(o, di, dj), (i, j)], one output row
+        // at a time from its two source rows (dj = 0, 1).
         let (oh, ow) = (2 * h, 2 * w);
-        let mut out = vec![0f32; self.cout * oh * ow];
-        out.par_chunks_mut(oh * ow).enumerate().for_each(|(o, plane)| {
-            let b = self.bias[o];
-            for di in 0..2 {
-                for dj in 0..2 {
-                    let src = &y[(o * 4 + di * 2 + dj) * hw..(o * 4 + di * 2 + dj + 1) * hw];
-                    for i in 0..h {
-                        let row = &mut plane[(2 * i + di) * ow..(2 * i + di + 1) * ow];
-                        for (j, v) in src[i * w..(i + 1) * w].iter().enumerate() {
-                            row[2 * j + dj] = v + b;
+        let mut out: Vec<f32> = Vec::with_capacity(self.cout * oh * ow);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        (0..self.cout).into_par_iter().for_each(|o| {
+            // Safety: plane o of `out` is this task's alone.
+            let plane = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(o * oh * ow), oh * ow) };
+            let b = bias.map_or(0.0, |b| b[o]);
+            for (r, row) in plane.chunks_exact_mut(ow).enumerate() {
+                let (i, di) = (r / 2, r % 2);
+                let a = &y[(o * 4 + di * 2) * hw + i * w..][..w];
+                let c = &y[(o * 4 + di * 2 + 1) * hw + i * w..][..w];
+                if bias.is_some() {
+                    row.chunks_exact_mut(2).zip(a).zip(c).for_each(|((p, &u), &v)| {
+                        p[0] = u + b;
+                        p[1] = v + b;
+                    });
+                } else {
+                    row.chunks_exact_mut(2).zip(a).zip(c).for_each(|((p, &u), &v)| {
+                        p[0] = u;
+                        p[1] = v;
+                    });
+                }
+            }
+        });
+        // Safety: every row of every plane was written above.
+        unsafe { out.set_len(self.cout * oh * ow) };
+        Ok((CpuStorage::F32(out), Shape::from((self.cout, oh, ow))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    fn rand(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `got` against an f64 value and the sum of |terms| behind it (the f32 accumulation's scale).
+    fn close(got: f32, want: f64, mag: f64) -> bool {
+        (got as f64 - want).abs() <= 1e-5 * mag + 1e-6
+    }
+
+    /// 1x1 convolutions (with and without the residual) and transposed convolutions at every
+    /// level this machine can run, against an f64 reference: widths that are not a multiple of
+    /// the 16-pixel block (the padded copy of the last columns), row counts that are not a
+    /// multiple of the 6-row tile, 2 input channels (the ConvStack's UV input) and 300. The
+    /// AVX2 level takes [`Pointwise`], the others the GEMM routes.
+    #[test]
+    fn pointwise_and_transposed_match_reference_at_every_level() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        // (cin, cout, h, w)
+        let cases = [(2, 32, 3, 37), (64, 7, 5, 16), (300, 13, 1, 5), (33, 25, 4, 40), (5, 3, 3, 7)];
+        for &(cin, cout, h, w) in &cases {
+            let hw = h * w;
+            let x = rand(&mut seed, cin * hw);
+            let wt = rand(&mut seed, cout * cin);
+            let wt4 = rand(&mut seed, 4 * cout * cin);
+            let bias = rand(&mut seed, cout);
+            let res = rand(&mut seed, cout * hw);
+            let xt = Tensor::from_vec(x.clone(), (cin, h, w), &Device::Cpu).unwrap();
+            let rt = Tensor::from_vec(res.clone(), (cout, h, w), &Device::Cpu).unwrap();
+            // (value, Σ|terms|) of bias[o] + Σ_c w[row, c] x[c, p].
+            let dot = |w: &[f32], row: usize, o: usize, p: usize| -> (f64, f64) {
+                (0..cin).fold((bias[o] as f64, bias[o].abs() as f64), |(s, m), c| {
+                    let t = w[row * cin + c] as f64 * x[c * hw + p] as f64;
+                    (s + t, m + t.abs())
+                })
+            };
+            for level in isa::levels() {
+                let avx2 = super::super::conv3x3::route(level, false) == Some(Isa::Avx2);
+                let (c1, ct) = isa::with_isa(level, || {
+                    let c1 = Conv1x1Op { weight: Tensor::from_vec(wt.clone(), (cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: Pointwise::new(&wt, cout, cin) };
+                    let pw = Pointwise::new(&wt4, 4 * cout, cin).map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()));
+                    let ct = ConvTranspose2x2Op { weight: Tensor::from_vec(wt4.clone(), (4 * cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw };
+                    (c1, ct)
+                });
+                assert_eq!(c1.pointwise.is_some(), avx2, "{level}");
+                assert_eq!(ct.pointwise.is_some(), avx2, "{level}");
+                let plain = xt.apply_op1_no_bwd(&c1).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let added = xt.apply_op2_no_bwd(&rt, &c1).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                for o in 0..cout {
+                    for p in 0..hw {
+                        let (v, m) = dot(&wt, o, o, p);
+                        let i = o * hw + p;
+                        assert!(close(plain[i], v, m), "{level} conv1x1 {cin}->{cout} {h}x{w} [{o}, {p}]: {} vs {v}", plain[i]);
+                        let r = res[i] as f64;
+                        assert!(close(added[i], v + r, m + r.abs()), "{level} conv1x1+res {cin}->{cout} {h}x{w} [{o}, {p}]: {} vs {}", added[i], v + r);
+                    }
+                }
+                let up = xt.apply_op1_no_bwd(&ct).unwrap();
+                assert_eq!(up.dims(), &[cout, 2 * h, 2 * w]);
+                let up = up.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                for o in 0..cout {
+                    for yy in 0..2 * h {
+                        for xx in 0..2 * w {
+                            let (di, dj) = (yy % 2, xx % 2);
+                            let (v, m) = dot(&wt4, o * 4 + di * 2 + dj, o, (yy / 2) * w + xx / 2);
+                            let got = up[(o * 2 * h + yy) * 2 * w + xx];
+                            assert!(close(got, v, m), "{level} transposed {cin}->{cout} {h}x{w} [{o}, {yy}, {xx}]: {got} vs {v}");
                         }
                     }
                 }
             }
-        });
-        Ok((CpuStorage::F32(out), Shape::from((self.cout, oh, ow))))
+        }
     }
 }

@@ -2,6 +2,9 @@
 //! one FMA per tap and input channel in the same order, then the residual), so the two
 //! routes give the same bits, on a register tile that fits 16 ymm registers.
 //!
+//! A 1x1 convolution is the same product with one tap: `planes` runs its f32 route through
+//! this kernel too.
+//!
 //! # Safety
 //! Call only on the `Isa::Avx2` direct route (`super::route`), which `isa` gives only where
 //! the CPU has AVX2 and FMA.
@@ -14,7 +17,7 @@ const ROWS: usize = 6;
 
 /// Output channels in tiles of ≤ 6 rows, of equal height (a 2-row tail would run
 /// latency-bound): tile t is rows [b[t], b[t + 1]).
-pub(super) fn row_tiles(cout: usize) -> Vec<usize> {
+pub(in crate::model::cpu) fn row_tiles(cout: usize) -> Vec<usize> {
     let tiles = cout.div_ceil(ROWS).max(1);
     (0..=tiles).map(|t| cout * t / tiles).collect()
 }
@@ -22,17 +25,19 @@ pub(super) fn row_tiles(cout: usize) -> Vec<usize> {
 /// Where weight (row r of a tile of `rows` rows, tap t, channel c) sits in a tile's packed
 /// block: the tile's weights for one (tap, channel) side by side, read in one stream.
 #[inline(always)]
-pub(super) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
+pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
     (t * cin + c) * rows + r
 }
 
-/// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`]).
+/// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`]) and
+/// `taps.len()` taps. Each tap's 16 floats are read whole for every channel (`nv` masks
+/// only the residual and the stores), so they must be readable.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(super) unsafe fn kernel(
+pub(in crate::model::cpu) unsafe fn kernel(
     mv: usize,
     a: *const f32,
-    taps: &[*const u32; 9],
+    taps: &[*const u32],
     cs: usize,
     kc: usize,
     bias: *const f32,
@@ -58,7 +63,7 @@ pub(super) unsafe fn kernel(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kern<const R: usize>(
     a: *const f32,
-    taps: &[*const u32; 9],
+    taps: &[*const u32],
     cs: usize,
     cin: usize,
     bias: *const f32,
@@ -93,9 +98,23 @@ unsafe fn kern<const R: usize>(
             at = at.add(R);
         }
     }
+    if nv >= 16 {
+        // A whole tile: plain loads and stores (masked ones are microcoded on AMD).
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let cr = c.add(r * ldc);
+            if !add.is_null() {
+                let ar = add.add(r * ldc);
+                acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(ar));
+                acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(ar.add(8)));
+            }
+            _mm256_storeu_ps(cr, acc[0]);
+            _mm256_storeu_ps(cr.add(8), acc[1]);
+        }
+        return;
+    }
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv.min(16) as i32), lane);
-    let m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv.min(16) as i32 - 8), lane);
+    let m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv as i32), lane);
+    let m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv as i32 - 8), lane);
     for (r, acc) in acc.iter_mut().enumerate() {
         let cr = c.add(r * ldc);
         if !add.is_null() {

@@ -1,0 +1,94 @@
+//! Milliseconds per call of the decoder's 1x1 and 2x2-transposed convolutions
+//! (`moge::model::cpu::planes`) in f32, on the shapes of the neck and heads at 640x480 (1800
+//! tokens): the AVX2 direct kernel ([`Pointwise`]) beside the `gemm` crate's route, measured
+//! interleaved in one process (the machine is shared: compare the ratio). With the allocator
+//! settings of the `moge` binary, so freed buffers are reused as in a forward.
+//!
+//! `cargo run --release --example planes_bench [reps]`
+
+use candle_core::{Device, Tensor};
+use moge::model::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
+use std::time::Instant;
+
+fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn median(t: &mut [f64]) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn main() -> candle_core::Result<()> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+    let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(7);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    if Pointwise::new(&[0.0], 1, 1).is_none() {
+        println!("no AVX2 direct route at this level: nothing to compare");
+        return Ok(());
+    }
+    println!("pointwise (AVX2 direct kernel) vs gemm crate, {} threads, median of {reps}, ms per call", rayon::current_num_threads());
+    // (kind, cin, cout, h, w): kind 0 = 1x1, 1 = 1x1 + residual, 2 = transposed 2x2.
+    let shapes = [
+        (2, 384, 256, 37, 49),
+        (2, 256, 128, 74, 98),
+        (2, 128, 64, 148, 196),
+        (1, 256, 256, 74, 98),
+        (1, 128, 128, 148, 196),
+        (1, 64, 64, 296, 392),
+        (1, 32, 32, 592, 784),
+        (1, 2, 32, 592, 784),
+        (0, 32, 3, 592, 784),
+    ];
+    let (mut sum_pw, mut sum_gemm) = (0.0, 0.0);
+    for (kind, cin, cout, h, w) in shapes {
+        let rows = if kind == 2 { 4 * cout } else { cout };
+        let wt = rand_vec(rows * cin, &mut seed);
+        let bias = rand_vec(cout, &mut seed);
+        let x = Tensor::from_vec(rand_vec(cin * h * w, &mut seed), (cin, h, w), &Device::Cpu)?;
+        let res = Tensor::from_vec(rand_vec(cout * h * w, &mut seed), (cout, h, w), &Device::Cpu)?;
+        let weight = Tensor::from_vec(wt.clone(), (rows, cin), &Device::Cpu)?;
+        let mut t = [vec![], vec![]];
+        for rep in 0..=reps {
+            for (i, t) in t.iter_mut().enumerate() {
+                let pw = if i == 0 { Pointwise::new(&wt, rows, cin) } else { None };
+                let s = Instant::now();
+                let y = if kind == 2 {
+                    let pointwise = pw.map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()));
+                    let op = ConvTranspose2x2Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise };
+                    let s = Instant::now();
+                    let y = x.apply_op1_no_bwd(&op)?;
+                    (y, s)
+                } else {
+                    let op = Conv1x1Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw };
+                    let s = Instant::now();
+                    let y = if kind == 1 { x.apply_op2_no_bwd(&res, &op)? } else { x.apply_op1_no_bwd(&op)? };
+                    (y, s)
+                };
+                let _ = s;
+                if rep > 0 {
+                    t.push(y.1.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        let (p, g) = (median(&mut t[0]), median(&mut t[1]));
+        let name = ["1x1", "1x1+res", "transposed"][kind];
+        sum_pw += p;
+        sum_gemm += g;
+        println!("{name:>10} {cin:>4}->{cout:<4} {h:>4}x{w:<4}  pointwise {p:7.2}  gemm {g:7.2}  ratio {:.2}x", g / p);
+    }
+    println!("{:>33}  pointwise {sum_pw:7.2}  gemm {sum_gemm:7.2}  ratio {:.2}x", "sum", sum_gemm / sum_pw);
+    Ok(())
+}
