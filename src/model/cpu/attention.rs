@@ -131,14 +131,7 @@ mod tests {
     fn f32_attention_matches_reference_at_every_level() {
         let mut seed = 0x853c_49e6_748f_ea9bu64;
         for &(n, d, heads) in &[(37, 128, 2), (70, 64, 1), (19, 48, 2)] {
-            let qkv: Vec<f32> = (0..n * 3 * d)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    ((seed >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-                })
-                .collect();
+            let qkv: Vec<f32> = crate::model::cpu::test_values(&mut seed, n * 3 * d).iter().map(|v| 2.0 * v).collect();
             let want = reference(&qkv, n, d, heads);
             for level in isa::levels() {
                 let got = isa::with_isa(level, || AttentionOp { num_heads: heads, bf16: false, isa: level }.run(&qkv, n, d));

@@ -507,16 +507,7 @@ mod tests {
     use crate::model::cpu::bf16::round_bf16;
     use candle_core::{Device, Tensor};
 
-    fn rand(seed: &mut u64, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed ^= *seed << 13;
-                *seed ^= *seed >> 7;
-                *seed ^= *seed << 17;
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::model::cpu::test_values as rand;
 
     /// torch's bilinear 2x (align_corners=False) in f64, straight from its source-index formula.
     fn upsample_ref(x: &[f32], c: usize, h: usize, w: usize) -> Vec<f32> {

@@ -138,3 +138,17 @@ pub(crate) fn contiguous<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::La
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
     Ok(&v[a..b])
 }
+
+/// `n` values in [-1, 1) from a xorshift64 state: the kernels' tests' inputs.
+#[cfg(test)]
+pub(crate) fn test_values(seed: &mut u64, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+

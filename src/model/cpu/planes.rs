@@ -88,6 +88,9 @@ impl Pointwise {
         let (m, k) = (self.m, self.k);
         assert!(x.len() >= k * n && bias.len() == m && residual.is_none_or(|r| r.len() >= m * n), "pointwise: operand sizes");
         let mut out: Vec<f32> = Vec::with_capacity(m * n);
+        if m == 0 || n == 0 {
+            return out;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             use super::conv3x3::avx2::{kernel, row_tiles};
@@ -255,16 +258,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
 
-    fn rand(seed: &mut u64, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed ^= *seed << 13;
-                *seed ^= *seed >> 7;
-                *seed ^= *seed << 17;
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::model::cpu::test_values as rand;
 
     /// `got` against an f64 value and the sum of |terms| behind it (the f32 accumulation's scale).
     fn close(got: f32, want: f64, mag: f64) -> bool {
