@@ -63,21 +63,19 @@ fn main() -> candle_core::Result<()> {
         let mut t = [vec![], vec![]];
         for rep in 0..=reps {
             for (i, t) in t.iter_mut().enumerate() {
-                let pw = if i == 0 { Pointwise::new(&wt, rows, cin) } else { None };
-                let s = Instant::now();
                 let y = if kind == 2 {
-                    let pointwise = pw.map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()));
+                    let pointwise = if i == 0 { ConvTranspose2x2Op::pointwise(&wt, cin, cout, &bias) } else { None };
                     let op = ConvTranspose2x2Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise };
                     let s = Instant::now();
                     let y = x.apply_op1_no_bwd(&op)?;
                     (y, s)
                 } else {
+                    let pw = if i == 0 { Pointwise::new(&wt, rows, cin) } else { None };
                     let op = Conv1x1Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw };
                     let s = Instant::now();
                     let y = if kind == 1 { x.apply_op2_no_bwd(&res, &op)? } else { x.apply_op1_no_bwd(&op)? };
                     (y, s)
                 };
-                let _ = s;
                 if rep > 0 {
                     t.push(y.1.elapsed().as_secs_f64() * 1e3);
                 }

@@ -152,8 +152,7 @@ impl ConvTranspose2x2 {
         let cpu = if w.cpu_kernels() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             let bias: Vec<f32> = bias.to_vec1()?;
-            let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, 4 * cout, cin))? };
-            let pointwise = pointwise.map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()));
+            let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| ConvTranspose2x2Op::pointwise(wv, cin, cout, &bias))? };
             Some(ConvTranspose2x2Op { weight: weight.clone(), bias, cin, cout, packed, pointwise })
         } else {
             None

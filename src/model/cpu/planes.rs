@@ -202,6 +202,14 @@ pub struct ConvTranspose2x2Op {
     pub pointwise: Option<(Pointwise, Vec<f32>)>,
 }
 
+impl ConvTranspose2x2Op {
+    /// The `pointwise` field for the (cout·4, cin) weight `w` and bias (cout): `None` off the
+    /// AVX2 route ([`Pointwise::new`]).
+    pub fn pointwise(w: &[f32], cin: usize, cout: usize, bias: &[f32]) -> Option<(Pointwise, Vec<f32>)> {
+        Pointwise::new(w, 4 * cout, cin).map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()))
+    }
+}
+
 impl CustomOp1 for ConvTranspose2x2Op {
     fn name(&self) -> &'static str {
         "conv-transpose-2x2"
@@ -230,7 +238,7 @@ impl CustomOp1 for ConvTranspose2x2Op {
             // Safety: plane o of `out` is this task's alone.
             let plane = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(o * oh * ow), oh * ow) };
             let b = bias.map_or(0.0, |b| b[o]);
-            for (r, row) in plane.chunks_exact_mut(ow).enumerate() {
+            for (r, row) in plane.chunks_exact_mut(ow.max(1)).enumerate() {
                 let (i, di) = (r / 2, r % 2);
                 let a = &y[(o * 4 + di * 2) * hw + i * w..][..w];
                 let c = &y[(o * 4 + di * 2 + 1) * hw + i * w..][..w];
@@ -295,7 +303,7 @@ mod tests {
                 let avx2 = super::super::conv3x3::route(level, false) == Some(Isa::Avx2);
                 let (c1, ct) = isa::with_isa(level, || {
                     let c1 = Conv1x1Op { weight: Tensor::from_vec(wt.clone(), (cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: Pointwise::new(&wt, cout, cin) };
-                    let pw = Pointwise::new(&wt4, 4 * cout, cin).map(|p| (p, bias.iter().flat_map(|&b| [b; 4]).collect()));
+                    let pw = ConvTranspose2x2Op::pointwise(&wt4, cin, cout, &bias);
                     let ct = ConvTranspose2x2Op { weight: Tensor::from_vec(wt4.clone(), (4 * cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw };
                     (c1, ct)
                 });
