@@ -65,7 +65,7 @@ pub fn route(precision: super::Precision) -> Route {
             None => "im2col".to_owned(),
         },
         products: match (bf16, bf16::route(level)) {
-            (false, _) if conv3x3::route(level, false) == Some(Isa::Avx2) => "f32 1x1/transposed direct avx2, linears/attention gemm crate (its own SIMD choice)".to_owned(),
+            (false, _) if planes::Pointwise::available(level) => "f32 1x1/transposed direct avx2, linears/attention gemm crate (its own SIMD choice)".to_owned(),
             (false, _) => "f32 gemm crate (its own SIMD choice)".to_owned(),
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
@@ -151,4 +151,3 @@ pub(crate) fn test_values(seed: &mut u64, n: usize) -> Vec<f32> {
         })
         .collect()
 }
-

@@ -59,12 +59,18 @@ fn pixels_per_task(k: usize) -> usize {
 const WEIGHT_BLOCK_BYTES: usize = 192 * 1024;
 
 impl Pointwise {
+    /// Whether level `level` runs f32 1x1 and transposed convolutions here: where it takes the
+    /// AVX2 direct route in f32 (`conv3x3::route`).
+    pub fn available(level: Isa) -> bool {
+        super::conv3x3::route(level, false) == Some(Isa::Avx2)
+    }
+
     /// The packed weight where this thread's level takes the AVX2 direct route in f32
     /// (`conv3x3::route`); `None` elsewhere (the AVX-512 levels keep the `gemm` crate's
     /// AVX-512 kernels, not measured against this one yet).
     pub fn new(w: &[f32], m: usize, k: usize) -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
-        if super::conv3x3::route(isa::current(), false) == Some(Isa::Avx2) {
+        if Self::available(isa::current()) {
             use super::conv3x3::avx2::{packed_index, row_tiles};
             let mut words = vec![0f32; m * k];
             for tile in row_tiles(m).windows(2) {
@@ -300,7 +306,7 @@ mod tests {
                 })
             };
             for level in isa::levels() {
-                let avx2 = super::super::conv3x3::route(level, false) == Some(Isa::Avx2);
+                let avx2 = Pointwise::available(level);
                 let (c1, ct) = isa::with_isa(level, || {
                     let c1 = Conv1x1Op { weight: Tensor::from_vec(wt.clone(), (cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: Pointwise::new(&wt, cout, cin) };
                     let pw = ConvTranspose2x2Op::pointwise(&wt4, cin, cout, &bias);
