@@ -258,3 +258,45 @@ fn cuda_build_survives_broken_cuda_setups() {
         assert!(out.status.success() && out.stderr.is_empty(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// `bench --host-only` times each round's outputs written under new names, as a batch writes
+/// them (replacing a file costs its removal, and on ext4 a flush to disk): the rounds' files go
+/// to folders of their own that are removed afterwards, and what the output folder held before
+/// is left as it was.
+#[test]
+fn host_only_rounds_write_new_files_and_leave_nothing() {
+    use moge::pipeline::{fit, inputs, run};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // A file where a round would write if it wrote into the folder itself.
+    let img = fixtures().join("images/rgb_64x48.png");
+    let stem = img.file_stem().unwrap().to_string_lossy().into_owned();
+    let kept = out.join(format!("{stem}.npz"));
+    std::fs::write(&kept, b"not replaced").unwrap();
+    let weights = fixtures().join("tiny_normal.pt");
+    let model = moge::Model::load_with(&weights, &moge::Device::Cpu, moge::model::Precision::F32).unwrap();
+    let cfg = run::Config {
+        output: out.clone(),
+        outputs: moge::outputs::OutputOptions { formats: vec![moge::outputs::Format::Npz, moge::outputs::Format::Png], ..Default::default() },
+        infer: moge::InferOptions { num_tokens: Some(200), ..Default::default() },
+        fit: fit::FitMode::Exact,
+        canvas: fit::Canvas { width: 64, height: 48 },
+        decode: Default::default(),
+        jobs: 1,
+        skip_existing: false,
+        progress: false,
+        quiet: true,
+        json: false,
+        stats: false,
+        model_id: "tiny".into(),
+        weights,
+        in_flight: 1,
+    };
+    let t = run::host_only(std::sync::Arc::new(model), &cfg, &inputs::file_input(&img), 1, 3).unwrap();
+    assert_eq!(t.len(), 3);
+    assert!(t.iter().all(|t| t.write.is_some_and(|w| w > 0.0)), "{t:?}");
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from(format!("{stem}.npz"))]);
+    assert_eq!(std::fs::read(&kept).unwrap(), b"not replaced");
+}

@@ -387,8 +387,14 @@ pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, 
     let sha = OnceLock::new();
     let mut out = Vec::with_capacity(runs);
     for round in 0..warmup + runs {
-        let (d, Payload::Local(staged)) = decode(&engine, cfg, input)? else { unreachable!("a local engine prepares locally") };
-        let rec = encode(&engine, cfg, &sha, Forwarded { d, out: Outcome::Local { staged, raw: raw.clone() } })?;
+        // Each round writes into a folder of its own, removed after it is timed, as a batch
+        // writes each photo's outputs under new names: replacing the last round's files would
+        // time their removal too, and on ext4 the flush to disk that a rename over an existing
+        // file starts (`auto_da_alloc`; ~45 ms of a 60 MB npz, PERFORMANCE.md "Host stages").
+        let cfg = Config { output: cfg.output.join(format!("round-{round}")), ..cfg.clone() };
+        let (d, Payload::Local(staged)) = decode(&engine, &cfg, input)? else { unreachable!("a local engine prepares locally") };
+        let rec = encode(&engine, &cfg, &sha, Forwarded { d, out: Outcome::Local { staged, raw: raw.clone() } })?;
+        std::fs::remove_dir_all(&cfg.output).with_context(|| format!("{}: cannot remove", cfg.output.display()))?;
         if round >= warmup {
             out.push(rec.timings);
         }
