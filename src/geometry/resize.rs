@@ -215,11 +215,12 @@ pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: 
 /// [`resize_bilinear_antialias`] of an interleaved 8-bit RGB image whose float values are
 /// v / 255 (numpy's `image / 255` in float64 cast to float32 gives the same value: a float64
 /// quotient rounded to float32 is the correctly rounded float32 quotient), to planar (3, oh,
-/// ow), bit for bit the same. Streamed a source row at a time: each is split into three float
-/// rows, filtered along x into a ring of the last few filtered rows (as many as an output
-/// row's vertical taps), and each output row is made as soon as its rows are in the ring. The
-/// full-size float copy of the photo (24 MB at 1080p) and the x-filtered image (10 MB) are
-/// never made; both passes are compiled for the widest vectors the CPU has.
+/// ow), bit for bit the same. Streamed eight source rows at a time: each is split into three
+/// float rows, the eight rows of a channel are turned into columns of eight lanes (one per row)
+/// so that the x pass is a vector product per tap with no gather ([`taps_along_x8`]), the result
+/// is turned back into rows in a ring of the last few filtered rows, and each output row is made
+/// as soon as its rows are in the ring. The full-size float copy of the photo (24 MB at 1080p)
+/// and the x-filtered image (10 MB) are never made.
 pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     assert_eq!(rgb.len(), 3 * h * w);
     let level = crate::model::cpu::isa::current();
@@ -227,7 +228,6 @@ pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usiz
     // The taps as a table of `width` weights per output column, zero past each column's own
     // (a zero weight adds +0.0 to a sum of non-negative terms: no change to it).
     let width = xs.iter().map(|t| t.weights.len()).max().unwrap_or(0);
-    // 32-bit indices: 16-lane gathers where 64-bit ones take 8.
     let starts: Vec<u32> = xs.iter().map(|t| t.start as u32).collect();
     let mut weights = vec![0f32; width * ow];
     for (i, t) in xs.iter().enumerate() {
@@ -236,21 +236,30 @@ pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usiz
         }
     }
     // Row y of channel c at ring[(y % slots * 3 + c) * ow..]. The taps' first and last rows
-    // never decrease from one output row to the next, so the `slots` rows before the next one
-    // to filter hold every row the current output row reads.
-    let slots = ys.iter().map(|t| t.weights.len()).max().unwrap_or(0).max(1);
+    // never decrease from one output row to the next, and rows are filtered up to seven past
+    // the last one an output row reads, so `taps + 7` rows before the next one to filter hold
+    // every row the current output row reads.
+    let slots = ys.iter().map(|t| t.weights.len()).max().unwrap_or(0).max(1) + LANES - 1;
     let mut ring = vec![0f32; 3 * slots * ow];
-    let mut planes = vec![0f32; 3 * w];
+    let mut planes = vec![0f32; LANES * 3 * w];
+    let mut lanes = vec![0f32; LANES * w];
+    let mut filtered = vec![0f32; LANES * ow];
     let mut out = vec![0f32; 3 * oh * ow];
     let mut next = 0;
     for (oy, tap) in ys.iter().enumerate() {
-        for (y, src) in rgb.chunks_exact(3 * w).enumerate().take(tap.start + tap.weights.len()).skip(next) {
-            rgb8_planes(level, src, &mut planes);
-            let slot = &mut ring[y % slots * 3 * ow..][..3 * ow];
-            for (plane, row) in planes.chunks_exact(w).zip(slot.chunks_exact_mut(ow)) {
-                taps_along_x(level, plane, &starts, &weights, row);
+        while next < tap.start + tap.weights.len() {
+            // The last group of a photo repeats its last row in the lanes past it (not kept).
+            let rows = LANES.min(h - next);
+            for (r, dst) in planes.chunks_exact_mut(3 * w).enumerate() {
+                rgb8_planes(level, &rgb[(next + r.min(rows - 1)) * 3 * w..][..3 * w], dst);
             }
-            next = y + 1;
+            for c in 0..3 {
+                rows_to_lanes(level, &planes, c, w, &mut lanes);
+                taps_along_x8(level, &lanes, &starts, &weights, &mut filtered);
+                let at: [usize; LANES] = std::array::from_fn(|r| ((next + r) % slots * 3 + c) * ow);
+                lanes_to_rows(level, &filtered, &mut ring, ow, &at[..rows]);
+            }
+            next += rows;
         }
         for c in 0..3 {
             let row = &mut out[(c * oh + oy) * ow..][..ow];
@@ -263,13 +272,42 @@ pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usiz
     out
 }
 
-crate::model::cpu::math::dispatch! {
-    /// row = src · wv (the first tap) or row += src · wv: one tap of the vertical pass.
-    fn weighted_row / weighted_row_baseline(src: &[f32], wv: f32, first: bool, row: &mut [f32]) {
-        if first {
-            row.iter_mut().zip(src).for_each(|(o, s)| *o = s * wv);
-        } else {
-            row.iter_mut().zip(src).for_each(|(o, s)| *o += s * wv);
+/// Source rows filtered along x together, one per vector lane.
+const LANES: usize = 8;
+
+/// Channel `c` of `LANES` rows of planes (`[row][channel][x]`, rows of `w`) as `[x][row]`.
+fn rows_to_lanes(level: crate::model::cpu::isa::Isa, planes: &[f32], c: usize, w: usize, lanes: &mut [f32]) {
+    use crate::model::cpu::isa::{usable, Isa};
+    let row = |r: usize| &planes[(r * 3 + c) * w..][..w];
+    let rows: [&[f32]; LANES] = std::array::from_fn(row);
+    #[cfg(target_arch = "x86_64")]
+    if matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512) {
+        // SAFETY: `usable` never exceeds what the CPU has, and both levels have AVX2.
+        return unsafe { avx2::rows_to_lanes(&rows, lanes) };
+    }
+    let _ = level;
+    for (x, l) in lanes.chunks_exact_mut(LANES).enumerate().take(w) {
+        for (v, r) in l.iter_mut().zip(&rows) {
+            *v = r[x];
+        }
+    }
+}
+
+/// `[i][row]` lanes back into rows of `ow`: `ring[at[r] + i] = lanes[i * LANES + r]` for the
+/// rows given (distinct rows of the ring).
+fn lanes_to_rows(level: crate::model::cpu::isa::Isa, lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
+    use crate::model::cpu::isa::{usable, Isa};
+    assert!(lanes.len() >= ow * LANES && at.len() <= LANES && at.iter().all(|&a| a + ow <= ring.len()));
+    #[cfg(target_arch = "x86_64")]
+    if at.len() == LANES && matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512) {
+        // SAFETY: `usable` never exceeds what the CPU has, and both levels have AVX2; every
+        // row `at[r]..at[r] + ow` is inside the ring (asserted above).
+        return unsafe { avx2::lanes_to_rows(lanes, ring, ow, at) };
+    }
+    let _ = level;
+    for (r, &a) in at.iter().enumerate() {
+        for (o, l) in ring[a..a + ow].iter_mut().zip(lanes.chunks_exact(LANES)) {
+            *o = l[r];
         }
     }
 }
@@ -287,30 +325,43 @@ crate::model::cpu::math::dispatch! {
 }
 
 crate::model::cpu::math::dispatch! {
-    /// out[i] = Σ_k src[starts[i] + k] · weights[k][i], summed in k order from 0 (the order of
-    /// PyTorch's kernel), one k at a time over the whole row so that it vectorises (gathers).
-    fn taps_along_x / taps_along_x_baseline(src: &[f32], starts: &[u32], weights: &[f32], out: &mut [f32]) {
-        // The clamp only moves padded taps (zero weight) back into the row, and keeps every
-        // read inside it without a bounds check (which would keep the loop scalar).
-        let (Some(last), true) = (src.len().checked_sub(1), weights.len() >= out.len()) else {
-            out.fill(0.0);
+    /// out[i][r] = Σ_k src[starts[i] + k][r] · weights[k][i] for the `LANES` rows r side by
+    /// side, summed in k order from 0 (the order of PyTorch's kernel): a product per tap of
+    /// whole vectors, where filtering one row at a time needs a gather per tap.
+    fn taps_along_x8 / taps_along_x8_baseline(src: &[f32], starts: &[u32], weights: &[f32], out: &mut [f32]) {
+        let (src, _) = src.as_chunks::<LANES>();
+        let (out, _) = out.as_chunks_mut::<LANES>();
+        let Some(last) = src.len().checked_sub(1) else {
+            out.iter_mut().for_each(|o| *o = [0.0; LANES]);
             return;
         };
-        let last = u32::try_from(last).expect("a row of fewer than 2^32 pixels");
-        // SAFETY (both loops): the index is at most `last`, which is `src.len() - 1`.
-        let tap = |s: u32, k: usize| unsafe { *src.get_unchecked(s.wrapping_add(k as u32).min(last) as usize) };
-        let mut taps = weights.chunks_exact(out.len().max(1));
-        // The first tap is stored, not added to a zeroed row: 0 + t is t for the non-negative
-        // products here (pixels / 255 times triangle weights).
-        if let Some(w0) = taps.next() {
-            for ((o, &s), &wv) in out.iter_mut().zip(starts).zip(w0) {
-                *o = tap(s, 0) * wv;
+        let ow = out.len();
+        let width = weights.len().checked_div(ow).unwrap_or(0);
+        for (i, (o, &s)) in out.iter_mut().zip(starts).enumerate() {
+            // The clamp only moves padded taps (zero weight) back into the row.
+            let tap = |k: usize| &src[(s as usize + k).min(last)];
+            // The first tap is stored, not added to zeros: 0 + t is t for the non-negative
+            // products here (pixels / 255 times triangle weights).
+            let (t, wv) = (tap(0), weights[i]);
+            let mut acc: [f32; LANES] = std::array::from_fn(|r| t[r] * wv);
+            for k in 1..width {
+                let (t, wv) = (tap(k), weights[k * ow + i]);
+                for (a, v) in acc.iter_mut().zip(t) {
+                    *a += v * wv;
+                }
             }
+            *o = acc;
         }
-        for (k, wk) in taps.enumerate() {
-            for ((o, &s), &wv) in out.iter_mut().zip(starts).zip(wk) {
-                *o += tap(s, k + 1) * wv;
-            }
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    /// row = src · wv (the first tap) or row += src · wv: one tap of the vertical pass.
+    fn weighted_row / weighted_row_baseline(src: &[f32], wv: f32, first: bool, row: &mut [f32]) {
+        if first {
+            row.iter_mut().zip(src).for_each(|(o, s)| *o = s * wv);
+        } else {
+            row.iter_mut().zip(src).for_each(|(o, s)| *o += s * wv);
         }
     }
 }

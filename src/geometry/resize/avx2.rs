@@ -1,8 +1,13 @@
-//! `lerp_taps` for AVX2: where eight consecutive output columns read source values within
+//! The resizes' AVX2 routes.
+//!
+//! `lerp_taps`: where eight consecutive output columns read source values within
 //! eight consecutive floats (an upsampling, as the post-processing's is), one load and two
 //! in-register permutes (`vpermps`) fetch their taps instead of two gathers, which AMD's cores
 //! run many times slower. The arithmetic is the portable loop's (a·wa + b·wb, two products and
 //! a sum, no FMA), so the bits are the same; other blocks take that loop.
+//!
+//! `rows_to_lanes` / `lanes_to_rows`: eight rows as columns of eight lanes and back, by 8x8
+//! transposes in registers (the antialiased downscale's x pass works on such columns).
 //!
 //! # Safety
 //! Call only where the CPU has AVX2 (`Isa::Avx2` and above).
@@ -52,5 +57,80 @@ fn scalar(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut
     for i in range {
         let (a, b) = ((x0[i] as usize).min(last), (x1[i] as usize).min(last));
         out[i] = src[a] * w0[i] + src[b] * w1[i];
+    }
+}
+
+/// The 8x8 transpose of eight vectors (row r of the result holds lane r of each input).
+#[inline(always)]
+unsafe fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+    let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+    let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+    let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+    let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// `lanes[x * 8 + r] = rows[r][x]` for x below the shortest row (and `lanes`' length / 8).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) {
+    let w = rows.iter().map(|r| r.len()).min().unwrap_or(0).min(lanes.len() / 8);
+    let lp = lanes.as_mut_ptr();
+    let mut x = 0;
+    // SAFETY: x + 8 <= w, which no row is shorter than, and 8 * w <= lanes.len().
+    while x + 8 <= w {
+        let v = transpose8(std::array::from_fn(|r| _mm256_loadu_ps(rows[r].as_ptr().add(x))));
+        for (j, v) in v.into_iter().enumerate() {
+            _mm256_storeu_ps(lp.add((x + j) * 8), v);
+        }
+        x += 8;
+    }
+    for x in x..w {
+        for (r, row) in rows.iter().enumerate() {
+            lanes[x * 8 + r] = row[x];
+        }
+    }
+}
+
+/// `ring[at[r] + i] = lanes[i * 8 + r]` for i in 0..ow.
+///
+/// # Safety
+/// AVX2, and every `at[r] + ow <= ring.len()`, `8 * ow <= lanes.len()` (the caller asserts it).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
+    let at: &[usize; 8] = at.try_into().expect("eight rows");
+    let (lp, rp) = (lanes.as_ptr(), ring.as_mut_ptr());
+    let mut i = 0;
+    while i + 8 <= ow {
+        let v = transpose8(std::array::from_fn(|j| _mm256_loadu_ps(lp.add((i + j) * 8))));
+        for (r, v) in v.into_iter().enumerate() {
+            _mm256_storeu_ps(rp.add(at[r] + i), v);
+        }
+        i += 8;
+    }
+    for i in i..ow {
+        for (r, &a) in at.iter().enumerate() {
+            ring[a + i] = lanes[i * 8 + r];
+        }
     }
 }
