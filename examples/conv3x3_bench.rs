@@ -35,15 +35,18 @@ fn main() -> candle_core::Result<()> {
         let wt = Tensor::from_vec(rand_vec(cout * cin * 9, &mut seed), (cout, cin, 3, 3), &Device::Cpu)?;
         let bias = rand_vec(cout, &mut seed);
         let x = Tensor::from_vec(rand_vec(cin * h * w, &mut seed), (cin, h, w), &Device::Cpu)?;
+        let op = isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?;
+        let winograd = op.winograd();
         let ops = [
-            ("direct", isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
+            ("direct", isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?.without_winograd()),
             ("im2col", isa::with_isa(Isa::Portable, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
+            ("winograd", op),
         ];
         let flop = 2.0 * (cin * 9 * cout * h * w) as f64;
-        let mut times = [vec![], vec![]];
+        let mut times = [vec![], vec![], vec![]];
         let mut outs = vec![];
         for rep in 0..=reps {
-            for (i, (_, op)) in ops.iter().enumerate() {
+            for (i, (_, op)) in ops.iter().enumerate().filter(|(i, _)| *i < 2 || winograd) {
                 let t = Instant::now();
                 let y = x.apply_op1_no_bwd(&op.call(true, false))?;
                 if rep > 0 {
@@ -53,12 +56,22 @@ fn main() -> candle_core::Result<()> {
                 }
             }
         }
-        let err = outs[0].iter().zip(&outs[1]).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
+        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
+        let err = diff(&outs[0], &outs[1]);
         let med = |t: &mut Vec<f64>| {
             t.sort_by(f64::total_cmp);
             t[t.len() / 2]
         };
         let (d, i) = (med(&mut times[0]), med(&mut times[1]));
+        if winograd {
+            let wg = med(&mut times[2]);
+            println!(
+                "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  winograd {:7.1} GFLOP/s (direct-equivalent)  {:.2}x the direct route  (max rel diff {:.1e})",
+                flop / wg / 1e9,
+                d / wg,
+                diff(&outs[2], &outs[0])
+            );
+        }
         println!(
             "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  direct {:7.1} GFLOP/s  im2col {:7.1} GFLOP/s  ratio {:.2}x  (max rel diff {err:.1e})",
             flop / d / 1e9,

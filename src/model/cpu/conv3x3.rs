@@ -6,6 +6,8 @@
 //!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
 //!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
 //!   single-threaded.
+//! * Winograd F(2x2, 3x3) (f32 at AVX2, 64 channels and more, without the fused upsample):
+//!   `super::winograd`.
 //! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above): a tile's input rows are
 //!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
 //!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
@@ -44,6 +46,9 @@ pub struct Conv3x3Op {
     pub packed: Option<Arc<PackedA>>,
     /// The weight for the direct route, when this CPU has one.
     direct: Option<Direct>,
+    /// The Winograd route (f32 at the AVX2 level, 64 channels and more in and out), which takes
+    /// every call without the fused upsample.
+    winograd: Option<super::winograd::Winograd>,
 }
 
 /// Direct-route weights: row o holds the 9 taps one after another, each over the input
@@ -85,7 +90,23 @@ impl Conv3x3Op {
         };
         // The im2col route's packed weight only where the direct route is missing.
         let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
-        Ok(Self { weight, bias, cin, cout, packed, direct })
+        let winograd = match direct.as_ref().map(|d| d.isa) {
+            Some(Isa::Avx2) if !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
+            _ => None,
+        };
+        Ok(Self { weight, bias, cin, cout, packed, direct, winograd })
+    }
+
+    /// The same op without its Winograd route (the direct route takes every call): to compare
+    /// the two.
+    pub fn without_winograd(mut self) -> Self {
+        self.winograd = None;
+        self
+    }
+
+    /// Whether calls without the fused upsample take the Winograd route.
+    pub fn winograd(&self) -> bool {
+        self.winograd.is_some()
     }
 
     /// Whether [`Conv3x3Call::upsample2x`] is available (the direct route exists).
@@ -99,6 +120,9 @@ impl Conv3x3Op {
 
     /// `x` is (cin, h, w), or (cin, h/2, w/2) with `upsample2x`; output (cout, h, w).
     fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, upsample2x: bool, residual: Option<&[f32]>) -> Result<Vec<f32>> {
+        if let (Some(wg), false) = (&self.winograd, upsample2x) {
+            return Ok(wg.run(x, h, w, relu, &self.bias, residual));
+        }
         if let Some(d) = &self.direct {
             // Taken at every width: even at 49 px (two panels, one mostly idle) it measured as
             // fast as im2col (PERFORMANCE.md step 8).
@@ -582,6 +606,13 @@ mod tests {
             (6, 5, 4, 17, false, true, false),
             (9, 12, 3, 20, false, true, true),
             (300, 25, 4, 36, false, false, false),
+            // The Winograd route (f32 at AVX2, 64 channels and more): odd sizes (a tile cut by
+            // the edge), one row, one column, a tile row in several tasks.
+            (64, 70, 7, 37, true, false, true),
+            (96, 64, 1, 20, false, false, false),
+            (64, 64, 5, 1, true, false, false),
+            (64, 64, 4, 300, false, false, true),
+            (64, 64, 6, 20, false, true, false),
         ];
         for &(cin, cout, h, w, relu, up, with_res) in &cases {
             let (ih, iw) = (h, w);
@@ -609,12 +640,15 @@ mod tests {
                         );
                     }
                 };
-                let mut by_route: Vec<(Option<Isa>, Vec<f32>)> = Vec::new();
+                // (direct route group, Winograd) -> the first level's output.
+                type Group = (Option<Isa>, bool);
+                let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
                     let direct = route(level, bf16);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
                     assert_eq!(op.fuses_upsample(), direct.is_some());
+                    assert_eq!(op.winograd(), direct == Some(Isa::Avx2) && !bf16 && cin >= 64 && cout >= 64, "{level} bf16={bf16}");
                     assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
                     if up && !op.fuses_upsample() {
                         assert!(op.run(&x, oh, ow, relu, up, res).is_err(), "the im2col route has no fused upsample");
@@ -623,8 +657,8 @@ mod tests {
                     let got = op.run(&x, oh, ow, relu, up, res).unwrap();
                     check(&format!("{level}"), &got);
                     // The f32 direct kernels (AVX2, AVX-512F) do the same arithmetic in the same
-                    // order: one group.
-                    let group = if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct };
+                    // order: one group; the Winograd route is its own.
+                    let group = (if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct }, op.winograd() && !up);
                     match by_route.iter().find(|(r, _)| *r == group) {
                         Some((_, first)) => assert!(*first == got, "{level} bf16={bf16}: not the bits of the same route at a lower level"),
                         None => by_route.push((group, got)),
@@ -638,6 +672,7 @@ mod tests {
                             cout,
                             packed: bf16.then(|| Arc::new(PackedA::build(&wt, cout, cin * 9, level))),
                             direct: None,
+                            winograd: None,
                         };
                         check(&format!("{level} im2col"), &im2col.run(&x, oh, ow, relu, false, res).unwrap());
                     }

@@ -88,6 +88,30 @@ impl Pointwise {
         None
     }
 
+    /// out (m × n) = W · x on this thread, x rows `cs` floats apart with every 16-column block
+    /// whole (n rounded up to 16 readable), out rows `ldc` apart; `zeros` has m zeros (the
+    /// kernel's bias).
+    ///
+    /// # Safety
+    /// `x` holds k rows of `cs` floats with n.div_ceil(16) · 16 readable in each, `out` m rows
+    /// of `ldc` with n writable in each.
+    pub(super) unsafe fn product(&self, x: *const f32, cs: usize, n: usize, zeros: &[f32], out: *mut f32, ldc: usize) {
+        assert!(zeros.len() >= self.m);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use super::conv3x3::avx2::{kernel, row_tiles};
+            let b = row_tiles(self.m);
+            for t in 0..b.len() - 1 {
+                let (r0, r1) = (b[t], b[t + 1]);
+                for x0 in (0..n).step_by(16) {
+                    kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), &[x.add(x0) as *const u32], cs, self.k, zeros.as_ptr(), std::ptr::null(), out.add(r0 * ldc + x0), ldc, (n - x0).min(16));
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (x, cs, n, out, ldc);
+    }
+
     /// out (m × n) = bias + W · x [+ residual]: x is (k × n), bias has m values, residual
     /// is (m × n).
     pub fn run(&self, x: &[f32], n: usize, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {

@@ -1,0 +1,243 @@
+//! 3x3 convolution with replicate padding by Winograd's F(2x2, 3x3) (Lavin and Gray, "Fast
+//! Algorithms for Convolutional Neural Networks", 2016), the f32 route at the AVX2 level.
+//!
+//! Each 2x2 block of output pixels ("tile") is Aᵀ [Σ_c U_c ⊙ V_c] A with V_c = Bᵀ d_c B the
+//! transformed 4x4 input patch of channel c and U_c = G g_c Gᵀ the transformed 3x3 weight:
+//! for each of the 16 positions ξ of the 4x4 transform, one product (cout × cin) · (cin ×
+//! tiles), 16 · cin multiply-adds per tile and output channel where the direct convolution
+//! needs 36. The products are the direct route's AVX2 kernel with one tap (`planes::Pointwise`);
+//! the transforms are additions only (B and A hold 0 and ±1; G's halves are applied to the
+//! weights once, in f64, at load).
+//!
+//! Not the direct route's bits: the sums run in another order through the transforms. The
+//! rounding stays that of a convolution's (`tests` bound it by 1e-5 of the sum of the terms'
+//! magnitudes, as the direct route's), far inside the parity gates.
+
+use rayon::prelude::*;
+
+use super::isa::{self, Isa};
+use super::planes::Pointwise;
+use super::SendPtr;
+
+/// The 16 transform positions ξ = 4i + j of a tile.
+const XI: usize = 16;
+
+/// Bytes of one task's transformed input and output (16 · (cin + cout) floats per tile), in
+/// L2 beside the weights streaming through.
+const TASK_BYTES: usize = 512 * 1024;
+
+pub struct Winograd {
+    /// U[ξ] (cout × cin) packed for the kernel, one per position.
+    u: Vec<Pointwise>,
+    zeros: Vec<f32>,
+    cin: usize,
+    cout: usize,
+}
+
+impl Winograd {
+    /// Whether the route pays at these channel counts. Against the direct route, each shape
+    /// side by side in one run (`conv3x3_bench`, and the model's convolutions timed in a
+    /// ViT-S forward, Zen 3): 1.6-1.8x at 256 channels, 1.25-1.5x at 128, 1.0-1.3x at 64,
+    /// 0.9-1.1x at 32 (the short products and the transforms weigh more there).
+    pub fn worth(cin: usize, cout: usize) -> bool {
+        cin >= 64 && cout >= 64
+    }
+
+    /// From a (cout, cin, 3, 3) weight; `None` where the AVX2 kernel is not this thread's route
+    /// ([`Pointwise::new`]).
+    pub fn new(w: &[f32], cin: usize, cout: usize) -> Option<Self> {
+        // U = G g Gᵀ per (o, c), G = [[1, 0, 0], [½, ½, ½], [½, -½, ½], [0, 0, 1]], in f64.
+        const G: [[f64; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
+        let mut u = vec![vec![0f32; cout * cin]; XI];
+        for o in 0..cout {
+            for c in 0..cin {
+                let g = &w[(o * cin + c) * 9..][..9];
+                for i in 0..4 {
+                    for j in 0..4 {
+                        let mut s = 0f64;
+                        for (ky, gi) in G[i].iter().enumerate() {
+                            for (kx, gj) in G[j].iter().enumerate() {
+                                s += gi * g[ky * 3 + kx] as f64 * gj;
+                            }
+                        }
+                        u[i * 4 + j][o * cin + c] = s as f32;
+                    }
+                }
+            }
+        }
+        let u: Option<Vec<Pointwise>> = u.iter().map(|m| Pointwise::new(m, cout, cin)).collect();
+        Some(Self { u: u?, zeros: vec![0.0; cout], cin, cout })
+    }
+
+    /// out (cout, h, w) = bias + conv(x) [+ residual], x (cin, h, w), through a ReLU first when
+    /// asked.
+    pub fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+        let (cin, cout) = (self.cin, self.cout);
+        assert!(x.len() >= cin * h * w && bias.len() == cout && residual.is_none_or(|r| r.len() >= cout * h * w), "winograd: operand sizes");
+        let mut out: Vec<f32> = Vec::with_capacity(cout * h * w);
+        if h == 0 || w == 0 || cout == 0 {
+            return out;
+        }
+        let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
+        // Tiles per task: a multiple of the kernel's 16 columns, a tile row at most.
+        let per = (TASK_BYTES / (4 * XI * (cin + cout))).max(16) / 16;
+        // In 16-tile blocks (the kernel's columns), spread evenly over the chunks of a row.
+        let blocks = tw.div_ceil(16);
+        let chunks = blocks.div_ceil(per);
+        let per = 16 * blocks.div_ceil(chunks);
+        let tasks: Vec<(usize, usize, usize)> = (0..th).flat_map(|ty| (0..chunks).map(move |k| (ty, k * per, ((k + 1) * per).min(tw))).filter(|&(_, a, b)| a < b)).collect();
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let level = isa::current();
+        tasks.par_iter().for_each_init(Scratch::default, |s, &(ty, tx0, tx1)| {
+            let n = tx1 - tx0;
+            let np = n.div_ceil(16) * 16;
+            s.v.resize(XI * cin * np, 0.0);
+            s.m.resize(XI * cout * np, 0.0);
+            s.eo.resize(8 * (np + 1), 0.0);
+            s.y.resize(4 * cout * np, 0.0);
+            for c in 0..cin {
+                input_tile_row(level, &x[c * h * w..][..h * w], h, w, ty, tx0, relu, &mut s.eo, &mut s.v, c * np, cin * np);
+            }
+            for (xi, u) in self.u.iter().enumerate() {
+                // Safety: v[ξ] has cin rows of np (a multiple of 16) readable columns; m[ξ]
+                // has cout rows of np.
+                unsafe { u.product(s.v[xi * cin * np..][..cin * np].as_ptr(), np, np, &self.zeros, s.m[xi * cout * np..][..cout * np].as_mut_ptr(), np) };
+            }
+            transform_out(level, &s.m, np, cout, bias, &mut s.y);
+            // The tiles' pixels inside the map, with the residual.
+            let (x0, nx) = (2 * tx0, (2 * n).min(w - 2 * tx0));
+            for o in 0..cout {
+                for a in 0..2 {
+                    let yy = 2 * ty + a;
+                    if yy >= h {
+                        break;
+                    }
+                    let src = &s.y[(o * 2 + a) * 2 * np..][..nx];
+                    let i = (o * h + yy) * w + x0;
+                    // Safety: tasks write disjoint tiles of `out`, each pixel exactly once;
+                    // i + nx <= cout · h · w.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i), nx) };
+                    match residual {
+                        Some(r) => dst.iter_mut().zip(src).zip(&r[i..i + nx]).for_each(|((d, &v), &r)| *d = v + r),
+                        None => dst.copy_from_slice(src),
+                    }
+                }
+            }
+        });
+        // Safety: every tile row and column was a task; each wrote all its pixels.
+        unsafe { out.set_len(cout * h * w) };
+        out
+    }
+}
+
+#[derive(Default)]
+struct Scratch {
+    /// V[ξ][c][tile], rows of np.
+    v: Vec<f32>,
+    /// M[ξ][o][tile], rows of np.
+    m: Vec<f32>,
+    /// The four input rows' even and odd columns.
+    eo: Vec<f32>,
+    /// Y[o][row][x] of the tile row, with the bias.
+    y: Vec<f32>,
+}
+
+/// V[ξ][c][t] for the tiles tx0..tx0 + np of tile row ty of one channel's (h, w) plane
+/// (those past the map's edge are clamped copies, computed and never kept), written at
+/// `v[ξ · xi_stride + at + t]`.
+#[allow(clippy::too_many_arguments)]
+fn input_tile_row(level: Isa, plane: &[f32], h: usize, w: usize, ty: usize, tx0: usize, relu: bool, eo: &mut [f32], v: &mut [f32], at: usize, xi_stride: usize) {
+    let stride = eo.len() / 8;
+    // Row i of the patch is map row 2ty - 1 + i and column j map column 2tx - 1 + j, clamped
+    // (replicate padding): e[i][k] = column 2(tx0 + k) - 1, o[i][k] = column 2(tx0 + k).
+    let (e, o) = eo.split_at_mut(4 * stride);
+    let base = 2 * tx0;
+    // e[k] = row[base + 2k - 1], o[k] = row[base + 2k] where both are inside the row: k in
+    // lo..hi, a plain de-interleave; clamped reads at the two ends.
+    let lo = usize::from(base == 0);
+    let hi = if base < w { ((w - 1 - base) / 2 + 1).min(stride) } else { 0 }.max(lo);
+    for i in 0..4 {
+        let y = (2 * ty + i).saturating_sub(1).min(h - 1);
+        let row = &plane[y * w..][..w];
+        let (ei, oi) = (&mut e[i * stride..][..stride], &mut o[i * stride..][..stride]);
+        let col = |x: usize| row[x.saturating_sub(1).min(w - 1)];
+        for k in (0..lo).chain(hi..stride) {
+            (ei[k], oi[k]) = (col(base + 2 * k), col(base + 2 * k + 1));
+        }
+        if hi > lo {
+            let pairs = row[base + 2 * lo - 1..base + 2 * hi - 1].chunks_exact(2);
+            for ((pe, po), p) in ei[lo..hi].iter_mut().zip(&mut oi[lo..hi]).zip(pairs) {
+                (*pe, *po) = (p[0], p[1]);
+            }
+        }
+        if relu {
+            ei.iter_mut().chain(oi.iter_mut()).for_each(|v| *v = v.max(0.0));
+        }
+    }
+    transform_in(level, e, o, stride, v, at, xi_stride);
+}
+
+crate::model::cpu::math::dispatch! {
+    /// V = Bᵀ d B over `stride - 1` tiles (a multiple of 8) side by side, Bᵀ = [[1, 0, -1, 0],
+    /// [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: patch column j of tile t is e[t], o[t],
+    /// e[t + 1], o[t + 1] of its row.
+    fn transform_in / transform_in_baseline(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, xi_stride: usize) {
+        let ld = |a: &[f32], i: usize, t: usize| -> [f32; 8] { a[i * stride + t..][..8].try_into().expect("8 floats") };
+        for t0 in (0..stride - 1).step_by(8) {
+            // r[i][j]: patch row i times B (columns combined).
+            let mut r = [[[0f32; 8]; 4]; 4];
+            for (i, ri) in r.iter_mut().enumerate() {
+                let (e0, o0, e1, o1) = (ld(e, i, t0), ld(o, i, t0), ld(e, i, t0 + 1), ld(o, i, t0 + 1));
+                for l in 0..8 {
+                    ri[0][l] = e0[l] - e1[l];
+                    ri[1][l] = o0[l] + e1[l];
+                    ri[2][l] = e1[l] - o0[l];
+                    ri[3][l] = o0[l] - o1[l];
+                }
+            }
+            for j in 0..4 {
+                let rows: [[f32; 8]; 4] = [
+                    std::array::from_fn(|l| r[0][j][l] - r[2][j][l]),
+                    std::array::from_fn(|l| r[1][j][l] + r[2][j][l]),
+                    std::array::from_fn(|l| r[2][j][l] - r[1][j][l]),
+                    std::array::from_fn(|l| r[1][j][l] - r[3][j][l]),
+                ];
+                for (i, val) in rows.iter().enumerate() {
+                    v[(i * 4 + j) * xi_stride + at + t0..][..8].copy_from_slice(val);
+                }
+            }
+        }
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    /// Y = Aᵀ M A + bias for every output channel over np tiles (a multiple of 8), Aᵀ = [[1, 1,
+    /// 1, 0], [0, 1, -1, -1]], into y[o][a][2t + b] (rows of 2 · np).
+    fn transform_out / transform_out_baseline(m: &[f32], np: usize, cout: usize, bias: &[f32], y: &mut [f32]) {
+        for (o, yo) in y.chunks_exact_mut(4 * np).enumerate().take(cout) {
+            let (y0, y1) = yo.split_at_mut(2 * np);
+            for t0 in (0..np).step_by(8) {
+                let ld = |xi: usize| -> [f32; 8] { m[(xi * cout + o) * np + t0..][..8].try_into().expect("8 floats") };
+                // s[a][j] = (Aᵀ M)[a][j]
+                let mut s = [[[0f32; 8]; 4]; 2];
+                let [s0, s1] = &mut s;
+                for (j, (s0, s1)) in s0.iter_mut().zip(s1.iter_mut()).enumerate() {
+                    let (m0, m1, m2, m3) = (ld(j), ld(4 + j), ld(8 + j), ld(12 + j));
+                    for l in 0..8 {
+                        s0[l] = m0[l] + m1[l] + m2[l];
+                        s1[l] = m1[l] - m2[l] - m3[l];
+                    }
+                }
+                let b = bias[o];
+                for (a, row) in [&mut *y0, &mut *y1].into_iter().enumerate() {
+                    let sa = &s[a];
+                    let out: &mut [f32; 16] = (&mut row[2 * t0..][..16]).try_into().expect("16 floats");
+                    for l in 0..8 {
+                        out[2 * l] = b + (sa[0][l] + sa[1][l] + sa[2][l]);
+                        out[2 * l + 1] = b + (sa[1][l] - sa[2][l] - sa[3][l]);
+                    }
+                }
+            }
+        }
+    }
+}
