@@ -15,7 +15,7 @@
 
 use rayon::prelude::*;
 
-use super::isa::{self, Isa};
+use super::isa;
 use super::planes::Pointwise;
 use super::SendPtr;
 
@@ -117,10 +117,7 @@ impl Winograd {
                     // Safety: tasks write disjoint tiles of `out`, each pixel exactly once;
                     // i + nx <= cout · h · w.
                     let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i), nx) };
-                    match residual {
-                        Some(r) => dst.iter_mut().zip(src).zip(&r[i..i + nx]).for_each(|((d, &v), &r)| *d = v + r),
-                        None => dst.copy_from_slice(src),
-                    }
+                    store_row(level, src, residual.map(|r| &r[i..i + nx]), dst);
                 }
             }
         });
@@ -142,69 +139,70 @@ struct Scratch {
     y: Vec<f32>,
 }
 
-/// V[ξ][c][t] for the tiles tx0..tx0 + np of tile row ty of one channel's (h, w) plane
-/// (those past the map's edge are clamped copies, computed and never kept), written at
-/// `v[ξ · xi_stride + at + t]`.
-#[allow(clippy::too_many_arguments)]
-fn input_tile_row(level: Isa, plane: &[f32], h: usize, w: usize, ty: usize, tx0: usize, relu: bool, eo: &mut [f32], v: &mut [f32], at: usize, xi_stride: usize) {
-    let stride = eo.len() / 8;
-    // Row i of the patch is map row 2ty - 1 + i and column j map column 2tx - 1 + j, clamped
-    // (replicate padding): e[i][k] = column 2(tx0 + k) - 1, o[i][k] = column 2(tx0 + k).
-    let (e, o) = eo.split_at_mut(4 * stride);
-    let base = 2 * tx0;
-    // e[k] = row[base + 2k - 1], o[k] = row[base + 2k] where both are inside the row: k in
-    // lo..hi, a plain de-interleave; clamped reads at the two ends.
-    let lo = usize::from(base == 0);
-    let hi = if base < w { ((w - 1 - base) / 2 + 1).min(stride) } else { 0 }.max(lo);
-    for i in 0..4 {
-        let y = (2 * ty + i).saturating_sub(1).min(h - 1);
-        let row = &plane[y * w..][..w];
-        let (ei, oi) = (&mut e[i * stride..][..stride], &mut o[i * stride..][..stride]);
-        let col = |x: usize| row[x.saturating_sub(1).min(w - 1)];
-        for k in (0..lo).chain(hi..stride) {
-            (ei[k], oi[k]) = (col(base + 2 * k), col(base + 2 * k + 1));
-        }
-        if hi > lo {
-            let pairs = row[base + 2 * lo - 1..base + 2 * hi - 1].chunks_exact(2);
-            for ((pe, po), p) in ei[lo..hi].iter_mut().zip(&mut oi[lo..hi]).zip(pairs) {
-                (*pe, *po) = (p[0], p[1]);
+crate::model::cpu::math::dispatch! {
+    /// V[ξ][c][t] for the tiles tx0..tx0 + np of tile row ty of one channel's (h, w) plane
+    /// (those past the map's edge are clamped copies, computed and never kept), written at
+    /// `v[ξ · xi_stride + at + t]`.
+    #[allow(clippy::too_many_arguments)]
+    fn input_tile_row / input_tile_row_baseline(plane: &[f32], h: usize, w: usize, ty: usize, tx0: usize, relu: bool, eo: &mut [f32], v: &mut [f32], at: usize, xi_stride: usize) {
+        let stride = eo.len() / 8;
+        // Row i of the patch is map row 2ty - 1 + i and column j map column 2tx - 1 + j, clamped
+        // (replicate padding): e[i][k] = column 2(tx0 + k) - 1, o[i][k] = column 2(tx0 + k).
+        let (e, o) = eo.split_at_mut(4 * stride);
+        let base = 2 * tx0;
+        // e[k] = row[base + 2k - 1], o[k] = row[base + 2k] where both are inside the row: k in
+        // lo..hi, a plain de-interleave; clamped reads at the two ends.
+        let lo = usize::from(base == 0);
+        let hi = if base < w { ((w - 1 - base) / 2 + 1).min(stride) } else { 0 }.max(lo);
+        for i in 0..4 {
+            let y = (2 * ty + i).saturating_sub(1).min(h - 1);
+            let row = &plane[y * w..][..w];
+            let (ei, oi) = (&mut e[i * stride..][..stride], &mut o[i * stride..][..stride]);
+            let col = |x: usize| row[x.saturating_sub(1).min(w - 1)];
+            for k in (0..lo).chain(hi..stride) {
+                (ei[k], oi[k]) = (col(base + 2 * k), col(base + 2 * k + 1));
+            }
+            if hi > lo {
+                let pairs = row[base + 2 * lo - 1..base + 2 * hi - 1].chunks_exact(2);
+                for ((pe, po), p) in ei[lo..hi].iter_mut().zip(&mut oi[lo..hi]).zip(pairs) {
+                    (*pe, *po) = (p[0], p[1]);
+                }
+            }
+            if relu {
+                ei.iter_mut().chain(oi.iter_mut()).for_each(|v| *v = v.max(0.0));
             }
         }
-        if relu {
-            ei.iter_mut().chain(oi.iter_mut()).for_each(|v| *v = v.max(0.0));
-        }
+        transform_in(e, o, stride, v, at, xi_stride);
     }
-    transform_in(level, e, o, stride, v, at, xi_stride);
 }
 
-crate::model::cpu::math::dispatch! {
-    /// V = Bᵀ d B over `stride - 1` tiles (a multiple of 8) side by side, Bᵀ = [[1, 0, -1, 0],
-    /// [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: patch column j of tile t is e[t], o[t],
-    /// e[t + 1], o[t + 1] of its row.
-    fn transform_in / transform_in_baseline(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, xi_stride: usize) {
-        let ld = |a: &[f32], i: usize, t: usize| -> [f32; 8] { a[i * stride + t..][..8].try_into().expect("8 floats") };
-        for t0 in (0..stride - 1).step_by(8) {
-            // r[i][j]: patch row i times B (columns combined).
-            let mut r = [[[0f32; 8]; 4]; 4];
-            for (i, ri) in r.iter_mut().enumerate() {
-                let (e0, o0, e1, o1) = (ld(e, i, t0), ld(o, i, t0), ld(e, i, t0 + 1), ld(o, i, t0 + 1));
-                for l in 0..8 {
-                    ri[0][l] = e0[l] - e1[l];
-                    ri[1][l] = o0[l] + e1[l];
-                    ri[2][l] = e1[l] - o0[l];
-                    ri[3][l] = o0[l] - o1[l];
-                }
+/// V = Bᵀ d B over `stride - 1` tiles (a multiple of 8) side by side, Bᵀ = [[1, 0, -1, 0],
+/// [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: patch column j of tile t is e[t], o[t],
+/// e[t + 1], o[t + 1] of its row.
+#[inline(always)]
+fn transform_in(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, xi_stride: usize) {
+    let ld = |a: &[f32], i: usize, t: usize| -> [f32; 8] { a[i * stride + t..][..8].try_into().expect("8 floats") };
+    for t0 in (0..stride - 1).step_by(8) {
+        // r[i][j]: patch row i times B (columns combined).
+        let mut r = [[[0f32; 8]; 4]; 4];
+        for (i, ri) in r.iter_mut().enumerate() {
+            let (e0, o0, e1, o1) = (ld(e, i, t0), ld(o, i, t0), ld(e, i, t0 + 1), ld(o, i, t0 + 1));
+            for l in 0..8 {
+                ri[0][l] = e0[l] - e1[l];
+                ri[1][l] = o0[l] + e1[l];
+                ri[2][l] = e1[l] - o0[l];
+                ri[3][l] = o0[l] - o1[l];
             }
-            for j in 0..4 {
-                let rows: [[f32; 8]; 4] = [
-                    std::array::from_fn(|l| r[0][j][l] - r[2][j][l]),
-                    std::array::from_fn(|l| r[1][j][l] + r[2][j][l]),
-                    std::array::from_fn(|l| r[2][j][l] - r[1][j][l]),
-                    std::array::from_fn(|l| r[1][j][l] - r[3][j][l]),
-                ];
-                for (i, val) in rows.iter().enumerate() {
-                    v[(i * 4 + j) * xi_stride + at + t0..][..8].copy_from_slice(val);
-                }
+        }
+        for j in 0..4 {
+            let rows: [[f32; 8]; 4] = [
+                std::array::from_fn(|l| r[0][j][l] - r[2][j][l]),
+                std::array::from_fn(|l| r[1][j][l] + r[2][j][l]),
+                std::array::from_fn(|l| r[2][j][l] - r[1][j][l]),
+                std::array::from_fn(|l| r[1][j][l] - r[3][j][l]),
+            ];
+            for (i, val) in rows.iter().enumerate() {
+                v[(i * 4 + j) * xi_stride + at + t0..][..8].copy_from_slice(val);
             }
         }
     }
@@ -238,6 +236,16 @@ crate::model::cpu::math::dispatch! {
                     }
                 }
             }
+        }
+    }
+}
+
+crate::model::cpu::math::dispatch! {
+    /// dst = src [+ residual].
+    fn store_row / store_row_baseline(src: &[f32], residual: Option<&[f32]>, dst: &mut [f32]) {
+        match residual {
+            Some(r) => dst.iter_mut().zip(src).zip(r).for_each(|((d, &v), &r)| *d = v + r),
+            None => dst.copy_from_slice(src),
         }
     }
 }
