@@ -38,7 +38,7 @@ fn main() -> candle_core::Result<()> {
         let op = isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?;
         let winograd = op.winograd();
         let ops = [
-            ("direct", isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?.without_winograd()),
+            ("direct", isa::with_isa(best, || Conv3x3Op::new_direct(wt.clone(), bias.clone(), cin, cout, false))?),
             ("im2col", isa::with_isa(Isa::Portable, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
             ("winograd", op),
         ];

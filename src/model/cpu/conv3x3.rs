@@ -46,8 +46,8 @@ pub struct Conv3x3Op {
     pub packed: Option<Arc<PackedA>>,
     /// The weight for the direct route, when this CPU has one.
     direct: Option<Direct>,
-    /// The Winograd route (f32 at the AVX2 level, 64 channels and more in and out), which takes
-    /// every call without the fused upsample.
+    /// The Winograd route (f32 at the AVX2 level, 64 channels and more in and out), in place of
+    /// the direct one: it takes every call (none with the fused upsample).
     winograd: Option<super::winograd::Winograd>,
 }
 
@@ -83,25 +83,30 @@ impl Conv3x3Op {
     /// `bf16`: products in bf16 (weights packed once here). The route is that of
     /// [`isa::current`] now.
     pub fn new(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
+        Self::build(weight, bias, cin, cout, bf16, true)
+    }
+
+    /// [`Conv3x3Op::new`] without the Winograd route: the direct route takes every call where
+    /// it exists (to compare the two).
+    pub fn new_direct(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
+        Self::build(weight, bias, cin, cout, bf16, false)
+    }
+
+    fn build(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool, winograd: bool) -> Result<Self> {
         let level = isa::current();
+        let winograd = match route(level, bf16) {
+            Some(Isa::Avx2) if winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
+            _ => None,
+        };
+        // Not packed beside the Winograd route (its weights are 16/9 the size already): an
+        // upsampling call there is upsampled first by the caller (`fuses_upsample` is false).
         let direct = match route(level, bf16) {
-            Some(isa) => Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
-            None => None,
+            Some(isa) if winograd.is_none() => Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
+            _ => None,
         };
         // The im2col route's packed weight only where the direct route is missing.
         let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
-        let winograd = match direct.as_ref().map(|d| d.isa) {
-            Some(Isa::Avx2) if !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
-            _ => None,
-        };
         Ok(Self { weight, bias, cin, cout, packed, direct, winograd })
-    }
-
-    /// The same op without its Winograd route (the direct route takes every call): to compare
-    /// the two.
-    pub fn without_winograd(mut self) -> Self {
-        self.winograd = None;
-        self
     }
 
     /// Whether calls without the fused upsample take the Winograd route.
@@ -123,6 +128,7 @@ impl Conv3x3Op {
         if let (Some(wg), false) = (&self.winograd, upsample2x) {
             return Ok(wg.run(x, h, w, relu, &self.bias, residual));
         }
+        // (With the Winograd route, `direct` is None: an upsampling call fails below.)
         if let Some(d) = &self.direct {
             // Taken at every width: even at 49 px (two panels, one mostly idle) it measured as
             // fast as im2col (PERFORMANCE.md step 8).
@@ -645,26 +651,31 @@ mod tests {
                 let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let direct = route(level, bf16);
+                    let wino = route(level, bf16) == Some(Isa::Avx2) && !bf16 && cin >= 64 && cout >= 64;
+                    assert_eq!(op.winograd(), wino, "{level} bf16={bf16}");
+                    let direct = route(level, bf16).filter(|_| !wino);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
                     assert_eq!(op.fuses_upsample(), direct.is_some());
-                    assert_eq!(op.winograd(), direct == Some(Isa::Avx2) && !bf16 && cin >= 64 && cout >= 64, "{level} bf16={bf16}");
                     assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
                     if up && !op.fuses_upsample() {
-                        assert!(op.run(&x, oh, ow, relu, up, res).is_err(), "the im2col route has no fused upsample");
+                        assert!(op.run(&x, oh, ow, relu, up, res).is_err(), "only the direct route fuses the upsample");
+                        if wino {
+                            // The caller upsamples first (`Conv3x3::forward_upsampled`).
+                            check(&format!("{level} winograd, upsampled first"), &op.run(&xin, oh, ow, false, false, res).unwrap());
+                        }
                         continue;
                     }
                     let got = op.run(&x, oh, ow, relu, up, res).unwrap();
                     check(&format!("{level}"), &got);
                     // The f32 direct kernels (AVX2, AVX-512F) do the same arithmetic in the same
                     // order: one group; the Winograd route is its own.
-                    let group = (if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct }, op.winograd() && !up);
+                    let group = (if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct }, wino);
                     match by_route.iter().find(|(r, _)| *r == group) {
                         Some((_, first)) => assert!(*first == got, "{level} bf16={bf16}: not the bits of the same route at a lower level"),
                         None => by_route.push((group, got)),
                     }
                     // The im2col route with this level's GEMM, where the direct one was taken.
-                    if direct.is_some() && !up {
+                    if (direct.is_some() || wino) && !up {
                         let im2col = Conv3x3Op {
                             weight: op.weight.clone(),
                             bias: bias.clone(),
