@@ -10,7 +10,7 @@
 //! weights once, in f64, at load).
 //!
 //! Not the direct route's bits: the sums run in another order through the transforms. The
-//! rounding stays that of a convolution's (`tests` bound it by 1e-5 of the sum of the terms'
+//! rounding stays that of a convolution's (`conv3x3`'s tests bound it by 1e-5 of the sum of the terms'
 //! magnitudes, as the direct route's), far inside the parity gates.
 
 use rayon::prelude::*;
@@ -79,9 +79,9 @@ impl Winograd {
             return out;
         }
         let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
-        // Tiles per task: a multiple of the kernel's 16 columns, a tile row at most.
+        // Tasks of whole 16-tile blocks (the kernel's columns), at most TASK_BYTES' worth and a
+        // tile row, the blocks spread evenly over a row's tasks (a padded block costs a whole one).
         let per = (TASK_BYTES / (4 * XI * (cin + cout))).max(16) / 16;
-        // In 16-tile blocks (the kernel's columns), spread evenly over the chunks of a row.
         let blocks = tw.div_ceil(16);
         let chunks = blocks.div_ceil(per);
         let per = 16 * blocks.div_ceil(chunks);
