@@ -136,15 +136,22 @@ impl<'a> BilinearRows<'a> {
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 
+/// Whether `level` takes the `avx2` routes here (AVX2 and AVX-512 levels, never above what
+/// the CPU has: `usable`).
+#[cfg(target_arch = "x86_64")]
+fn avx2_route(level: crate::model::cpu::isa::Isa) -> bool {
+    use crate::model::cpu::isa::{usable, Isa};
+    matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512)
+}
+
 /// out[i] = src[x0[i]]·w0[i] + src[x1[i]]·w1[i] (the post-processing runs it once per source
 /// row of each map): on AVX2 and above by in-register permutes where a block of columns allows
 /// (`avx2`), else the portable loop compiled for the widest vectors the CPU has (gathers). The
 /// same arithmetic on every route, so every level gives the same bits.
 fn lerp_taps(level: crate::model::cpu::isa::Isa, src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
-    use crate::model::cpu::isa::{usable, Isa};
     #[cfg(target_arch = "x86_64")]
-    if matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512) {
-        // SAFETY: `usable` never exceeds what the CPU has, and both levels have AVX2.
+    if avx2_route(level) {
+        // SAFETY: `avx2_route` holds only where the CPU has AVX2.
         return unsafe { avx2::lerp_taps(src, x0, x1, w0, w1, out) };
     }
     lerp_taps_gather(level, src, x0, x1, w0, w1, out)
@@ -277,12 +284,11 @@ const LANES: usize = 8;
 
 /// Channel `c` of `LANES` rows of planes (`[row][channel][x]`, rows of `w`) as `[x][row]`.
 fn rows_to_lanes(level: crate::model::cpu::isa::Isa, planes: &[f32], c: usize, w: usize, lanes: &mut [f32]) {
-    use crate::model::cpu::isa::{usable, Isa};
     let row = |r: usize| &planes[(r * 3 + c) * w..][..w];
     let rows: [&[f32]; LANES] = std::array::from_fn(row);
     #[cfg(target_arch = "x86_64")]
-    if matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512) {
-        // SAFETY: `usable` never exceeds what the CPU has, and both levels have AVX2.
+    if avx2_route(level) {
+        // SAFETY: `avx2_route` holds only where the CPU has AVX2.
         return unsafe { avx2::rows_to_lanes(&rows, lanes) };
     }
     let _ = level;
@@ -296,11 +302,10 @@ fn rows_to_lanes(level: crate::model::cpu::isa::Isa, planes: &[f32], c: usize, w
 /// `[i][row]` lanes back into rows of `ow`: `ring[at[r] + i] = lanes[i * LANES + r]` for the
 /// rows given (distinct rows of the ring).
 fn lanes_to_rows(level: crate::model::cpu::isa::Isa, lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
-    use crate::model::cpu::isa::{usable, Isa};
     assert!(lanes.len() >= ow * LANES && at.len() <= LANES && at.iter().all(|&a| a + ow <= ring.len()));
     #[cfg(target_arch = "x86_64")]
-    if at.len() == LANES && matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512) {
-        // SAFETY: `usable` never exceeds what the CPU has, and both levels have AVX2; every
+    if at.len() == LANES && avx2_route(level) {
+        // SAFETY: `avx2_route` holds only where the CPU has AVX2; every
         // row `at[r]..at[r] + ow` is inside the ring (asserted above).
         return unsafe { avx2::lanes_to_rows(lanes, ring, ow, at) };
     }
