@@ -3,14 +3,15 @@
 //! Tokens are kept as a (N, D) matrix: the batch is one image.
 
 use anyhow::Result;
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 
 use std::sync::Arc;
 
 use super::cpu::attention::AttentionOp;
 use super::cpu::bf16::PackedB;
 use super::cpu::isa::{self, Isa};
-use super::cpu::linear::{Epilogue, LinearOp, ScaledResidualOp};
+use super::cpu::linear::{Epilogue, F32Weight, LinearOp, ScaledResidualOp};
+use super::cpu::sgemm::Panels;
 use super::weights::Weights;
 
 pub const PATCH_SIZE: usize = 14;
@@ -19,8 +20,10 @@ pub const POS_GRID: usize = 37;
 const LN_EPS: f64 = 1e-6;
 
 pub struct Linear {
-    /// PyTorch's (out, in); products read it transposed through strides.
-    weight: Tensor,
+    /// PyTorch's (out, in); products read it transposed through strides. `None` where the CPU
+    /// kernels hold it packed instead (`F32Weight::Panels`): one copy of the weights in memory.
+    weight: Option<Tensor>,
+    dtype: DType,
     bias: Tensor,
     cpu: Option<[LinearOp; 2]>,
 }
@@ -32,12 +35,19 @@ impl Linear {
         let cpu = if w.cpu_kernels() {
             let b: Vec<f32> = bias.to_vec1()?;
             let packed = if w.bf16() { Some(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)) } else { None };
-            let op = |epilogue| LinearOp { weight: weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone(), isa: isa::current() };
+            let f32_weight = if packed.is_none() && Panels::available(isa::current()) && super::cpu::enabled() {
+                F32Weight::Panels(Arc::new(super::cpu::with_f32(&weight, |wv| Panels::new(wv, d_in, d_out, 1, d_in))?))
+            } else {
+                F32Weight::Tensor(weight.clone())
+            };
+            let op = |epilogue| LinearOp { weight: f32_weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone(), isa: isa::current() };
             Some([op(Epilogue::Bias), op(Epilogue::BiasGelu)])
         } else {
             None
         };
-        Ok(Self { weight, bias, cpu })
+        let dtype = weight.dtype();
+        let packed_f32 = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_), .. }, _]));
+        Ok(Self { weight: (!packed_f32).then_some(weight), dtype, bias, cpu })
     }
     fn cpu_op(&self, x: &Tensor, gelu: bool) -> Option<&LinearOp> {
         self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled()).map(|ops| &ops[gelu as usize])
@@ -46,7 +56,11 @@ impl Linear {
         if let Some(op) = self.cpu_op(x, false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
         }
-        Ok(super::matmul(x, &self.weight.t()?, self.weight.dtype())?.broadcast_add(&self.bias)?)
+        let Some(weight) = &self.weight else {
+            // The packed route is taken on the CPU with the kernels on, which is where x is.
+            anyhow::bail!("linear: the weights are packed for the CPU kernels, the input is on {:?}", x.device());
+        };
+        Ok(super::matmul(x, &weight.t()?, self.dtype)?.broadcast_add(&self.bias)?)
     }
     /// GELU(linear(x)), exact erf.
     pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
@@ -107,7 +121,7 @@ impl Attention {
         let k = qkv.get(1)?.contiguous()?;
         let v = qkv.get(2)?.contiguous()?;
         // The products in the dtype of the weights (bf16 on a GPU), softmax in f32.
-        let dt = self.qkv.weight.dtype();
+        let dt = self.qkv.dtype;
         let att = super::matmul(&q, &k.t()?, dt)?;
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let out = super::matmul(&att, &v, dt)?; // (heads, n, hd)

@@ -11,6 +11,9 @@ use super::SendPtr;
 
 use super::bf16::{gemm_bf16, PackedB};
 use super::isa::{self, Isa};
+use super::math::softmax_columns;
+use super::planes::Pointwise;
+use super::sgemm::{self, Panels};
 
 pub struct AttentionOp {
     pub num_heads: usize,
@@ -22,7 +25,7 @@ pub struct AttentionOp {
 }
 
 /// Query rows per task: 64 × 1800 scores = 450 KiB, L2-resident.
-const Q_BLOCK: usize = 64;
+const Q_BLOCK: usize = 32;
 
 impl AttentionOp {
     pub fn run(&self, qkv: &[f32], n: usize, d: usize) -> Vec<f32> {
@@ -43,10 +46,31 @@ impl AttentionOp {
                 })
             })
             .collect();
+        // f32 at the AVX2 level: per head, k (n × hd) packed once as the AVX2 kernel's row
+        // tiles, v (n × hd) as its column panels and qᵀ (hd × n, rows padded to 16 columns), for
+        // sᵀ = k · q_blkᵀ and p · v (`transposed`).
+        let np = n.div_ceil(16) * 16;
+        let tiles: Vec<Option<(Pointwise, Panels, Vec<f32>)>> = (0..heads)
+            .into_par_iter()
+            .map(|h| {
+                if self.bf16 || !Pointwise::available(level) {
+                    return None;
+                }
+                let k: Vec<f32> = (0..n).flat_map(|i| qkv[i * row + d + h * hd..][..hd].iter().copied()).collect();
+                let mut qt = vec![0f32; hd * np];
+                for i in 0..n {
+                    for (c, &v) in qkv[i * row + h * hd..][..hd].iter().enumerate() {
+                        qt[c * np + i] = v;
+                    }
+                }
+                Some((Pointwise::new_at(level, &k, n, hd)?, Panels::new(&qkv[2 * d + h * hd..], n, hd, row, 1), qt))
+            })
+            .collect();
+        let zeros = vec![0f32; n];
         let mut out = vec![0f32; n * d];
         let out_ptr = SendPtr(out.as_mut_ptr());
         let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(Q_BLOCK).map(move |q0| (h, q0))).collect();
-        blocks.par_iter().for_each_init(|| (Vec::new(), Vec::new()), |(scores, tmp): &mut (Vec<f32>, Vec<f32>), &(h, q0)| {
+        blocks.par_iter().for_each_init(Default::default, |(scores, tmp, pack): &mut (Vec<f32>, Vec<f32>, Vec<f32>), &(h, q0)| {
             let bq = Q_BLOCK.min(n - q0);
             scores.resize(bq * n, 0.0);
             let q = &qkv[q0 * row + h * hd..];
@@ -64,6 +88,12 @@ impl AttentionOp {
                 }
                 return;
             }
+            if let Some((k, v, qt)) = &tiles[h] {
+                // Safety: the tiles exist only where the AVX2 route is available; every buffer
+                // has the rows and 16-column blocks the products read and write.
+                unsafe { transposed(k, v, &qt[q0..], np, bq, n, hd, scale, level, &zeros, scores, tmp, pack, dst, d) };
+                return;
+            }
             let k = qkv[d + h * hd..].as_ptr();
             let v = qkv[2 * d + h * hd..].as_ptr();
             unsafe {
@@ -79,6 +109,31 @@ impl AttentionOp {
             }
         });
         out
+    }
+}
+
+/// One head's block of bq queries through the AVX2 kernel, keys along rows: sᵀ (n × bqp) =
+/// k · q_blkᵀ, a softmax down each column (unnormalised, so the exps of a query are a column
+/// of sᵀ and the row of p that the product with v packs as one copy per key), out_blk = p · v,
+/// then each query's row divided by its sum. `k` (row tiles), `v` (column panels) and qᵀ are
+/// prepared once per head: nothing of the size of the scores is repacked but p's tiles.
+///
+/// # Safety
+/// `k` and `v` built where the AVX2 route is available; `qt` holds hd rows `ldq` apart with
+/// bq.div_ceil(16) · 16 readable columns; `dst` bq rows of hd writable floats `d` apart;
+/// `zeros` at least n zeros.
+#[allow(clippy::too_many_arguments)]
+unsafe fn transposed(k: &Pointwise, v: &Panels, qt: &[f32], ldq: usize, bq: usize, n: usize, hd: usize, scale: f32, level: Isa, zeros: &[f32], scores: &mut Vec<f32>, sums: &mut Vec<f32>, pack: &mut Vec<f32>, dst: *mut f32, d: usize) {
+    let bqp = bq.div_ceil(16) * 16;
+    assert!(qt.len() >= (hd - 1) * ldq + bqp, "attention: qᵀ of {} floats", qt.len());
+    scores.resize(n * bqp, 0.0);
+    sums.resize(bqp, 0.0);
+    k.product(qt.as_ptr(), ldq, bqp, zeros, scores.as_mut_ptr(), bqp);
+    softmax_columns(level, scores, bqp, scale, sums);
+    sgemm::product(scores.as_ptr(), (1, bqp), bq, v, None, dst, d, pack);
+    for (i, &z) in sums.iter().enumerate().take(bq) {
+        let inv = 1.0 / z;
+        std::slice::from_raw_parts_mut(dst.add(i * d), hd).iter_mut().for_each(|o| *o *= inv);
     }
 }
 

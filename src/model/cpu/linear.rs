@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::bf16::{gemm_bf16, PackedB};
 use super::isa::Isa;
 use super::planes::gemm_into_bt;
+use super::sgemm::{self, Panels};
 
 /// What follows the GEMM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -19,10 +20,20 @@ pub enum Epilogue {
     BiasGelu,
 }
 
+/// The weight of the f32 product.
+#[derive(Clone)]
+pub enum F32Weight {
+    /// PyTorch's (out, in) weight, shared with the model's tensor (no transposed copy), for
+    /// the `gemm` crate.
+    Tensor(candle_core::Tensor),
+    /// Wᵀ in 16-column panels for the AVX2 route ([`sgemm`]), packed where
+    /// [`Panels::available`] held at load; the model keeps no other copy.
+    Panels(Arc<Panels>),
+}
+
 /// y (n × out) = x (n × in) · Wᵀ + b, W given as PyTorch's (out, in).
 pub struct LinearOp {
-    /// PyTorch's (out, in) weight, shared with the model's tensor (no transposed copy).
-    pub weight: candle_core::Tensor,
+    pub weight: F32Weight,
     pub bias: Vec<f32>,
     pub d_in: usize,
     pub d_out: usize,
@@ -43,12 +54,25 @@ impl CustomOp1 for LinearOp {
             candle_core::bail!("linear: input width {d_in}, weight expects {}", self.d_in);
         }
         let x = contiguous(s, l, "linear")?;
-        let mut y = vec![0f32; n * self.d_out];
-        y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
-        match &self.packed {
-            Some(p) => gemm_bf16(x, n, d_in, d_in, p, &mut y, self.d_out, true, rayon::current_num_threads().max(1)),
-            None => super::with_f32(&self.weight, |w| gemm_into_bt(&mut y, x, w, n, d_in, self.d_out))?,
-        }
+        let bias_rows = || {
+            let mut y = vec![0f32; n * self.d_out];
+            y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
+            y
+        };
+        let mut y = match (&self.packed, &self.weight) {
+            (Some(p), _) => {
+                let mut y = bias_rows();
+                gemm_bf16(x, n, d_in, d_in, p, &mut y, self.d_out, true, rayon::current_num_threads().max(1));
+                y
+            }
+            // Safety: the panels exist only where their route was available at load.
+            (None, F32Weight::Panels(p)) => unsafe { sgemm::linear(x, n, p, &self.bias) },
+            (None, F32Weight::Tensor(t)) => {
+                let mut y = bias_rows();
+                super::with_f32(t, |w| gemm_into_bt(&mut y, x, w, n, d_in, self.d_out))?;
+                y
+            }
+        };
         if self.epilogue == Epilogue::BiasGelu {
             y.par_chunks_mut(4096).for_each(|c| super::math::gelu_in_place(self.isa, c));
         }
@@ -82,3 +106,45 @@ impl CustomOp2 for ScaledResidualOp {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::cpu::{isa, test_values};
+    use candle_core::{Device, Tensor};
+
+    /// Both f32 weights (the tensor for the `gemm` crate, the panels of the AVX2 route where
+    /// this machine has it) with each epilogue against f64, at every level: 37 rows, widths not
+    /// a multiple of 16, an inner dimension past one slice.
+    #[test]
+    fn linears_match_reference_at_every_level() {
+        let mut seed = 0x6a09_e667_f3bc_c908u64;
+        let (n, d_in, d_out) = (37, 300, 40);
+        let x = test_values(&mut seed, n * d_in);
+        let w = test_values(&mut seed, d_out * d_in);
+        let bias = test_values(&mut seed, d_out);
+        let xt = Tensor::from_vec(x.clone(), (n, d_in), &Device::Cpu).unwrap();
+        for level in isa::levels() {
+            let mut weights = vec![("tensor", F32Weight::Tensor(Tensor::from_vec(w.clone(), (d_out, d_in), &Device::Cpu).unwrap()))];
+            if Panels::available(level) {
+                weights.push(("panels", F32Weight::Panels(Arc::new(Panels::new(&w, d_in, d_out, 1, d_in)))));
+            }
+            for (label, weight) in weights {
+                for epilogue in [Epilogue::Bias, Epilogue::BiasGelu] {
+                    let op = LinearOp { weight: weight.clone(), bias: bias.clone(), d_in, d_out, epilogue, packed: None, isa: level };
+                    let y: Vec<f32> = isa::with_isa(level, || xt.apply_op1_no_bwd(&op)).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                    for i in 0..n {
+                        for o in 0..d_out {
+                            let terms = (0..d_in).map(|c| x[i * d_in + c] as f64 * w[o * d_in + c] as f64);
+                            let mag = terms.clone().map(f64::abs).sum::<f64>() + (bias[o] as f64).abs();
+                            let v = terms.sum::<f64>() + bias[o] as f64;
+                            let want = if epilogue == Epilogue::Bias { v } else { 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)) };
+                            let got = y[i * d_out + o] as f64;
+                            assert!((got - want).abs() <= 1e-5 * mag + 1e-6, "{level} {label} {epilogue:?} [{i},{o}]: {got} vs {want}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

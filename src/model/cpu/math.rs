@@ -28,7 +28,7 @@ macro_rules! dispatch {
     };
     ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) -> $r:ty $body:block) => {
         #[inline(always)]
-        #[allow(dead_code)]
+        #[allow(dead_code, clippy::too_many_arguments)]
         $vis fn $base($($a: $t),*) -> $r $body
 
         $(#[$m])*
@@ -36,11 +36,13 @@ macro_rules! dispatch {
             use $crate::model::cpu::isa::{usable, Isa};
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,fma")]
+            #[allow(clippy::too_many_arguments)]
             unsafe fn wide($($a: $t),*) -> $r {
                 $base($($a),*)
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
             unsafe fn half($($a: $t),*) -> $r {
                 $base($($a),*)
             }
@@ -143,6 +145,47 @@ dispatch! {
     }
 }
 
+dispatch! {
+    /// Softmax down each column of `s` (rows of `cols` floats, `cols` a multiple of 16) of
+    /// `scale · s`, left unnormalised: `s` gets the exps and `sums` (cols) their column sums.
+    pub fn softmax_columns / softmax_columns_baseline(s: &mut [f32], cols: usize, scale: f32, sums: &mut [f32]) {
+        assert!(cols.is_multiple_of(16) && sums.len() == cols && s.len().is_multiple_of(cols), "softmax_columns: shapes");
+        let mut c0 = 0;
+        while c0 < cols {
+            if c0 + 32 <= cols {
+                columns_softmax::<32>(s, cols, c0, scale, &mut sums[c0..c0 + 32]);
+                c0 += 32;
+            } else {
+                columns_softmax::<16>(s, cols, c0, scale, &mut sums[c0..c0 + 16]);
+                c0 += 16;
+            }
+        }
+    }
+}
+
+/// [`softmax_columns`] for columns c0..c0 + W, the running maxima and sums in registers (a
+/// maximum kept in memory became masked stores, microcoded on AMD).
+#[inline(always)]
+fn columns_softmax<const W: usize>(s: &mut [f32], cols: usize, c0: usize, scale: f32, sums: &mut [f32]) {
+    let mut m = [f32::NEG_INFINITY; W];
+    for r in s.chunks_exact(cols) {
+        let r: &[f32; W] = r[c0..c0 + W].try_into().expect("W floats");
+        for i in 0..W {
+            // A comparison rather than `f32::max`, whose NaN rule adds a compare and a blend.
+            m[i] = if r[i] > m[i] { r[i] } else { m[i] };
+        }
+    }
+    let mut z = [0f32; W];
+    for r in s.chunks_exact_mut(cols) {
+        let r: &mut [f32; W] = (&mut r[c0..c0 + W]).try_into().expect("W floats");
+        for i in 0..W {
+            r[i] = exp_neg((r[i] - m[i]) * scale);
+            z[i] += r[i];
+        }
+    }
+    sums.copy_from_slice(&z);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +251,32 @@ mod tests {
             gelu_in_place(level, &mut g);
             assert_eq!(s, s0, "softmax at {level}");
             assert_eq!(g, g0, "gelu at {level}");
+        }
+    }
+
+    /// Column softmax (48 columns: one 32-wide pass and one 16-wide) against the definition in
+    /// f64, and every level's build against the baseline's bits.
+    #[test]
+    fn column_softmax_matches_the_definition_at_every_level() {
+        let (rows, cols) = (37, 48);
+        let s: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1009) as f32 * 0.013 - 6.0).collect();
+        let (mut base, mut base_sums) = (s.clone(), vec![0f32; cols]);
+        softmax_columns_baseline(&mut base, cols, 0.125, &mut base_sums);
+        for c in 0..cols {
+            let col: Vec<f64> = (0..rows).map(|r| s[r * cols + c] as f64).collect();
+            let max = col.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = col.iter().map(|v| ((v - max) * 0.125).exp()).collect();
+            let z: f64 = e.iter().sum();
+            assert!((base_sums[c] as f64 - z).abs() < 1e-6 * z, "column {c}: sum {} vs {z}", base_sums[c]);
+            for (r, want) in e.iter().enumerate() {
+                let got = base[r * cols + c] as f64;
+                assert!((got - want).abs() < 1e-6 * want.max(1e-3), "[{r},{c}]: {got} vs {want}");
+            }
+        }
+        for level in isa::levels() {
+            let (mut got, mut sums) = (s.clone(), vec![0f32; cols]);
+            softmax_columns(level, &mut got, cols, 0.125, &mut sums);
+            assert_eq!((got, sums), (base.clone(), base_sums.clone()), "at {level}");
         }
     }
 

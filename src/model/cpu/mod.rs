@@ -10,6 +10,7 @@ pub mod isa;
 pub mod linear;
 pub mod math;
 pub mod planes;
+pub mod sgemm;
 pub mod winograd;
 
 /// The kernels are on unless `MOGE_GENERIC_OPS=1` asks for candle's generic ops (to measure
@@ -68,7 +69,7 @@ pub fn route(precision: super::Precision) -> Route {
             None => "im2col".to_owned(),
         },
         products: match (bf16, bf16::route(level)) {
-            (false, _) if planes::Pointwise::available(level) => "f32 1x1/transposed direct avx2, linears/attention gemm crate (its own SIMD choice)".to_owned(),
+            (false, _) if planes::Pointwise::available(level) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
             (false, _) => "f32 gemm crate (its own SIMD choice)".to_owned(),
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),

@@ -69,8 +69,14 @@ impl Pointwise {
     /// (`conv3x3::route`); `None` elsewhere (the AVX-512 levels keep the `gemm` crate's
     /// AVX-512 kernels, not measured against this one yet).
     pub fn new(w: &[f32], m: usize, k: usize) -> Option<Self> {
+        Self::new_at(isa::current(), w, m, k)
+    }
+
+    /// [`Pointwise::new`] for level `level` (inside rayon's tasks, where `isa::with_isa` does
+    /// not reach).
+    pub fn new_at(level: Isa, w: &[f32], m: usize, k: usize) -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
-        if Self::available(isa::current()) {
+        if Self::available(level) {
             use super::conv3x3::avx2::{packed_index, row_tiles};
             let mut words = vec![0f32; m * k];
             for tile in row_tiles(m).windows(2) {
@@ -84,7 +90,7 @@ impl Pointwise {
             }
             return Some(Self { words, m, k });
         }
-        let _ = (w, m, k);
+        let _ = (level, w, m, k);
         None
     }
 
@@ -95,7 +101,7 @@ impl Pointwise {
     /// # Safety
     /// `x` holds k rows of `cs` floats with n.div_ceil(16) · 16 readable in each, `out` m rows
     /// of `ldc` with n writable in each.
-    pub(super) unsafe fn product(&self, x: *const f32, cs: usize, n: usize, zeros: &[f32], out: *mut f32, ldc: usize) {
+    pub(in crate::model::cpu) unsafe fn product(&self, x: *const f32, cs: usize, n: usize, zeros: &[f32], out: *mut f32, ldc: usize) {
         assert!(zeros.len() >= self.m);
         #[cfg(target_arch = "x86_64")]
         {
@@ -104,7 +110,7 @@ impl Pointwise {
             for t in 0..b.len() - 1 {
                 let (r0, r1) = (b[t], b[t + 1]);
                 for x0 in (0..n).step_by(16) {
-                    kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), &[x.add(x0) as *const u32], cs, self.k, zeros.as_ptr(), std::ptr::null(), out.add(r0 * ldc + x0), ldc, (n - x0).min(16));
+                    kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), &[x.add(x0) as *const u32], cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(16));
                 }
             }
         }
@@ -151,7 +157,7 @@ impl Pointwise {
                             // Safety: `new` packed these weights only on the AVX2 route; `tap` has
                             // 16 readable columns per channel; tasks write disjoint columns of
                             // `out`, every (row, column) exactly once.
-                            unsafe { kernel(r1 - r0, self.words.as_ptr().add(r0 * k), &[tap as *const u32], cs, k, bias[r0..].as_ptr(), add, out_ptr.get().add(off), n, nv) };
+                            unsafe { kernel(r1 - r0, self.words.as_ptr().add(r0 * k), &[tap as *const u32], cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv) };
                         }
                     }
                 }

@@ -30,8 +30,9 @@ pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: 
 }
 
 /// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`]) and
-/// `taps.len()` taps. Each tap's 16 floats are read whole for every channel (`nv` masks
-/// only the residual and the stores), so they must be readable.
+/// `taps.len()` taps, plus `add`'s rows (`add_ld` apart: 0 adds one row, a bias of columns, to
+/// every row). Each tap's 16 floats are read whole for every channel (`nv` masks only the
+/// added rows and the stores), so they must be readable.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(in crate::model::cpu) unsafe fn kernel(
@@ -42,6 +43,7 @@ pub(in crate::model::cpu) unsafe fn kernel(
     kc: usize,
     bias: *const f32,
     add: *const f32,
+    add_ld: usize,
     c: *mut f32,
     ldc: usize,
     nv: usize,
@@ -49,7 +51,7 @@ pub(in crate::model::cpu) unsafe fn kernel(
     macro_rules! go {
         ($($r:literal)*) => {
             match mv {
-                $($r => kern::<$r>(a, taps, cs, kc, bias, add, c, ldc, nv),)*
+                $($r => kern::<$r>(a, taps, cs, kc, bias, add, add_ld, c, ldc, nv),)*
                 _ => unreachable!(),
             }
         };
@@ -58,7 +60,7 @@ pub(in crate::model::cpu) unsafe fn kernel(
 }
 
 /// C[R × min(nv, 16)] = bias + Σ_taps Σ_channels A · B [+ add], B rows `cs` floats apart from
-/// each tap's start.
+/// each tap's start, `add` rows `add_ld` apart.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kern<const R: usize>(
@@ -68,6 +70,7 @@ unsafe fn kern<const R: usize>(
     cin: usize,
     bias: *const f32,
     add: *const f32,
+    add_ld: usize,
     c: *mut f32,
     ldc: usize,
     nv: usize,
@@ -75,7 +78,7 @@ unsafe fn kern<const R: usize>(
     if !add.is_null() {
         // The residual rows, read at the end, requested now.
         for r in 0..R {
-            _mm_prefetch::<_MM_HINT_T0>(add.add(r * ldc) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(add.add(r * add_ld) as *const i8);
         }
     }
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
@@ -103,7 +106,7 @@ unsafe fn kern<const R: usize>(
         for (r, acc) in acc.iter_mut().enumerate() {
             let cr = c.add(r * ldc);
             if !add.is_null() {
-                let ar = add.add(r * ldc);
+                let ar = add.add(r * add_ld);
                 acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(ar));
                 acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(ar.add(8)));
             }
@@ -118,7 +121,7 @@ unsafe fn kern<const R: usize>(
     for (r, acc) in acc.iter_mut().enumerate() {
         let cr = c.add(r * ldc);
         if !add.is_null() {
-            let ar = add.add(r * ldc);
+            let ar = add.add(r * add_ld);
             acc[0] = _mm256_add_ps(acc[0], _mm256_maskload_ps(ar, m0));
             acc[1] = _mm256_add_ps(acc[1], _mm256_maskload_ps(ar.add(8), m1));
         }

@@ -1,0 +1,100 @@
+//! Milliseconds per call of one ViT block's products in f32 at 1800 tokens (`moge::model::cpu`
+//! linear and attention ops), for ViT-S and ViT-L widths, GFLOP/s counting a multiply-add as
+//! two: each linear through the `gemm` crate and through `sgemm`'s panels (the AVX2 route),
+//! interleaved in one process (the machine is shared: compare the ratio); attention by the
+//! route of this machine's level.
+//!
+//! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
+
+use candle_core::{Device, Tensor};
+use moge::model::cpu::attention::AttentionOp;
+use moge::model::cpu::isa;
+use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp};
+use moge::model::cpu::sgemm::Panels;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn median(t: &mut [f64]) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn main() -> candle_core::Result<()> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+    let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(5);
+    let which = std::env::args().nth(2).unwrap_or_else(|| "sl".into());
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let n = 1800;
+    for (name, d, heads) in [("vits", 384usize, 6usize), ("vitl", 1024, 16)] {
+        if !which.contains(&name[3..4]) {
+            continue;
+        }
+        // Each linear twice: through the `gemm` crate and, where the AVX2 route is available,
+        // through `sgemm`'s panels.
+        let panels = Panels::available(isa::current());
+        let lin = |d_in: usize, d_out: usize, epilogue, seed: &mut u64| -> candle_core::Result<[LinearOp; 2]> {
+            let wv: Vec<f32> = rand_vec(d_in * d_out, seed).iter().map(|v| v * 0.05).collect();
+            let bias = rand_vec(d_out, seed);
+            let tensor = F32Weight::Tensor(Tensor::from_vec(wv.clone(), (d_out, d_in), &Device::Cpu)?);
+            let packed = if panels { F32Weight::Panels(Arc::new(Panels::new(&wv, d_in, d_out, 1, d_in))) } else { tensor.clone() };
+            let op = |weight| LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue, packed: None, isa: isa::current() };
+            Ok([op(tensor), op(packed)])
+        };
+        let ops = [("qkv", lin(d, 3 * d, Epilogue::Bias, &mut seed)?), ("proj", lin(d, d, Epilogue::Bias, &mut seed)?), ("fc1", lin(d, 4 * d, Epilogue::BiasGelu, &mut seed)?), ("fc2", lin(4 * d, d, Epilogue::Bias, &mut seed)?)];
+        let inputs: Vec<Tensor> = ops.iter().map(|(_, op)| Tensor::from_vec(rand_vec(n * op[0].d_in, &mut seed), (n, op[0].d_in), &Device::Cpu)).collect::<candle_core::Result<_>>()?;
+        let qkv = rand_vec(n * 3 * d, &mut seed);
+        let att = AttentionOp { num_heads: heads, bf16: false, isa: isa::current() };
+        let mut times = vec![Vec::new(); 2 * ops.len() + 1];
+        let only_attention = which.contains('a');
+        for _ in 0..reps {
+            for (i, (_, op)) in ops.iter().enumerate().filter(|_| !only_attention) {
+                for (j, op) in op.iter().enumerate() {
+                    let t = Instant::now();
+                    let y = inputs[i].apply_op1_no_bwd(op)?;
+                    times[2 * i + j].push(t.elapsed().as_secs_f64());
+                    drop(y);
+                }
+            }
+            let t = Instant::now();
+            let o = att.run(&qkv, n, d);
+            times[2 * ops.len()].push(t.elapsed().as_secs_f64());
+            drop(o);
+        }
+        let (mut crate_total, mut total) = (0.0, 0.0);
+        for (i, t) in times.iter_mut().enumerate() {
+            let (label, flops) = match ops.get(i / 2) {
+                Some((l, op)) => (format!("{l} {}", ["gemm crate", "panels"][i % 2]), 2.0 * (n * op[0].d_in * op[0].d_out) as f64),
+                None => ("attention".to_owned(), 4.0 * (n * n * d) as f64),
+            };
+            if t.is_empty() {
+                continue;
+            }
+            let s = median(t);
+            if i >= 2 * ops.len() || i % 2 == 0 {
+                crate_total += s;
+            }
+            if i >= 2 * ops.len() || i % 2 == 1 {
+                total += s;
+            }
+            println!("{name} {label:<16} {:8.2} ms {:7.1} GFLOP/s", s * 1e3, flops / s / 1e9);
+        }
+        println!("{name} block, linears by the gemm crate {:8.2} ms, by panels {:8.2} ms", crate_total * 1e3, total * 1e3);
+    }
+    Ok(())
+}
