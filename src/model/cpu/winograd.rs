@@ -95,7 +95,22 @@ impl Winograd {
             s.m.resize(XI * cout * np, 0.0);
             s.eo.resize(8 * (np + 1), 0.0);
             s.y.resize(4 * cout * np, 0.0);
+            // The task reads 4 short row segments of every channel's plane: too many streams for
+            // the hardware prefetchers to find, so each channel's are requested two channels
+            // ahead (without this the input transform waited on memory: ~10 % of a ViT-S forward).
+            let (x0, len) = ((2 * tx0).saturating_sub(1), (2 * n + 2).min(w - (2 * tx0).saturating_sub(1).min(w)));
+            let ahead = |c: usize| {
+                if c < cin {
+                    for i in 0..4 {
+                        let y = (2 * ty + i).saturating_sub(1).min(h - 1);
+                        prefetch(&x[(c * h + y) * w + x0..][..len]);
+                    }
+                }
+            };
+            ahead(0);
+            ahead(1);
             for c in 0..cin {
+                ahead(c + 2);
                 input_tile_row(level, &x[c * h * w..][..h * w], h, w, ty, tx0, relu, &mut s.eo, &mut s.v, c * np, cin * np);
             }
             for (xi, u) in self.u.iter().enumerate() {
@@ -125,6 +140,19 @@ impl Winograd {
         unsafe { out.set_len(cout * h * w) };
         out
     }
+}
+
+/// Asks for `s`'s cache lines (a hint: no effect on results, none where the target has no
+/// prefetch instruction).
+#[inline(always)]
+fn prefetch(s: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..s.len()).step_by(16) {
+        // Safety: a prefetch of an address inside `s`; it never faults.
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(s.as_ptr().add(i) as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = s;
 }
 
 #[derive(Default)]
