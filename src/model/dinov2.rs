@@ -47,6 +47,9 @@ impl Linear {
         };
         let dtype = weight.dtype();
         let packed_f32 = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_), .. }, _]));
+        if packed_f32 {
+            w.release(&format!("{prefix}.weight"));
+        }
         Ok(Self { weight: (!packed_f32).then_some(weight), dtype, bias, cpu })
     }
     fn cpu_op(&self, x: &Tensor, gelu: bool) -> Option<&LinearOp> {

@@ -84,6 +84,15 @@ impl Weights {
         self.precision == super::Precision::Bf16
     }
 
+    /// Drops the checkpoint's copy of `key` once the network holds the tensor in another form
+    /// (a linear's weight packed for the CPU kernels), so that the two are not in memory together
+    /// at the end of loading. The key stays used: asking for it again reports it missing.
+    pub fn release(&mut self, key: &str) {
+        if self.used.contains(key) {
+            self.tensors.remove(key);
+        }
+    }
+
     /// The shape of `key` in the checkpoint, if present (to read architecture from it).
     pub fn shape_of(&self, key: &str) -> Option<Vec<usize>> {
         self.tensors.get(key).map(|t| t.dims().to_vec())
@@ -121,5 +130,35 @@ impl Weights {
         list(&mut msg, "unexpected keys", &unexpected.into_iter().cloned().collect::<Vec<_>>());
         list(&mut msg, "shape mismatches", &self.mismatched);
         bail!(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A released tensor leaves the checkpoint's map (its memory with it) and stays used: the
+    /// binding still finishes clean, and asking for it again reports it missing. A key not yet
+    /// used is not released.
+    #[test]
+    fn release_drops_the_checkpoints_copy_of_a_used_tensor() {
+        let t = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap();
+        let tensors = HashMap::from([("a".to_owned(), t(4)), ("b".to_owned(), t(2))]);
+        let mut w = Weights::new(tensors, &Device::Cpu, DType::F32);
+        w.release("b");
+        assert_eq!(w.shape_of("b"), Some(vec![2]), "an unused key is kept");
+        w.get("a", &[4]).unwrap();
+        w.get("b", &[2]).unwrap();
+        w.release("a");
+        assert_eq!(w.shape_of("a"), None);
+        w.finish().unwrap();
+
+        let tensors = HashMap::from([("a".to_owned(), t(4))]);
+        let mut w = Weights::new(tensors, &Device::Cpu, DType::F32);
+        w.get("a", &[4]).unwrap();
+        w.release("a");
+        w.get("a", &[4]).unwrap();
+        let err = w.finish().unwrap_err().to_string();
+        assert!(err.contains("missing keys (1)") && err.contains("a [4]"), "{err}");
     }
 }
