@@ -12,19 +12,10 @@
 //! conv 256×2304×2048 ≈ 780 / 410 (f32 ≈ 230 / 118). 32×576×16384 is bound by reading its 38 MB
 //! f32 im2col (≈ 255 / 135). The run-to-run spread on the shared VM is large: look at ratios.
 
+mod common;
+use common::{median, rand_vec};
 use moge::model::cpu::bf16::{self, PackedA, PackedB};
 use std::time::Instant;
-
-fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// `gemm` crate f32: C = A · B, B read with strides (column `b_cs`, row `b_rs`), as candle does
 /// for a Linear's transposed weight.
@@ -66,11 +57,6 @@ fn cpu_s() -> f64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

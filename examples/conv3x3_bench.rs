@@ -5,21 +5,12 @@
 //!
 //! `cargo run --release --example conv3x3_bench [reps]`
 
+mod common;
+use common::rand_vec;
 use candle_core::{Device, Tensor};
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
 use moge::model::cpu::isa::{self, Isa};
 use std::time::Instant;
-
-fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn main() -> candle_core::Result<()> {
     let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(5);

@@ -6,33 +6,14 @@
 //!
 //! `cargo run --release --example planes_bench [reps]`
 
+mod common;
+use common::{keep_freed_memory, median, rand_vec};
 use candle_core::{Device, Tensor};
 use moge::model::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
 use std::time::Instant;
 
-fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn median(t: &mut [f64]) -> f64 {
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
-}
-
 fn main() -> candle_core::Result<()> {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
+    keep_freed_memory();
     let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(7);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     if Pointwise::new(&[0.0], 1, 1).is_none() {
