@@ -24,8 +24,19 @@ pub struct AttentionOp {
     pub isa: Isa,
 }
 
-/// Query rows per task: 64 × 1800 scores = 450 KiB, L2-resident.
-const Q_BLOCK: usize = 32;
+/// Query rows per task: 64 × 1800 scores = 450 KiB, L2-resident on the AVX-512 machines (1 MiB
+/// of L2 per core).
+const Q_BLOCK: usize = 64;
+
+/// Query rows per task on the AVX2 route ([`transposed`]): 32 × 1800 scores = 225 KiB, beside
+/// k's tiles in the 512 KiB L2 of a Zen 3 (at 64 queries, an earlier form of this route took
+/// 167-195 ms for ViT-L's attention against 135-155 ms at 32, `examples/encoder_bench.rs`).
+const Q_BLOCK_AVX2: usize = 32;
+
+/// One head's rows of q, k or v (the `hd` values at `off` of each of the n rows of qkv).
+fn head_rows(qkv: &[f32], n: usize, row: usize, off: usize, hd: usize) -> Vec<f32> {
+    (0..n).flat_map(|i| qkv[i * row + off..][..hd].iter().copied()).collect()
+}
 
 impl AttentionOp {
     pub fn run(&self, qkv: &[f32], n: usize, d: usize) -> Vec<f32> {
@@ -39,9 +50,8 @@ impl AttentionOp {
             .into_par_iter()
             .map(|h| {
                 self.bf16.then(|| {
-                    let gather = |off: usize| -> Vec<f32> { (0..n).flat_map(|i| qkv[i * row + off..i * row + off + hd].iter().copied()).collect() };
-                    let k = gather(d + h * hd);
-                    let v = gather(2 * d + h * hd);
+                    let k = head_rows(qkv, n, row, d + h * hd, hd);
+                    let v = head_rows(qkv, n, row, 2 * d + h * hd, hd);
                     (PackedB::build(&k, hd, n, true, level), PackedB::build(&v, n, hd, false, level))
                 })
             })
@@ -56,7 +66,7 @@ impl AttentionOp {
                 if self.bf16 || !Pointwise::available(level) {
                     return None;
                 }
-                let k: Vec<f32> = (0..n).flat_map(|i| qkv[i * row + d + h * hd..][..hd].iter().copied()).collect();
+                let k = head_rows(qkv, n, row, d + h * hd, hd);
                 let mut qt = vec![0f32; hd * np];
                 for i in 0..n {
                     for (c, &v) in qkv[i * row + h * hd..][..hd].iter().enumerate() {
@@ -69,9 +79,10 @@ impl AttentionOp {
         let zeros = vec![0f32; n];
         let mut out = vec![0f32; n * d];
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(Q_BLOCK).map(move |q0| (h, q0))).collect();
+        let q_block = if tiles.iter().any(Option::is_some) { Q_BLOCK_AVX2 } else { Q_BLOCK };
+        let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(q_block).map(move |q0| (h, q0))).collect();
         blocks.par_iter().for_each_init(Default::default, |(scores, tmp, pack): &mut (Vec<f32>, Vec<f32>, Vec<f32>), &(h, q0)| {
-            let bq = Q_BLOCK.min(n - q0);
+            let bq = q_block.min(n - q0);
             scores.resize(bq * n, 0.0);
             let q = &qkv[q0 * row + h * hd..];
             // Heads write disjoint column ranges and blocks disjoint rows of `out`.
