@@ -1,7 +1,7 @@
 //! f32 products C (m × n) = A (m × k) · B (k × n) on the direct route's AVX2 kernel
 //! (`conv3x3::avx2`, 6 rows × 16 columns), for the encoder's linears and attention at the
-//! AVX2 level. B is packed once into 16-column panels (a linear's Wᵀ at load; attention's kᵀ
-//! and v once per head); A is packed per task, KC values of the inner dimension at a time,
+//! AVX2 level. B is packed once into 16-column panels (a linear's Wᵀ at load; attention's v
+//! once per head); A is packed per task, KC values of the inner dimension at a time,
 //! into the kernel's 6-row tiles. A panel's slice (KC × 16 floats, 16 KiB) stays in L1 while
 //! every row tile of the task reads it, the task's packed A (≤ MC rows × KC) in L2: the loop
 //! order of Goto and van de Geijn ("Anatomy of High-Performance Matrix Multiplication", 2008).
@@ -67,14 +67,6 @@ impl Panels {
         Self { words, k, n }
     }
 
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
-    pub fn n(&self) -> usize {
-        self.n
-    }
-
     /// Panel p's rows of the slice starting at c0 (`kc` long).
     fn slice(&self, c0: usize, kc: usize, p: usize) -> *const f32 {
         self.words[(c0 * self.n.div_ceil(16) + p * kc) * 16..].as_ptr()
@@ -82,7 +74,7 @@ impl Panels {
 }
 
 /// C (m × n) = A · B [+ bias, a row of n added to every row] on this thread: A's (i, c) at
-/// `a[i · rs + c · cs]` (k = `b.k()` values per row: `cs` 1 for rows in memory, `rs` 1 for
+/// `a[i · rs + c · cs]` (k = `b`'s inner dimension values per row: `cs` 1 for rows in memory, `rs` 1 for
 /// columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
 ///
 /// # Safety
@@ -152,7 +144,7 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a, lda, m, b, bias, c, ldc, pack);
+    let _ = (a, rs, cs, m, b, bias, c, ldc, pack);
 }
 
 /// y (m × n) = x (m × k) · B + bias on every thread, in tasks of whole row tiles.
@@ -163,7 +155,11 @@ pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32]) -> Vec<f32> 
     let (k, n) = (b.k, b.n);
     assert!(x.len() >= m * k && bias.len() >= n, "sgemm: operand sizes");
     let mut y: Vec<f32> = Vec::with_capacity(m * n);
+    #[cfg(target_arch = "x86_64")]
     let tiles = super::conv3x3::avx2::row_tiles(m);
+    // Elsewhere `Panels::available` never holds and this is not called; one task if it were.
+    #[cfg(not(target_arch = "x86_64"))]
+    let tiles = vec![0, m];
     let nt = tiles.len() - 1;
     // At least one task per thread, each at most MC rows, the tiles spread evenly.
     let threads = rayon::current_num_threads().max(1);
