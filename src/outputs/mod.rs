@@ -325,6 +325,34 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut std::fs::File) -> Resul
     result
 }
 
+/// Reserves `len` bytes of disk for `f` past its end before it is written (Linux `fallocate`,
+/// keeping the size; nothing elsewhere), so that a full disk fails before any of it is copied,
+/// and ext4 allocates the blocks once instead of page by page as the data arrive (60 MB: 21.9 ->
+/// 16.9 ms, median of 30; PERFORMANCE.md, "Host stages"). The size stays what was written
+/// (writers that seek, as zip's, see no tail); the caller frees what it did not use with
+/// `set_len` at the end, which ext4 does even at an unchanged size. A file system that cannot
+/// preallocate is not an error: the write goes on without.
+#[cfg(target_os = "linux")]
+pub fn reserve(f: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(len) else { return Ok(()) };
+    // SAFETY: the descriptor is open for the duration of the call; KEEP_SIZE only allocates.
+    if unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn reserve(f: &std::fs::File, len: u64) -> std::io::Result<()> {
+    let _ = (f, len);
+    Ok(())
+}
+
 /// `dir/.name.moge-tmp-PID-N`: hidden, unique per process and write, recognisable for cleanup.
 pub fn temp_name(path: &Path) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,7 +16,7 @@ use ndarray_npy::WriteNpyExt;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
-use super::write_atomic;
+use super::{reserve, write_atomic};
 use crate::infer::Prediction;
 
 /// How the arrays are stored in the npz.
@@ -60,9 +60,34 @@ impl Compression {
 
 pub fn write(path: &Path, p: &Prediction, compression: Compression, normal_dtype: NormalDtype) -> Result<()> {
     write_atomic(path, |f| {
-        encode(BufWriter::with_capacity(1 << 20, f), p, compression, normal_dtype)?.flush()?;
+        // A stored npz's size is known within a few headers: its blocks are reserved at once,
+        // and what was not used is freed at the end.
+        let reserved = (compression == Compression::None).then(|| stored_size_bound(p, normal_dtype));
+        if let Some(len) = reserved {
+            reserve(f, len)?;
+        }
+        let mut out = encode(BufWriter::with_capacity(1 << 20, &mut *f), p, compression, normal_dtype)?;
+        out.flush()?;
+        let end = out.stream_position()?;
+        drop(out);
+        if reserved.is_some() {
+            f.set_len(end)?;
+        }
         Ok(())
     })
+}
+
+/// At least the size of `p`'s stored npz: the arrays' bytes, and for each of the nine entries
+/// its npy header (<= 128 bytes for these shapes), zip headers with Zip64 fields (< 256 for
+/// these names), with the end records on top.
+fn stored_size_bound(p: &Prediction, normal_dtype: NormalDtype) -> u64 {
+    let n = (p.width * p.height) as u64;
+    let normal = match (&p.normal, normal_dtype) {
+        (None, _) => 0,
+        (Some(_), NormalDtype::Float32) => 12 * n,
+        (Some(_), NormalDtype::Float16) => 6 * n,
+    };
+    12 * n + 4 * n + normal + n + 2 * 36 + 3 * 4 + 9 * (128 + 256) + 1024
 }
 
 /// The npz of `p` into `out` (a file, or a `Cursor<Vec<u8>>` for an HTTP response); returns
