@@ -61,9 +61,22 @@ pub struct Conv3x3 {
 
 impl Conv3x3 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
+        Self::load_with(w, p, cin, cout, false)
+    }
+    /// The convolution of a bilinear `Resampler`, whose every call is upsampled: its CPU op
+    /// prepares the upsampled calls' own route (`Conv3x3Op::new_upsampling`).
+    pub fn load_upsampling(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
+        Self::load_with(w, p, cin, cout, true)
+    }
+    fn load_with(w: &mut Weights, p: &str, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let cpu = if w.cpu_kernels() { Some(Conv3x3Op::new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?) } else { None };
+        let cpu = if w.cpu_kernels() {
+            let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
+            Some(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?)
+        } else {
+            None
+        };
         Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu })
     }
     fn cpu_op(&self, x: &Tensor) -> Option<&Conv3x3Op> {
@@ -90,8 +103,9 @@ impl Conv3x3 {
         Ok((residual + self.generic(&x.relu()?)?)?)
     }
     /// conv(upsample_bilinear_2x(x)) (align_corners=False). The CPU's direct route (bf16 or
-    /// f32, on AVX-512) computes the upsample while it reads its input, so the 4x larger map is
-    /// never stored; elsewhere candle upsamples first.
+    /// f32) computes the upsample while it reads its input, and the f32 Winograd route of an op
+    /// loaded with [`Conv3x3::load_upsampling`] convolves the input itself, so the 4x larger
+    /// map is never stored; elsewhere candle upsamples first.
     pub fn forward_upsampled(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(op) = self.cpu_op(x).filter(|op| op.fuses_upsample()) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, true))?);
@@ -201,7 +215,7 @@ impl Resampler {
                 ConvTranspose2x2::load(w, &format!("{p}.0"), cin, cout)?,
                 Conv3x3::load(w, &format!("{p}.1"), cout, cout)?,
             ),
-            "bilinear" => Resampler::Bilinear(Conv3x3::load(w, &format!("{p}.1"), cin, cout)?),
+            "bilinear" => Resampler::Bilinear(Conv3x3::load_upsampling(w, &format!("{p}.1"), cin, cout)?),
             other => bail!("unsupported resampler '{other}' (MoGe-2 uses conv_transpose and bilinear)"),
         })
     }

@@ -6,8 +6,9 @@
 //!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
 //!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
 //!   single-threaded.
-//! * Winograd F(2x2, 3x3) (f32 at AVX2, 64 channels and more, without the fused upsample):
-//!   `super::winograd`.
+//! * Winograd F(2x2, 3x3) (f32 at AVX2, 64 channels and more): `super::winograd`. A
+//!   convolution built for upsampled input ([`Conv3x3Op::new_upsampling`]) runs there too, on
+//!   the map before its upsample: see [`UpWinograd`].
 //! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above): a tile's input rows are
 //!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
 //!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
@@ -47,8 +48,91 @@ pub struct Conv3x3Op {
     /// The weight for the direct route, when this CPU has one.
     direct: Option<Direct>,
     /// The Winograd route (f32 at the AVX2 level, 64 channels and more in and out), in place of
-    /// the direct one: it takes every call (none with the fused upsample).
+    /// the direct one: it takes every call without the upsample.
     winograd: Option<super::winograd::Winograd>,
+    /// The upsampled calls' Winograd route, where the op was built for them.
+    up: Option<UpWinograd>,
+}
+
+/// conv3x3(upsample_bilinear_2x(x)) as one Winograd convolution of x itself, to 4·cout
+/// channels, then a pixel shuffle. Output pixel (2i + py, 2j + px) reads upsampled rows and
+/// columns that are each a blend of x's at offsets -1, 0, +1 from (i, j) (weights ¼ and ¾), so
+/// it is a 3x3 convolution of x with a kernel of its own per phase (py, px): the four phases
+/// are the four groups of output channels. With replicate padding on both sides this holds at
+/// the borders too: the upsample's clamp and the convolution's padding both repeat the edge
+/// row, which a ¼ / ¾ blend of a repeated row leaves as it is. The upsampled map (4x the
+/// input) is never made, and the products run on the Winograd route (64 channels and more in,
+/// 16 and more out) instead of the direct one.
+struct UpWinograd {
+    wg: super::winograd::Winograd,
+    /// The bias once per phase.
+    bias4: Vec<f32>,
+}
+
+/// Rows of the phase matrices: upsampled tap k (offset k - 1) of output phase p, as weights on
+/// x at offsets -1, 0, +1 (row d): output 2i + p reads upsampled rows 2i + p - 1 + k, and
+/// upsampled row 2m is ¼ x[m - 1] + ¾ x[m], row 2m + 1 is ¾ x[m] + ¼ x[m + 1].
+const PHASE: [[[f64; 3]; 3]; 2] = [
+    // p = 0: rows 2i - 1, 2i, 2i + 1.
+    [[0.75, 0.25, 0.0], [0.25, 0.75, 0.75], [0.0, 0.0, 0.25]],
+    // p = 1: rows 2i, 2i + 1, 2i + 2.
+    [[0.25, 0.0, 0.0], [0.75, 0.75, 0.25], [0.0, 0.25, 0.75]],
+];
+
+impl UpWinograd {
+    /// From a (cout, cin, 3, 3) weight of the convolution after the upsample; `None` where the
+    /// Winograd route does not pay or is not this level's.
+    fn new(w: &[f32], bias: &[f32], cin: usize, cout: usize) -> Option<Self> {
+        if !super::winograd::Winograd::worth(cin, 4 * cout) {
+            return None;
+        }
+        // Output channel (py·2 + px)·cout + o.
+        let mut phased = vec![0f32; 4 * cout * cin * 9];
+        for (ph, [py, px]) in [[0, 0], [0, 1], [1, 0], [1, 1]].into_iter().enumerate() {
+            let (ay, ax) = (&PHASE[py], &PHASE[px]);
+            for o in 0..cout {
+                for c in 0..cin {
+                    let g = &w[(o * cin + c) * 9..][..9];
+                    let dst = &mut phased[((ph * cout + o) * cin + c) * 9..][..9];
+                    for dy in 0..3 {
+                        for dx in 0..3 {
+                            let mut v = 0f64;
+                            for ky in 0..3 {
+                                for kx in 0..3 {
+                                    v += ay[dy][ky] * ax[dx][kx] * g[ky * 3 + kx] as f64;
+                                }
+                            }
+                            dst[dy * 3 + dx] = v as f32;
+                        }
+                    }
+                }
+            }
+        }
+        let wg = super::winograd::Winograd::new(&phased, cin, 4 * cout)?;
+        Some(Self { wg, bias4: bias.repeat(4) })
+    }
+
+    /// out (cout, 2h, 2w) from x (cin, h, w) [+ residual].
+    fn run(&self, x: &[f32], h: usize, w: usize, cout: usize, residual: Option<&[f32]>) -> Vec<f32> {
+        let y = self.wg.run(x, h, w, false, &self.bias4, None);
+        let (oh, ow) = (2 * h, 2 * w);
+        let mut out = vec![0f32; cout * oh * ow];
+        out.par_chunks_mut(ow).enumerate().for_each(|(row, dst)| {
+            let (o, oy) = (row / oh, row % oh);
+            let (i, py) = (oy / 2, oy % 2);
+            // Phases (py, 0) and (py, 1) of this row, interleaved.
+            let even = &y[(((2 * py) * cout + o) * h + i) * w..][..w];
+            let odd = &y[(((2 * py + 1) * cout + o) * h + i) * w..][..w];
+            for ((d, &a), &b) in dst.chunks_exact_mut(2).zip(even).zip(odd) {
+                d[0] = a;
+                d[1] = b;
+            }
+            if let Some(r) = residual {
+                dst.iter_mut().zip(&r[row * ow..][..ow]).for_each(|(d, &r)| *d += r);
+            }
+        });
+        out
+    }
 }
 
 /// Direct-route weights: row o holds the 9 taps one after another, each over the input
@@ -83,17 +167,27 @@ impl Conv3x3Op {
     /// `bf16`: products in bf16 (weights packed once here). The route is that of
     /// [`isa::current`] now.
     pub fn new(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
-        Self::build(weight, bias, cin, cout, bf16, true)
+        Self::build(weight, bias, cin, cout, bf16, true, false)
     }
 
     /// [`Conv3x3Op::new`] without the Winograd route: the direct route takes every call where
     /// it exists (to compare the two).
     pub fn new_direct(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
-        Self::build(weight, bias, cin, cout, bf16, false)
+        Self::build(weight, bias, cin, cout, bf16, false, false)
     }
 
-    fn build(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool, winograd: bool) -> Result<Self> {
+    /// [`Conv3x3Op::new`] for a convolution of upsampled input (`Resampler`'s bilinear): its
+    /// upsampled calls take the Winograd route ([`UpWinograd`]) where it pays.
+    pub fn new_upsampling(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool) -> Result<Self> {
+        Self::build(weight, bias, cin, cout, bf16, true, true)
+    }
+
+    fn build(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool, winograd: bool, upsampling: bool) -> Result<Self> {
         let level = isa::current();
+        let up = match route(level, bf16) {
+            Some(Isa::Avx2) if upsampling && winograd && !bf16 => super::with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
+            _ => None,
+        };
         let winograd = match route(level, bf16) {
             Some(Isa::Avx2) if winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
             _ => None,
@@ -106,7 +200,7 @@ impl Conv3x3Op {
         };
         // The im2col route's packed weight only where the direct route is missing.
         let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
-        Ok(Self { weight, bias, cin, cout, packed, direct, winograd })
+        Ok(Self { weight, bias, cin, cout, packed, direct, winograd, up })
     }
 
     /// Whether calls without the fused upsample take the Winograd route.
@@ -114,9 +208,15 @@ impl Conv3x3Op {
         self.winograd.is_some()
     }
 
-    /// Whether [`Conv3x3Call::upsample2x`] is available (the direct route exists).
+    /// Whether [`Conv3x3Call::upsample2x`] is available (the direct route exists, or the
+    /// upsampled calls' Winograd route).
     pub fn fuses_upsample(&self) -> bool {
-        self.direct.is_some()
+        self.direct.is_some() || self.up.is_some()
+    }
+
+    /// Whether upsampled calls take the Winograd route ([`Conv3x3Op::new_upsampling`]).
+    pub fn upsampled_winograd(&self) -> bool {
+        self.up.is_some()
     }
 
     pub fn call(&self, relu_input: bool, upsample2x: bool) -> Conv3x3Call<'_> {
@@ -127,6 +227,9 @@ impl Conv3x3Op {
     fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, upsample2x: bool, residual: Option<&[f32]>) -> Result<Vec<f32>> {
         if let (Some(wg), false) = (&self.winograd, upsample2x) {
             return Ok(wg.run(x, h, w, relu, &self.bias, residual));
+        }
+        if let (Some(up), true) = (&self.up, upsample2x) {
+            return Ok(up.run(x, h / 2, w / 2, self.cout, residual));
         }
         // (With the Winograd route, `direct` is None: an upsampling call fails below.)
         if let Some(d) = &self.direct {
@@ -619,6 +722,12 @@ mod tests {
             (64, 64, 5, 1, true, false, false),
             (64, 64, 4, 300, false, false, true),
             (64, 64, 6, 20, false, true, false),
+            // Upsampled calls of an op built for them: Winograd on the input itself where 64
+            // channels and more come in (four phases of 16 and more go out).
+            (64, 32, 5, 7, false, true, true),
+            (64, 16, 1, 9, false, true, false),
+            (80, 17, 6, 1, false, true, false),
+            (64, 8, 3, 4, false, true, false),
         ];
         for &(cin, cout, h, w, relu, up, with_res) in &cases {
             let (ih, iw) = (h, w);
@@ -657,6 +766,13 @@ mod tests {
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
                     assert_eq!(op.fuses_upsample(), direct.is_some());
                     assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
+                    // Built for upsampled calls: the Winograd route takes them where it pays.
+                    let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
+                    let up_wino = route(level, bf16) == Some(Isa::Avx2) && !bf16 && cin >= 64 && 4 * cout >= 64;
+                    assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
+                    if up && ups.fuses_upsample() {
+                        check(&format!("{level} built for upsampling"), &ups.run(&x, oh, ow, relu, up, res).unwrap());
+                    }
                     if up && !op.fuses_upsample() {
                         assert!(op.run(&x, oh, ow, relu, up, res).is_err(), "only the direct route fuses the upsample");
                         if wino {
@@ -684,6 +800,7 @@ mod tests {
                             packed: bf16.then(|| Arc::new(PackedA::build(&wt, cout, cin * 9, level))),
                             direct: None,
                             winograd: None,
+                            up: None,
                         };
                         check(&format!("{level} im2col"), &im2col.run(&x, oh, ow, relu, false, res).unwrap());
                     }
