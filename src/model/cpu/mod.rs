@@ -64,7 +64,7 @@ pub fn route(precision: super::Precision) -> Route {
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 direct route.
-            Some(Isa::Avx2) if !bf16 => "winograd f(2x2,3x3) avx2 (64+ channels), direct avx2 (fewer, fused upsample)".to_owned(),
+            Some(Isa::Avx2) if !bf16 => "winograd f(2x2,3x3) avx2 (64+ channels; upsampled as 4 phases from 64+), direct avx2 (fewer, fused upsample)".to_owned(),
             Some(direct) => format!("direct {direct}"),
             None => "im2col".to_owned(),
         },
