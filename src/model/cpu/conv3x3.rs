@@ -117,6 +117,9 @@ impl UpWinograd {
         let y = self.wg.run(x, h, w, false, &self.bias4, None);
         let (oh, ow) = (2 * h, 2 * w);
         let mut out = vec![0f32; cout * oh * ow];
+        if out.is_empty() {
+            return out;
+        }
         out.par_chunks_mut(ow).enumerate().for_each(|(row, dst)| {
             let (o, oy) = (row / oh, row % oh);
             let (i, py) = (oy / 2, oy % 2);
@@ -805,6 +808,23 @@ mod tests {
                         check(&format!("{level} im2col"), &im2col.run(&x, oh, ow, relu, false, res).unwrap());
                     }
                 }
+            }
+        }
+    }
+
+    /// An empty map through the upsampled Winograd route: an empty output, no panic.
+    #[test]
+    fn upsampled_winograd_takes_an_empty_map() {
+        let mut seed = 11u64;
+        let (cin, cout) = (64, 16);
+        let wt = Tensor::from_vec(rand(&mut seed, cout * cin * 9), (cout, cin, 3, 3), &Device::Cpu).unwrap();
+        for level in isa::levels() {
+            let op = isa::with_isa(level, || Conv3x3Op::new_upsampling(wt.clone(), vec![0.5; cout], cin, cout, false)).unwrap();
+            if !op.upsampled_winograd() {
+                continue;
+            }
+            for (h, w) in [(0, 6), (4, 0), (0, 0)] {
+                assert!(op.run(&[], h, w, false, true, None).unwrap().is_empty(), "{level}: {h}x{w}");
             }
         }
     }
