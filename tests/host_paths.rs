@@ -187,6 +187,13 @@ fn prediction_of(depth: Vec<f32>, mask: Vec<bool>) -> Prediction {
     }
 }
 
+/// A w x h prediction of random depths in [0, 2) with every `invalid_every`-th pixel masked out.
+fn random_map(rng: &mut Rng, (w, h): (usize, usize), invalid_every: usize) -> Prediction {
+    let mut p = prediction_of((0..w * h).map(|_| 1.0 + rng.unit()).collect(), (0..w * h).map(|i| i % invalid_every != 0).collect());
+    (p.width, p.height) = (w, h);
+    p
+}
+
 #[test]
 fn png_encodings_equal_rounding_by_libm() {
     let mut rng = Rng(77);
@@ -238,8 +245,7 @@ fn npz_float16_normals() {
     use std::io::Read;
     let mut rng = Rng(9);
     let (w, h) = (37, 23);
-    let mut p = prediction_of((0..w * h).map(|_| 1.0 + rng.unit()).collect(), (0..w * h).map(|i| i % 4 != 0).collect());
-    (p.width, p.height) = (w, h);
+    let mut p = random_map(&mut rng, (w, h), 4);
     let mut n: Vec<f32> = (0..3 * w * h).map(|_| rng.unit()).collect();
     n[..4].copy_from_slice(&[0.0, 1.0, -1.0, 1.0e-5]); // exact, and a subnormal half
     p.normal = Some(n.clone());
@@ -340,8 +346,7 @@ fn npz_file_is_exactly_the_encoded_zip() {
     use moge::outputs::npz::{encode, write, Compression, NormalDtype};
     let mut rng = Rng(31);
     let (w, h) = (641, 97);
-    let mut p = prediction_of((0..w * h).map(|_| 1.0 + rng.unit()).collect(), (0..w * h).map(|i| i % 5 != 0).collect());
-    (p.width, p.height) = (w, h);
+    let mut p = random_map(&mut rng, (w, h), 5);
     p.points = (0..3 * w * h).map(|_| rng.unit()).collect();
     let dir = tempfile::tempdir().unwrap();
     for normal in [false, true] {
