@@ -87,11 +87,13 @@ crate::model::cpu::math::dispatch! {
             let keep = &mut keep[..block.len()];
             keep.copy_from_slice(block);
             block.iter_mut().for_each(|x| *x = fast(*x));
-            // Whether any input is outside the range, tested branch-free over the block (it
-            // vectorises); a test and branch per value was half of this function's time.
-            if keep.iter().fold(false, |any, &input| any | !(input.abs() < 88.0)) {
+            // Outside the fast path's range (NaN too).
+            let outside = |input: f32| !(input.abs() < 88.0);
+            // Whether any input is, tested branch-free over the block (it vectorises); a test
+            // and branch per value was half of this function's time.
+            if keep.iter().fold(false, |any, &input| any | outside(input)) {
                 for (x, &input) in block.iter_mut().zip(keep.iter()) {
-                    if !(input.abs() < 88.0) {
+                    if outside(input) {
                         *x = input.exp();
                     }
                 }

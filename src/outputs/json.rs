@@ -161,11 +161,10 @@ crate::model::cpu::math::dispatch! {
     /// The count of valid, finite depths and, per lane (pixel i goes to lane i % 8), their sum,
     /// minimum and maximum, and a histogram of their 16 high order bits (`hists`: 4 x 2^16,
     /// pixel i counted in table i % 4 or, in a run of 16 in one bin, the run's table; the others
-    /// in [`DUMP_BIN`]). By blocks of 64 pixels: the
-    /// count, sums, extremes and bins in one branch-free pass (selects, not tests, so that it
-    /// vectorises: a test per pixel ran ~8 cycles a pixel), then the bins counted. Neighbouring
-    /// pixels mostly share a bin, and with one table each count would wait for the last one's
-    /// store.
+    /// in [`DUMP_BIN`]). By blocks of 64 pixels: the count, sums, extremes and bins in one
+    /// branch-free pass (selects, not tests, so that it vectorises: a test per pixel ran ~8
+    /// cycles a pixel), then the bins counted. Neighbouring pixels mostly share a bin, and with
+    /// one table each count would wait for the last one's store.
     fn depth_lanes / depth_lanes_baseline(depth: &[f32], mask: &[bool], hists: &mut [u32]) -> Lanes {
         const BLOCK: usize = 64;
         assert!(hists.len() >= 4 << 16, "four tables of 2^16 bins");

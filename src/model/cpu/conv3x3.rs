@@ -191,14 +191,17 @@ impl Conv3x3Op {
             Some(Isa::Avx2) if upsampling && winograd && !bf16 => super::with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
             _ => None,
         };
+        // An op whose upsampled calls have their own route is only called upsampled
+        // (`Resampler`): the other routes' weights are not made for it (a plain call would take
+        // the im2col route).
         let winograd = match route(level, bf16) {
-            Some(Isa::Avx2) if winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
+            Some(Isa::Avx2) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
             _ => None,
         };
         // Not packed beside the Winograd route (its weights are 16/9 the size already): an
         // upsampling call there is upsampled first by the caller (`fuses_upsample` is false).
         let direct = match route(level, bf16) {
-            Some(isa) if winograd.is_none() => Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
+            Some(isa) if winograd.is_none() && up.is_none() => Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
             _ => None,
         };
         // The im2col route's packed weight only where the direct route is missing.
@@ -773,6 +776,13 @@ mod tests {
                     let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
                     let up_wino = route(level, bf16) == Some(Isa::Avx2) && !bf16 && cin >= 64 && 4 * cout >= 64;
                     assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
+                    if up_wino {
+                        assert!(!ups.winograd() && ups.direct.is_none() && ups.packed.is_none(), "{level}: only the upsampled route's weights");
+                        if !up {
+                            // A plain call still works, on the im2col route.
+                            check(&format!("{level} built for upsampling, plain call"), &ups.run(&x, oh, ow, relu, false, res).unwrap());
+                        }
+                    }
                     if up && ups.fuses_upsample() {
                         check(&format!("{level} built for upsampling"), &ups.run(&x, oh, ow, relu, up, res).unwrap());
                     }

@@ -74,8 +74,8 @@ impl Panels {
 }
 
 /// C (m × n) = A · B [+ bias, a row of n added to every row] on this thread: A's (i, c) at
-/// `a[i · rs + c · cs]` (k = `b`'s inner dimension values per row: `cs` 1 for rows in memory, `rs` 1 for
-/// columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
+/// `a[i · rs + c · cs]` (k = `b`'s inner dimension values per row: `cs` 1 for rows in memory,
+/// `rs` 1 for columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
 ///
 /// # Safety
 /// Call only where [`Panels::available`] held for the level the panels were built at (the CPU
