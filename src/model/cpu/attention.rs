@@ -13,7 +13,7 @@ use super::bf16::{gemm_bf16, PackedB};
 use super::isa::{self, Isa};
 use super::math::softmax_columns;
 use super::planes::Pointwise;
-use super::sgemm::{self, Panels};
+use super::sgemm::{self, Micro, Panels};
 
 pub struct AttentionOp {
     pub num_heads: usize,
@@ -28,10 +28,12 @@ pub struct AttentionOp {
 /// of L2 per core).
 const Q_BLOCK: usize = 64;
 
-/// Query rows per task on the AVX2 route ([`transposed`]): 32 × 1800 scores = 225 KiB, beside
-/// k's tiles in the 512 KiB L2 of a Zen 3 (at 64 queries, an earlier form of this route took
-/// 167-195 ms for ViT-L's attention against 135-155 ms at 32, `examples/encoder_bench.rs`).
-const Q_BLOCK_AVX2: usize = 32;
+/// Query rows per task on the one-tap kernels' route ([`transposed`]): 32 × 1800 scores = 225
+/// KiB, beside k's tiles in the 512 KiB L2 of a Zen 3 (at 64 queries, an earlier form of this
+/// route took 167-195 ms for ViT-L's attention against 135-155 ms at 32,
+/// `examples/encoder_bench.rs`). On an Intel Xeon's 2 MiB of L2 with the AVX-512 kernel, 64
+/// and 96 were no faster.
+const Q_BLOCK_TILES: usize = 32;
 
 /// One head's rows of q, k or v (the `hd` values at `off` of each of the n rows of qkv).
 fn head_rows(qkv: &[f32], n: usize, row: usize, off: usize, hd: usize) -> Vec<f32> {
@@ -56,16 +58,15 @@ impl AttentionOp {
                 })
             })
             .collect();
-        // f32 at the AVX2 level: per head, k (n × hd) packed once as the AVX2 kernel's row
-        // tiles, v (n × hd) as its column panels and qᵀ (hd × n, rows padded to 16 columns), for
-        // sᵀ = k · q_blkᵀ and p · v (`transposed`).
-        let np = n.div_ceil(16) * 16;
+        // f32 with a one-tap kernel (`sgemm::Micro`): per head, k (n × hd) packed once as the
+        // kernel's row tiles, v (n × hd) as its column panels and qᵀ (hd × n, rows padded to
+        // whole column blocks), for sᵀ = k · q_blkᵀ and p · v (`transposed`).
+        let micro = if self.bf16 { None } else { Micro::at(level) };
+        let np = micro.map_or(n, |m| n.div_ceil(m.cols()) * m.cols());
         let tiles: Vec<Option<(Pointwise, Panels, Vec<f32>)>> = (0..heads)
             .into_par_iter()
             .map(|h| {
-                if self.bf16 || !Pointwise::available(level) {
-                    return None;
-                }
+                let micro = micro?;
                 let k = head_rows(qkv, n, row, d + h * hd, hd);
                 let mut qt = vec![0f32; hd * np];
                 for i in 0..n {
@@ -73,13 +74,13 @@ impl AttentionOp {
                         qt[c * np + i] = v;
                     }
                 }
-                Some((Pointwise::new_at(level, &k, n, hd)?, Panels::new(&qkv[2 * d + h * hd..], n, hd, row, 1), qt))
+                Some((Pointwise::for_micro(micro, &k, n, hd), Panels::for_micro(micro, &qkv[2 * d + h * hd..], n, hd, row, 1), qt))
             })
             .collect();
         let zeros = vec![0f32; n];
         let mut out = vec![0f32; n * d];
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let q_block = if tiles.iter().any(Option::is_some) { Q_BLOCK_AVX2 } else { Q_BLOCK };
+        let q_block = if micro.is_some() { Q_BLOCK_TILES } else { Q_BLOCK };
         let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(q_block).map(move |q0| (h, q0))).collect();
         blocks.par_iter().for_each_init(Default::default, |(scores, tmp, pack): &mut (Vec<f32>, Vec<f32>, Vec<f32>), &(h, q0)| {
             let bq = q_block.min(n - q0);
@@ -100,8 +101,8 @@ impl AttentionOp {
                 return;
             }
             if let Some((k, v, qt)) = &tiles[h] {
-                // Safety: the tiles exist only where the AVX2 route is available; every buffer
-                // has the rows and 16-column blocks the products read and write.
+                // Safety: the tiles exist only where their kernel is available; every buffer has
+                // the rows and whole column blocks the products read and write.
                 unsafe { transposed(k, v, &qt[q0..], np, bq, n, hd, scale, level, &zeros, scores, tmp, pack, dst, d) };
                 return;
             }
@@ -123,19 +124,19 @@ impl AttentionOp {
     }
 }
 
-/// One head's block of bq queries through the AVX2 kernel, keys along rows: sᵀ (n × bqp) =
+/// One head's block of bq queries through the one-tap kernel, keys along rows: sᵀ (n × bqp) =
 /// k · q_blkᵀ, a softmax down each column (unnormalised, so the exps of a query are a column
 /// of sᵀ and the row of p that the product with v packs as one copy per key), out_blk = p · v,
 /// then each query's row divided by its sum. `k` (row tiles), `v` (column panels) and qᵀ are
 /// prepared once per head: nothing of the size of the scores is repacked but p's tiles.
 ///
 /// # Safety
-/// `k` and `v` built where the AVX2 route is available; `qt` holds hd rows `ldq` apart with
-/// bq.div_ceil(16) · 16 readable columns; `dst` bq rows of hd writable floats `d` apart;
+/// `k` and `v` built for a kernel this CPU has; `qt` holds hd rows `ldq` apart with bq rounded
+/// up to whole column blocks readable; `dst` bq rows of hd writable floats `d` apart;
 /// `zeros` at least n zeros.
 #[allow(clippy::too_many_arguments)]
 unsafe fn transposed(k: &Pointwise, v: &Panels, qt: &[f32], ldq: usize, bq: usize, n: usize, hd: usize, scale: f32, level: Isa, zeros: &[f32], scores: &mut Vec<f32>, sums: &mut Vec<f32>, pack: &mut Vec<f32>, dst: *mut f32, d: usize) {
-    let bqp = bq.div_ceil(16) * 16;
+    let bqp = bq.div_ceil(k.cols()) * k.cols();
     assert!(qt.len() >= (hd - 1) * ldq + bqp, "attention: qᵀ of {} floats", qt.len());
     scores.resize(n * bqp, 0.0);
     sums.resize(bqp, 0.0);

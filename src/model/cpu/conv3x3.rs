@@ -188,14 +188,14 @@ impl Conv3x3Op {
     fn build(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool, winograd: bool, upsampling: bool) -> Result<Self> {
         let level = isa::current();
         let up = match route(level, bf16) {
-            Some(Isa::Avx2) if upsampling && winograd && !bf16 => super::with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
+            Some(Isa::Avx2 | Isa::Avx512) if upsampling && winograd && !bf16 => super::with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
             _ => None,
         };
         // An op whose upsampled calls have their own route is only called upsampled
         // (`Resampler`): the other routes' weights are not made for it (a plain call would take
         // the im2col route).
         let winograd = match route(level, bf16) {
-            Some(Isa::Avx2) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
+            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
             _ => None,
         };
         // Not packed beside the Winograd route (its weights are 16/9 the size already): an
@@ -589,7 +589,7 @@ unsafe fn direct_tile(
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(super) mod avx512;
 
 /// One use of a [`Conv3x3Op`]: ReLU on the input, 2x bilinear upsample of the input (needs
 /// [`Conv3x3Op::fuses_upsample`]); as a `CustomOp2`, the second input is a residual added to the
@@ -766,7 +766,7 @@ mod tests {
                 let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let wino = route(level, bf16) == Some(Isa::Avx2) && !bf16 && cin >= 64 && cout >= 64;
+                    let wino = matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && cin >= 64 && cout >= 64;
                     assert_eq!(op.winograd(), wino, "{level} bf16={bf16}");
                     let direct = route(level, bf16).filter(|_| !wino);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
@@ -774,7 +774,7 @@ mod tests {
                     assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
                     // Built for upsampled calls: the Winograd route takes them where it pays.
                     let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let up_wino = route(level, bf16) == Some(Isa::Avx2) && !bf16 && cin >= 64 && 4 * cout >= 64;
+                    let up_wino = matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && cin >= 64 && 4 * cout >= 64;
                     assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
                     if up_wino {
                         assert!(!ups.winograd() && ups.direct.is_none() && ups.packed.is_none(), "{level}: only the upsampled route's weights");

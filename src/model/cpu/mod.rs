@@ -63,13 +63,14 @@ pub fn route(precision: super::Precision) -> Route {
     };
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
-            // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 direct route.
-            Some(Isa::Avx2) if !bf16 => "winograd f(2x2,3x3) avx2 (64+ channels; upsampled as 4 phases from 64+), direct avx2 (fewer, fused upsample)".to_owned(),
+            // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
+            Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => format!("winograd f(2x2,3x3) {direct} (64+ channels; upsampled as 4 phases from 64+), direct {direct} (fewer, fused upsample)"),
             Some(direct) => format!("direct {direct}"),
             None => "im2col".to_owned(),
         },
         products: match (bf16, bf16::route(level)) {
-            (false, _) if planes::Pointwise::available(level) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
+            (false, _) if sgemm::Panels::available(level) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
+            (false, _) if sgemm::Micro::at(level).is_some() => "f32 gemm crate (linears), own avx512 kernel (attention, 1x1/transposed)".to_owned(),
             (false, _) => "f32 gemm crate (its own SIMD choice)".to_owned(),
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
@@ -122,6 +123,40 @@ pub fn with_f32<R>(t: &candle_core::Tensor, f: impl FnOnce(&[f32]) -> R) -> cand
             None => candle_core::bail!("kernel weight is not contiguous"),
         },
         _ => candle_core::bail!("kernel weight is not an f32 CPU tensor"),
+    }
+}
+
+/// One cache line of floats: the unit of [`Lines`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// Zeroed f32 storage that starts on a cache line. A packed operand's rows are read as whole
+/// vectors; from a plain `Vec` (16 bytes past a line, as glibc's large blocks are), every
+/// 64-byte row straddled two lines, two loads for one on Intel's cores.
+pub(crate) struct Lines {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl Lines {
+    pub(crate) fn zeros(len: usize) -> Self {
+        Self { lines: vec![Line([0.0; 16]); len.div_ceil(16)], len }
+    }
+}
+
+impl std::ops::Deref for Lines {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        // Safety: `lines` holds at least `len` contiguous floats (`Line` is 16 of them, no padding).
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const f32, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Lines {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // Safety: as `deref`, and borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut f32, self.len) }
     }
 }
 

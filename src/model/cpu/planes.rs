@@ -13,6 +13,7 @@ use super::contiguous;
 
 use super::bf16::{gemm_bf16_packed_a, PackedA};
 use super::isa::{self, Isa};
+use super::sgemm::Micro;
 use super::SendPtr;
 
 /// out (m × n) += w (m × k) · x (k × n), all row-major, on the rayon pool.
@@ -40,34 +41,33 @@ fn weights_times(out: &mut [f32], w: &[f32], packed: Option<&PackedA>, x: &[f32]
     }
 }
 
-/// A (m × k) f32 weight packed for the AVX2 direct kernel (`conv3x3::avx2`, one tap): rows in
-/// its row tiles, each tile's weights interleaved, so a product streams them in one pass.
+/// A (m × k) f32 weight packed for a one-tap register-tile kernel ([`Micro`]: the AVX2 direct
+/// kernel, `conv3x3::avx2`, or its AVX-512F twin): rows in its row tiles, each tile's weights
+/// interleaved, so a product streams them in one pass.
 pub struct Pointwise {
-    #[cfg(target_arch = "x86_64")]
     words: Vec<f32>,
     m: usize,
     k: usize,
+    micro: Micro,
 }
 
 /// Pixels per task: a task's input columns (k × this, ≤ 128 KiB) stay in L2 while every
-/// weight tile reads them.
-fn pixels_per_task(k: usize) -> usize {
-    ((32 * 1024 / k.max(1)) / 16 * 16).clamp(16, 2048)
+/// weight tile reads them; a multiple of the kernel's `cols`.
+fn pixels_per_task(k: usize, cols: usize) -> usize {
+    ((32 * 1024 / k.max(1)) / cols * cols).clamp(cols, 2048)
 }
 
 /// Bytes of weights per block of row tiles, beside a task's input columns in L2.
 const WEIGHT_BLOCK_BYTES: usize = 192 * 1024;
 
 impl Pointwise {
-    /// Whether level `level` runs f32 1x1 and transposed convolutions here: where it takes the
-    /// AVX2 direct route in f32 (`conv3x3::route`).
+    /// Whether level `level` runs f32 1x1 and transposed convolutions here: where it has a
+    /// one-tap kernel ([`Micro::at`]).
     pub fn available(level: Isa) -> bool {
-        super::conv3x3::route(level, false) == Some(Isa::Avx2)
+        Micro::at(level).is_some()
     }
 
-    /// The packed weight where this thread's level takes the AVX2 direct route in f32
-    /// (`conv3x3::route`); `None` elsewhere (the AVX-512 levels keep the `gemm` crate's
-    /// AVX-512 kernels, not measured against this one yet).
+    /// The packed weight for this thread's level; `None` where it has no one-tap kernel.
     pub fn new(w: &[f32], m: usize, k: usize) -> Option<Self> {
         Self::new_at(isa::current(), w, m, k)
     }
@@ -75,98 +75,92 @@ impl Pointwise {
     /// [`Pointwise::new`] for level `level` (inside rayon's tasks, where `isa::with_isa` does
     /// not reach).
     pub fn new_at(level: Isa, w: &[f32], m: usize, k: usize) -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        if Self::available(level) {
-            use super::conv3x3::avx2::{packed_index, row_tiles};
-            let mut words = vec![0f32; m * k];
-            for tile in row_tiles(m).windows(2) {
-                let (r0, rows) = (tile[0], tile[1] - tile[0]);
-                let block = &mut words[r0 * k..][..rows * k];
-                for r in 0..rows {
-                    for c in 0..k {
-                        block[packed_index(rows, k, r, 0, c)] = w[(r0 + r) * k + c];
-                    }
-                }
-            }
-            return Some(Self { words, m, k });
-        }
-        let _ = (level, w, m, k);
-        None
+        Micro::at(level).map(|micro| Self::for_micro(micro, w, m, k))
     }
 
-    /// out (m × n) = W · x on this thread, x rows `cs` floats apart with every 16-column block
-    /// whole (n rounded up to 16 readable), out rows `ldc` apart; `zeros` has m zeros (the
-    /// kernel's bias).
-    ///
-    /// # Safety
-    /// `x` holds k rows of `cs` floats with n.div_ceil(16) · 16 readable in each, `out` m rows
-    /// of `ldc` with n writable in each.
-    pub(in crate::model::cpu) unsafe fn product(&self, x: *const f32, cs: usize, n: usize, zeros: &[f32], out: *mut f32, ldc: usize) {
-        assert!(zeros.len() >= self.m);
-        #[cfg(target_arch = "x86_64")]
-        {
-            use super::conv3x3::avx2::{kernel, row_tiles};
-            let b = row_tiles(self.m);
-            for t in 0..b.len() - 1 {
-                let (r0, r1) = (b[t], b[t + 1]);
-                for x0 in (0..n).step_by(16) {
-                    kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), &[x.add(x0) as *const u32], cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(16));
+    /// W packed for kernel `micro`.
+    pub fn for_micro(micro: Micro, w: &[f32], m: usize, k: usize) -> Self {
+        let mut words = vec![0f32; m * k];
+        for tile in micro.row_tiles(m).windows(2) {
+            let (r0, rows) = (tile[0], tile[1] - tile[0]);
+            let block = &mut words[r0 * k..][..rows * k];
+            for r in 0..rows {
+                for c in 0..k {
+                    block[c * rows + r] = w[(r0 + r) * k + c];
                 }
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (x, cs, n, out, ldc);
+        Self { words, m, k, micro }
+    }
+
+    /// The kernel's columns: a product reads x in blocks of this many.
+    pub fn cols(&self) -> usize {
+        self.micro.cols()
+    }
+
+    /// out (m × n) = W · x on this thread, x rows `cs` floats apart with every block of
+    /// [`Pointwise::cols`] columns whole (n rounded up to it readable), out rows `ldc` apart;
+    /// `zeros` has m zeros (the kernel's bias).
+    ///
+    /// # Safety
+    /// `x` holds k rows of `cs` floats with n rounded up to [`Pointwise::cols`] readable in
+    /// each, `out` m rows of `ldc` with n writable in each.
+    pub(in crate::model::cpu) unsafe fn product(&self, x: *const f32, cs: usize, n: usize, zeros: &[f32], out: *mut f32, ldc: usize) {
+        assert!(zeros.len() >= self.m);
+        let w = self.micro.cols();
+        let b = self.micro.row_tiles(self.m);
+        for t in 0..b.len() - 1 {
+            let (r0, r1) = (b[t], b[t + 1]);
+            for x0 in (0..n).step_by(w) {
+                self.micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), x.add(x0), cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(w));
+            }
+        }
     }
 
     /// out (m × n) = bias + W · x [+ residual]: x is (k × n), bias has m values, residual
     /// is (m × n).
     pub fn run(&self, x: &[f32], n: usize, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
-        let (m, k) = (self.m, self.k);
+        let (m, k, micro) = (self.m, self.k, self.micro);
         assert!(x.len() >= k * n && bias.len() == m && residual.is_none_or(|r| r.len() >= m * n), "pointwise: operand sizes");
         let mut out: Vec<f32> = Vec::with_capacity(m * n);
         if m == 0 || n == 0 {
             return out;
         }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use super::conv3x3::avx2::{kernel, row_tiles};
-            let b = row_tiles(m);
-            let tiles = b.len() - 1;
-            let nb = (m * k * 4).div_ceil(WEIGHT_BLOCK_BYTES).clamp(1, tiles);
-            let chunk = pixels_per_task(k);
-            let out_ptr = SendPtr(out.as_mut_ptr());
-            let res = residual.map_or(0, |r| r.as_ptr() as usize);
-            (0..n.div_ceil(chunk)).into_par_iter().for_each_init(Vec::new, |tail: &mut Vec<f32>, ci| {
-                let (p0, p1) = (ci * chunk, ((ci + 1) * chunk).min(n));
-                for blk in 0..nb {
-                    for x0 in (p0..p1).step_by(16) {
-                        let nv = (p1 - x0).min(16);
-                        // The kernel reads 16 columns of every channel: a short last block reads a
-                        // copy padded to 16, not past the end of `x`.
-                        let (tap, cs) = if x0 + 16 <= n {
-                            (x[x0..].as_ptr(), n)
-                        } else {
-                            tail.clear();
-                            tail.extend((0..k).flat_map(|c| (0..16).map(move |i| if x0 + i < n { x[c * n + x0 + i] } else { 0.0 })));
-                            (tail.as_ptr(), 16)
-                        };
-                        for t in tiles * blk / nb..tiles * (blk + 1) / nb {
-                            let (r0, r1) = (b[t], b[t + 1]);
-                            let off = r0 * n + x0;
-                            let add = if res == 0 { std::ptr::null() } else { (res as *const f32).wrapping_add(off) };
-                            // Safety: `new` packed these weights only on the AVX2 route; `tap` has
-                            // 16 readable columns per channel; tasks write disjoint columns of
-                            // `out`, every (row, column) exactly once.
-                            unsafe { kernel(r1 - r0, self.words.as_ptr().add(r0 * k), &[tap as *const u32], cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv) };
-                        }
+        let w = micro.cols();
+        let b = micro.row_tiles(m);
+        let tiles = b.len() - 1;
+        let nb = (m * k * 4).div_ceil(WEIGHT_BLOCK_BYTES).clamp(1, tiles);
+        let chunk = pixels_per_task(k, w);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let res = residual.map_or(0, |r| r.as_ptr() as usize);
+        (0..n.div_ceil(chunk)).into_par_iter().for_each_init(Vec::new, |tail: &mut Vec<f32>, ci| {
+            let (p0, p1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+            for blk in 0..nb {
+                for x0 in (p0..p1).step_by(w) {
+                    let nv = (p1 - x0).min(w);
+                    // The kernel reads `w` columns of every channel: a short last block reads a
+                    // copy padded to `w`, not past the end of `x`.
+                    let (tap, cs) = if x0 + w <= n {
+                        (x[x0..].as_ptr(), n)
+                    } else {
+                        tail.clear();
+                        tail.extend((0..k).flat_map(|c| (0..w).map(move |i| if x0 + i < n { x[c * n + x0 + i] } else { 0.0 })));
+                        (tail.as_ptr(), w)
+                    };
+                    for t in tiles * blk / nb..tiles * (blk + 1) / nb {
+                        let (r0, r1) = (b[t], b[t + 1]);
+                        let off = r0 * n + x0;
+                        let add = if res == 0 { std::ptr::null() } else { (res as *const f32).wrapping_add(off) };
+                        // Safety: a `Micro` exists only for a kernel this CPU has; `tap` has `w`
+                        // readable columns per channel; tasks write disjoint columns of `out`,
+                        // every (row, column) exactly once.
+                        unsafe { micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * k), tap, cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv) };
                     }
                 }
-            });
-            // Safety: every element was written above.
-            unsafe { out.set_len(m * n) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (x, n, bias, residual, &mut out, k);
+            }
+        });
+        // Safety: every element was written above.
+        unsafe { out.set_len(m * n) };
         out
     }
 }

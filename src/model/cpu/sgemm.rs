@@ -1,10 +1,12 @@
-//! f32 products C (m × n) = A (m × k) · B (k × n) on the direct route's AVX2 kernel
-//! (`conv3x3::avx2`, 6 rows × 16 columns), for the encoder's linears and attention at the
-//! AVX2 level. B is packed once into 16-column panels (a linear's Wᵀ at load; attention's v
-//! once per head); A is packed per task, KC values of the inner dimension at a time,
-//! into the kernel's 6-row tiles. A panel's slice (KC × 16 floats, 16 KiB) stays in L1 while
-//! every row tile of the task reads it, the task's packed A (≤ MC rows × KC) in L2: the loop
-//! order of Goto and van de Geijn ("Anatomy of High-Performance Matrix Multiplication", 2008).
+//! f32 products C (m × n) = A (m × k) · B (k × n) on a one-tap register-tile kernel
+//! ([`Micro`]: the direct route's AVX2 kernel, `conv3x3::avx2`, 6 rows × 16 columns, or its
+//! AVX-512F twin, `conv3x3::avx512::one_tap`, 14 rows × 32 columns), for the encoder's linears
+//! and attention. B is packed once into column panels of the kernel's width (a linear's Wᵀ at
+//! load; attention's v once per head); A is packed per task, KC values of the inner dimension
+//! at a time, into the kernel's row tiles. A panel's slice (KC × width floats) stays in L1
+//! while every row tile of the task reads it, the task's packed A (≤ MC rows × KC) in L2: the
+//! loop order of Goto and van de Geijn ("Anatomy of High-Performance Matrix Multiplication",
+//! 2008).
 //!
 //! The `gemm` crate did these products before: 110-125 GFLOP/s on ViT-S and ViT-L's linears and
 //! 73-87 on attention (2 threads, Zen 3, whose AVX2 FMA peak is ~196), attention repacking kᵀ
@@ -12,64 +14,151 @@
 
 use rayon::prelude::*;
 
-use super::isa::Isa;
-use super::SendPtr;
+use super::isa::{self, Isa};
+use super::{Lines, SendPtr};
 
-/// Inner-dimension values per slice: a panel's slice is 16 KiB, half of L1.
-const KC: usize = 256;
-
-/// Rows per task at most (20 tiles of 6): the task's packed A slice is 120 KiB of L2.
+/// Rows per task at most: the task's packed A slice (≤ MC × KC floats) stays in L2.
 const MC: usize = 120;
 
 /// The kernel's per-row bias: zero (a linear's bias is a row added to every row instead).
-static ZEROS: [f32; 6] = [0.0; 6];
+static ZEROS: [f32; 16] = [0.0; 16];
 
-/// B (k × n) in 16-column panels, slice-major: slice s (values s·KC.. of the inner dimension)
-/// holds every panel's rows of that slice in turn, each row 16 floats (a last panel's columns
-/// past n are zeros), so a task reads one slice as one stream.
+/// The f32 one-tap register-tile kernel of a level, chosen when its operands are packed and
+/// kept beside them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Micro {
+    /// AVX2 + FMA, 6 rows × 16 columns (`conv3x3::avx2::kernel` with one tap).
+    Avx2,
+    /// AVX-512F, 14 rows × 32 columns (`conv3x3::avx512::one_tap`).
+    Avx512,
+}
+
+impl Micro {
+    /// The kernel of level `level`, where it has one.
+    pub fn at(level: Isa) -> Option<Micro> {
+        match isa::usable(level) {
+            Isa::Avx2 => Some(Micro::Avx2),
+            Isa::Avx512 | Isa::Avx512Bf16 => Some(Micro::Avx512),
+            Isa::Portable => None,
+        }
+    }
+
+    /// Rows of a full register tile.
+    pub fn rows(self) -> usize {
+        match self {
+            Micro::Avx2 => 6,
+            #[cfg(target_arch = "x86_64")]
+            Micro::Avx512 => super::conv3x3::avx512::ONE_TAP_ROWS,
+            #[cfg(not(target_arch = "x86_64"))]
+            Micro::Avx512 => 14,
+        }
+    }
+
+    /// Columns of a register tile (of B's panels), every one read.
+    pub fn cols(self) -> usize {
+        match self {
+            Micro::Avx2 => 16,
+            Micro::Avx512 => 32,
+        }
+    }
+
+    /// Inner-dimension values per slice: a panel's slice (16 KiB at 16 columns, 32 KiB at 32)
+    /// stays in L1 beside the row tile being read. At 32 columns, 128 / 384 / 512 / 1024 were
+    /// no faster on an Intel Xeon with 48 KiB of L1 (`examples/encoder_bench.rs`, ViT-L).
+    fn kc(self) -> usize {
+        256
+    }
+
+    /// m rows in tiles of ≤ [`Micro::rows`] rows of equal height (a short tail tile would run
+    /// latency-bound): tile t is rows [b[t], b[t + 1]).
+    pub fn row_tiles(self, m: usize) -> Vec<usize> {
+        let tiles = m.div_ceil(self.rows()).max(1);
+        (0..=tiles).map(|t| m * t / tiles).collect()
+    }
+
+    /// C[mv × nv] = bias + A · B [+ add]: `a` one tile's packed values (`mv` side by side per
+    /// inner index), B `kc` rows `cs` floats apart with [`Micro::cols`] readable in each, `add`
+    /// rows `add_ld` apart (0: one row added to every row).
+    ///
+    /// # Safety
+    /// The CPU has this kernel's instructions (a `Micro` comes from [`Micro::at`], which gives
+    /// only those); every pointer covers what it says.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(in crate::model::cpu) unsafe fn kernel(self, mv: usize, a: *const f32, b: *const f32, cs: usize, kc: usize, bias: *const f32, add: *const f32, add_ld: usize, c: *mut f32, ldc: usize, nv: usize) {
+        #[cfg(target_arch = "x86_64")]
+        match self {
+            Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv),
+            Micro::Avx512 => super::conv3x3::avx512::one_tap(mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv),
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv);
+    }
+}
+
+/// B (k × n) in column panels of the kernel's width w, slice-major: slice s (values s·KC.. of
+/// the inner dimension) holds every panel's rows of that slice in turn, each row w floats (a
+/// last panel's columns past n are zeros), so a task reads one slice as one stream.
 pub struct Panels {
-    words: Vec<f32>,
+    words: Lines,
     k: usize,
     n: usize,
+    micro: Micro,
 }
 
 impl Panels {
-    /// Whether level `level` takes these products: where the AVX2 direct route is its f32 route
-    /// (the AVX-512 levels keep the `gemm` crate's AVX-512 kernels).
+    /// Whether the linears of level `level` take these products: at the AVX2 level. The AVX-512
+    /// levels keep the `gemm` crate's AVX-512 kernels for them, 5-10 % faster than
+    /// [`Micro::Avx512`] on ViT-L's linears on an Intel Xeon (`cpu family 6`, 2026-12-02,
+    /// `examples/encoder_bench.rs`, six runs); attention takes [`Micro::Avx512`] there.
     pub fn available(level: Isa) -> bool {
-        super::planes::Pointwise::available(level)
+        Micro::at(level) == Some(Micro::Avx2)
     }
 
-    /// B with element (c, j) at `src[c · rs + j · cs]`.
+    /// B with element (c, j) at `src[c · rs + j · cs]`, for this thread's level
+    /// (`isa::current`); where it has no kernel (never asked: see [`Micro::at`]), the AVX2
+    /// layout, which no product reads.
     pub fn new(src: &[f32], k: usize, n: usize, rs: usize, cs: usize) -> Self {
-        let np = n.div_ceil(16);
-        let mut words = vec![0f32; k * np * 16];
-        for c0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - c0);
-            let slice = &mut words[c0 * np * 16..][..kc * np * 16];
-            for (p, panel) in slice.chunks_exact_mut(kc * 16).enumerate() {
-                let nv = 16.min(n - 16 * p);
+        Self::for_micro(Micro::at(isa::current()).unwrap_or(Micro::Avx2), src, k, n, rs, cs)
+    }
+
+    /// [`Panels::new`] for kernel `micro`.
+    pub fn for_micro(micro: Micro, src: &[f32], k: usize, n: usize, rs: usize, cs: usize) -> Self {
+        let (w, kcs) = (micro.cols(), micro.kc());
+        let np = n.div_ceil(w);
+        let mut words = Lines::zeros(k * np * w);
+        for c0 in (0..k).step_by(kcs) {
+            let kc = kcs.min(k - c0);
+            let slice = &mut words[c0 * np * w..][..kc * np * w];
+            for (p, panel) in slice.chunks_exact_mut(kc * w).enumerate() {
+                let nv = w.min(n - w * p);
                 // Along whichever of B's dimensions is contiguous in `src`.
                 if cs == 1 {
-                    for (c, dst) in panel.chunks_exact_mut(16).enumerate() {
-                        dst[..nv].copy_from_slice(&src[(c0 + c) * rs + 16 * p..][..nv]);
+                    for (c, dst) in panel.chunks_exact_mut(w).enumerate() {
+                        dst[..nv].copy_from_slice(&src[(c0 + c) * rs + w * p..][..nv]);
                     }
                 } else {
                     for jj in 0..nv {
-                        let col = (16 * p + jj) * cs;
+                        let col = (w * p + jj) * cs;
                         for c in 0..kc {
-                            panel[c * 16 + jj] = src[(c0 + c) * rs + col];
+                            panel[c * w + jj] = src[(c0 + c) * rs + col];
                         }
                     }
                 }
             }
         }
-        Self { words, k, n }
+        Self { words, k, n, micro }
+    }
+
+    /// The kernel these panels are laid out for.
+    pub fn micro(&self) -> Micro {
+        self.micro
     }
 
     /// Panel p's rows of the slice starting at c0 (`kc` long).
     fn slice(&self, c0: usize, kc: usize, p: usize) -> *const f32 {
-        self.words[(c0 * self.n.div_ceil(16) + p * kc) * 16..].as_ptr()
+        let w = self.micro.cols();
+        self.words[(c0 * self.n.div_ceil(w) + p * kc) * w..].as_ptr()
     }
 }
 
@@ -78,92 +167,82 @@ impl Panels {
 /// `rs` 1 for columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
 ///
 /// # Safety
-/// Call only where [`Panels::available`] held for the level the panels were built at (the CPU
-/// has AVX2 and FMA). `a` holds every (i, c) for i < m, c < k, `c` m rows of n writable floats
-/// `ldc` apart, `bias` (when given) n floats.
+/// `b` was built for a [`Micro`] of this CPU (one [`Micro::at`] gave). `a` holds every (i, c) for i < m, c < k, `c` m rows of n writable floats `ldc`
+/// apart, `bias` (when given) n floats.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Panels, bias: Option<&[f32]>, c: *mut f32, ldc: usize, pack: &mut Vec<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use super::conv3x3::avx2::{kernel, row_tiles};
-        let (k, n) = (b.k, b.n);
-        if let Some(bias) = bias {
-            assert!(bias.len() >= n, "sgemm: bias of {} for {n} columns", bias.len());
-        }
-        if m == 0 || n == 0 {
-            return;
-        }
-        let tiles = row_tiles(m);
-        for c0 in (0..k.max(1)).step_by(KC) {
-            let kc = KC.min(k - c0);
-            // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r.
-            pack.resize(m * kc, 0.0);
-            for t in tiles.windows(2) {
-                let (r0, rows) = (t[0], t[1] - t[0]);
-                let dst = &mut pack[r0 * kc..][..rows * kc];
-                if rs == 1 {
-                    // A's columns in memory: each c's rows side by side already, copied at a
-                    // length known to the compiler (a call to memmove per ≤ 6 floats took 8 %
-                    // of attention).
-                    macro_rules! columns {
-                        ($($r:literal)*) => {
-                            match rows {
-                                $($r => for (cc, d) in dst.chunks_exact_mut($r).enumerate() {
-                                    let d: &mut [f32; $r] = d.try_into().expect("a tile's rows");
-                                    *d = *(a.add(r0 + (c0 + cc) * cs) as *const [f32; $r]);
-                                },)*
-                                _ => unreachable!("tiles have 1 to 6 rows"),
-                            }
-                        };
-                    }
-                    columns!(1 2 3 4 5 6);
-                } else {
-                    for r in 0..rows {
-                        for cc in 0..kc {
-                            dst[cc * rows + r] = *a.add((r0 + r) * rs + (c0 + cc) * cs);
+    let (k, n, micro) = (b.k, b.n, b.micro);
+    let (w, kcs) = (micro.cols(), micro.kc());
+    if let Some(bias) = bias {
+        assert!(bias.len() >= n, "sgemm: bias of {} for {n} columns", bias.len());
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    let tiles = micro.row_tiles(m);
+    for c0 in (0..k.max(1)).step_by(kcs) {
+        let kc = kcs.min(k - c0);
+        // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r.
+        pack.resize(m * kc, 0.0);
+        for t in tiles.windows(2) {
+            let (r0, rows) = (t[0], t[1] - t[0]);
+            let dst = &mut pack[r0 * kc..][..rows * kc];
+            if rs == 1 {
+                // A's columns in memory: each c's rows side by side already, copied at a
+                // length known to the compiler (a call to memmove per ≤ 6 floats took 8 %
+                // of attention).
+                macro_rules! columns {
+                    ($($r:literal)*) => {
+                        match rows {
+                            $($r => for (cc, d) in dst.chunks_exact_mut($r).enumerate() {
+                                let d: &mut [f32; $r] = d.try_into().expect("a tile's rows");
+                                *d = *(a.add(r0 + (c0 + cc) * cs) as *const [f32; $r]);
+                            },)*
+                            _ => unreachable!("tiles have 1 to 14 rows"),
                         }
+                    };
+                }
+                columns!(1 2 3 4 5 6 7 8 9 10 11 12 13 14);
+            } else {
+                for r in 0..rows {
+                    for cc in 0..kc {
+                        dst[cc * rows + r] = *a.add((r0 + r) * rs + (c0 + cc) * cs);
                     }
                 }
             }
-            for p in 0..n.div_ceil(16) {
-                let panel = b.slice(c0, kc, p) as *const u32;
-                let nv = (n - 16 * p).min(16);
-                for t in tiles.windows(2) {
-                    let (r0, rows) = (t[0], t[1] - t[0]);
-                    let out = c.add(r0 * ldc + 16 * p);
-                    // The first slice adds the bias row (or nothing); the next ones what the
-                    // slices before left in C.
-                    let (add, add_ld) = match (c0, bias) {
-                        (0, Some(bias)) => (bias.as_ptr().add(16 * p), 0),
-                        (0, None) => (std::ptr::null(), 0),
-                        _ => (out as *const f32, ldc),
-                    };
-                    kernel(rows, pack.as_ptr().add(r0 * kc), &[panel], 16, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv);
-                }
+        }
+        for p in 0..n.div_ceil(w) {
+            let panel = b.slice(c0, kc, p);
+            let nv = (n - w * p).min(w);
+            for t in tiles.windows(2) {
+                let (r0, rows) = (t[0], t[1] - t[0]);
+                let out = c.add(r0 * ldc + w * p);
+                // The first slice adds the bias row (or nothing); the next ones what the
+                // slices before left in C.
+                let (add, add_ld) = match (c0, bias) {
+                    (0, Some(bias)) => (bias.as_ptr().add(w * p), 0),
+                    (0, None) => (std::ptr::null(), 0),
+                    _ => (out as *const f32, ldc),
+                };
+                micro.kernel(rows, pack.as_ptr().add(r0 * kc), panel, w, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv);
             }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a, rs, cs, m, b, bias, c, ldc, pack);
 }
 
 /// y (m × n) = x (m × k) · B + bias on every thread, in tasks of whole row tiles.
 ///
 /// # Safety
-/// As [`product`]: only where [`Panels::available`] held when `b` was built.
+/// As [`product`].
 pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32]) -> Vec<f32> {
     let (k, n) = (b.k, b.n);
     assert!(x.len() >= m * k && bias.len() >= n, "sgemm: operand sizes");
     let mut y: Vec<f32> = Vec::with_capacity(m * n);
-    #[cfg(target_arch = "x86_64")]
-    let tiles = super::conv3x3::avx2::row_tiles(m);
-    // Elsewhere `Panels::available` never holds and this is not called; one task if it were.
-    #[cfg(not(target_arch = "x86_64"))]
-    let tiles = vec![0, m];
+    let tiles = b.micro.row_tiles(m);
     let nt = tiles.len() - 1;
     // At least one task per thread, each at most MC rows, the tiles spread evenly.
     let threads = rayon::current_num_threads().max(1);
-    let tasks = nt.div_ceil(MC / 6).div_ceil(threads).max(1) * threads;
+    let tasks = nt.div_ceil((MC / b.micro.rows()).max(1)).div_ceil(threads).max(1) * threads;
     let tasks = tasks.min(nt);
     let y_ptr = SendPtr(y.as_mut_ptr());
     (0..tasks).into_par_iter().for_each_init(Vec::new, |pack, i| {
@@ -181,20 +260,30 @@ mod tests {
     use super::*;
     use crate::model::cpu::{isa, test_values};
 
-    /// Products against f64 at the AVX2 level where this machine has it: m not a multiple of
-    /// the tiles, n not of the panels, k below, at and past a slice (and with two slices'
-    /// remainder), B packed from both layouts (Wᵀ read across rows and a plain row-major B),
-    /// with and without the bias row. Each entry within 1e-5 of the sum of its terms'
-    /// magnitudes.
+    /// Products against f64 with every kernel this machine has: m not a multiple of the tiles,
+    /// n not of the panels, k below, at and past a slice (and with two slices' remainder), B
+    /// packed from both layouts (Wᵀ read across rows and a plain row-major B), with and
+    /// without the bias row. Each entry within 1e-5 of the sum of its terms' magnitudes.
     #[test]
     fn products_match_reference() {
-        let level = isa::Isa::Avx2;
-        if !isa::levels().any(|l| l == level) || !isa::with_isa(level, || Panels::available(level)) {
-            eprintln!("no AVX2 direct route on this machine: skipped");
+        let micros: Vec<Micro> = isa::levels().filter_map(Micro::at).fold(Vec::new(), |mut v, m| {
+            if !v.contains(&m) {
+                v.push(m);
+            }
+            v
+        });
+        if micros.is_empty() {
+            eprintln!("no f32 kernel on this machine: skipped");
             return;
         }
+        for micro in micros {
+            products_match_reference_with(micro);
+        }
+    }
+
+    fn products_match_reference_with(micro: Micro) {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for &(m, k, n) in &[(1, 5, 3), (7, 64, 16), (13, 256, 33), (37, 300, 50), (64, 600, 64), (121, 40, 17)] {
+        for &(m, k, n) in &[(1, 5, 3), (7, 64, 16), (13, 256, 33), (37, 300, 50), (64, 600, 64), (121, 40, 17), (29, 520, 97), (15, 33, 32)] {
             let a = test_values(&mut seed, m * k);
             let w = test_values(&mut seed, n * k); // (n, k): Wᵀ is B
             let bias = test_values(&mut seed, n);
@@ -203,10 +292,10 @@ mod tests {
                 let b = if with_bias { bias[j] as f64 } else { 0.0 };
                 (terms.clone().sum::<f64>() + b, terms.map(f64::abs).sum::<f64>() + b.abs())
             };
-            let wt = isa::with_isa(level, || Panels::new(&w, k, n, 1, k));
+            let wt = Panels::for_micro(micro, &w, k, n, 1, k);
             // The same B given row-major (k × n).
             let b_rows: Vec<f32> = (0..k).flat_map(|c| (0..n).map(move |j| (c, j))).map(|(c, j)| w[j * k + c]).collect();
-            let rm = isa::with_isa(level, || Panels::new(&b_rows, k, n, n, 1));
+            let rm = Panels::for_micro(micro, &b_rows, k, n, n, 1);
             for (label, panels) in [("wt", &wt), ("rows", &rm)] {
                 let mut pack = Vec::new();
                 // Rows of ldc = n + 3: columns past n stay as they were.
@@ -217,16 +306,16 @@ mod tests {
                 let at: Vec<f32> = (0..k).flat_map(|cc| (0..m).map(move |i| (i, cc))).map(|(i, cc)| a[i * k + cc]).collect();
                 let mut ct = vec![7f32; m * ldc];
                 unsafe { product(at.as_ptr(), (1, m), m, panels, None, ct.as_mut_ptr(), ldc, &mut pack) };
-                assert_eq!(c, ct, "{label} m={m} k={k} n={n}: A by columns");
+                assert_eq!(c, ct, "{micro:?} {label} m={m} k={k} n={n}: A by columns");
                 let y = unsafe { linear(&a, m, panels, &bias) };
                 for i in 0..m {
                     for j in 0..n {
                         let (v, mag) = want(i, j, false);
                         let got = c[i * ldc + j] as f64;
-                        assert!((got - v).abs() <= 1e-5 * mag + 1e-6, "{label} m={m} k={k} n={n} [{i},{j}]: {got} vs {v}");
+                        assert!((got - v).abs() <= 1e-5 * mag + 1e-6, "{micro:?} {label} m={m} k={k} n={n} [{i},{j}]: {got} vs {v}");
                         let (v, mag) = want(i, j, true);
                         let got = y[i * n + j] as f64;
-                        assert!((got - v).abs() <= 1e-5 * mag + 1e-6, "{label} linear m={m} k={k} n={n} [{i},{j}]: {got} vs {v}");
+                        assert!((got - v).abs() <= 1e-5 * mag + 1e-6, "{micro:?} {label} linear m={m} k={k} n={n} [{i},{j}]: {got} vs {v}");
                     }
                     assert!(c[i * ldc + n..(i + 1) * ldc].iter().all(|&v| v == 7.0), "{label} m={m} n={n}: wrote past n");
                 }

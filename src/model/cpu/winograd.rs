@@ -17,10 +17,15 @@ use rayon::prelude::*;
 
 use super::isa;
 use super::planes::Pointwise;
+use super::sgemm::Micro;
 use super::SendPtr;
 
 /// The 16 transform positions ξ = 4i + j of a tile.
 const XI: usize = 16;
+
+/// Floats between one position's block of the transformed input (and output) and the next,
+/// past the block itself: one cache line.
+const XI_PAD: usize = 16;
 
 /// Bytes of one task's transformed input and output (16 · (cin + cout) floats per tile), in
 /// L2 beside the weights streaming through.
@@ -32,6 +37,8 @@ pub struct Winograd {
     zeros: Vec<f32>,
     cin: usize,
     cout: usize,
+    /// The kernel's columns: tiles are taken in blocks of this many.
+    cols: usize,
 }
 
 impl Winograd {
@@ -43,9 +50,10 @@ impl Winograd {
         cin >= 64 && cout >= 64
     }
 
-    /// From a (cout, cin, 3, 3) weight; `None` where the AVX2 kernel is not this thread's route
-    /// ([`Pointwise::new`]).
+    /// From a (cout, cin, 3, 3) weight, for this thread's one-tap kernel (`sgemm::Micro`);
+    /// `None` where the level has none.
     pub fn new(w: &[f32], cin: usize, cout: usize) -> Option<Self> {
+        let micro = Micro::at(isa::current())?;
         // U = G g Gᵀ per (o, c), G = [[1, 0, 0], [½, ½, ½], [½, -½, ½], [0, 0, 1]], in f64.
         const G: [[f64; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
         let mut u = vec![vec![0f32; cout * cin]; XI];
@@ -65,8 +73,8 @@ impl Winograd {
                 }
             }
         }
-        let u: Option<Vec<Pointwise>> = u.iter().map(|m| Pointwise::new(m, cout, cin)).collect();
-        Some(Self { u: u?, zeros: vec![0.0; cout], cin, cout })
+        let u = u.iter().map(|m| Pointwise::for_micro(micro, m, cout, cin)).collect();
+        Some(Self { u, zeros: vec![0.0; cout], cin, cout, cols: micro.cols() })
     }
 
     /// out (cout, h, w) = bias + conv(x) [+ residual], x (cin, h, w), through a ReLU first when
@@ -79,20 +87,24 @@ impl Winograd {
             return out;
         }
         let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
-        // Tasks of whole 16-tile blocks (the kernel's columns), at most TASK_BYTES' worth and a
-        // tile row, the blocks spread evenly over a row's tasks (a padded block costs a whole one).
-        let per = (TASK_BYTES / (4 * XI * (cin + cout))).max(16) / 16;
-        let blocks = tw.div_ceil(16);
+        // Tasks of whole blocks of the kernel's columns, at most TASK_BYTES' worth and a tile
+        // row, the blocks spread evenly over a row's tasks (a padded block costs a whole one).
+        let cols = self.cols;
+        let per = (TASK_BYTES / (4 * XI * (cin + cout))).max(cols) / cols;
+        let blocks = tw.div_ceil(cols);
         let chunks = blocks.div_ceil(per);
-        let per = 16 * blocks.div_ceil(chunks);
+        let per = cols * blocks.div_ceil(chunks);
         let tasks: Vec<(usize, usize, usize)> = (0..th).flat_map(|ty| (0..chunks).map(move |k| (ty, k * per, ((k + 1) * per).min(tw))).filter(|&(_, a, b)| a < b)).collect();
         let out_ptr = SendPtr(out.as_mut_ptr());
         let level = isa::current();
         tasks.par_iter().for_each_init(Scratch::default, |s, &(ty, tx0, tx1)| {
             let n = tx1 - tx0;
-            let np = n.div_ceil(16) * 16;
-            s.v.resize(XI * cin * np, 0.0);
-            s.m.resize(XI * cout * np, 0.0);
+            let np = n.div_ceil(cols) * cols;
+            // Each position's block one cache line past a multiple of np: 16 streams a power of
+            // two apart map to one L1 set, more than its ways.
+            let (vs, ms) = (cin * np + XI_PAD, cout * np + XI_PAD);
+            s.v.resize(XI * vs, 0.0);
+            s.m.resize(XI * ms, 0.0);
             s.eo.resize(8 * (np + 1), 0.0);
             s.y.resize(4 * cout * np, 0.0);
             // The task reads 4 short row segments of every channel's plane: too many streams for
@@ -111,14 +123,14 @@ impl Winograd {
             ahead(1);
             for c in 0..cin {
                 ahead(c + 2);
-                input_tile_row(level, &x[c * h * w..][..h * w], h, w, ty, tx0, relu, &mut s.eo, &mut s.v, c * np, cin * np);
+                input_tile_row(level, &x[c * h * w..][..h * w], h, w, ty, tx0, relu, &mut s.eo, &mut s.v, c * np, vs);
             }
             for (xi, u) in self.u.iter().enumerate() {
-                // Safety: v[ξ] has cin rows of np (a multiple of 16) readable columns; m[ξ]
-                // has cout rows of np.
-                unsafe { u.product(s.v[xi * cin * np..][..cin * np].as_ptr(), np, np, &self.zeros, s.m[xi * cout * np..][..cout * np].as_mut_ptr(), np) };
+                // Safety: v[ξ] has cin rows of np (a multiple of the kernel's columns) readable
+                // columns; m[ξ] has cout rows of np.
+                unsafe { u.product(s.v[xi * vs..][..cin * np].as_ptr(), np, np, &self.zeros, s.m[xi * ms..][..cout * np].as_mut_ptr(), np) };
             }
-            transform_out(level, &s.m, np, cout, bias, &mut s.y);
+            transform_out(level, &s.m, np, ms, cout, bias, &mut s.y);
             // The tiles' pixels inside the map, with the residual.
             let (x0, nx) = (2 * tx0, (2 * n).min(w - 2 * tx0));
             for o in 0..cout {
@@ -157,9 +169,9 @@ fn prefetch(s: &[f32]) {
 
 #[derive(Default)]
 struct Scratch {
-    /// V[ξ][c][tile], rows of np.
+    /// V[ξ][c][tile], rows of np, positions `XI_PAD` floats past their blocks apart.
     v: Vec<f32>,
-    /// M[ξ][o][tile], rows of np.
+    /// M[ξ][o][tile], rows of np, likewise.
     m: Vec<f32>,
     /// The four input rows' even and odd columns.
     eo: Vec<f32>,
@@ -238,12 +250,13 @@ fn transform_in(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, x
 
 crate::model::cpu::math::dispatch! {
     /// Y = Aᵀ M A + bias for every output channel over np tiles (a multiple of 8), Aᵀ = [[1, 1,
-    /// 1, 0], [0, 1, -1, -1]], into y[o][a][2t + b] (rows of 2 · np).
-    fn transform_out / transform_out_baseline(m: &[f32], np: usize, cout: usize, bias: &[f32], y: &mut [f32]) {
+    /// 1, 0], [0, 1, -1, -1]], into y[o][a][2t + b] (rows of 2 · np); M[ξ] starts at ξ ·
+    /// `xi_stride`.
+    fn transform_out / transform_out_baseline(m: &[f32], np: usize, xi_stride: usize, cout: usize, bias: &[f32], y: &mut [f32]) {
         for (o, yo) in y.chunks_exact_mut(4 * np).enumerate().take(cout) {
             let (y0, y1) = yo.split_at_mut(2 * np);
             for t0 in (0..np).step_by(8) {
-                let ld = |xi: usize| -> [f32; 8] { m[(xi * cout + o) * np + t0..][..8].try_into().expect("8 floats") };
+                let ld = |xi: usize| -> [f32; 8] { m[xi * xi_stride + o * np + t0..][..8].try_into().expect("8 floats") };
                 // s[a][j] = (Aᵀ M)[a][j]
                 let mut s = [[[0f32; 8]; 4]; 2];
                 let [s0, s1] = &mut s;

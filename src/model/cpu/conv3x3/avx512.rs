@@ -182,3 +182,100 @@ fn masks(nv: usize) -> (__mmask16, __mmask16) {
     };
     (m0, m1)
 }
+
+/// Rows of the one-tap f32 kernel's register tile ([`one_tap`]): 14 x 2 zmm accumulators and
+/// the two B vectors, 30 of the 32 registers (the A value is an embedded broadcast).
+pub(in crate::model::cpu) const ONE_TAP_ROWS: usize = 14;
+
+/// C[mv × nv] (mv ≤ [`ONE_TAP_ROWS`], nv ≤ 32) = bias + A · B [+ add]: the AVX2 kernel's
+/// one-tap product (`super::avx2::kernel`, same packing of A: a tile's `mv` values of each
+/// inner index side by side) on 32 columns of zmm registers, for `sgemm` and `planes` at the
+/// AVX-512 levels. B's `kc` rows are `cs` floats apart, 32 readable in each; `add`'s rows
+/// `add_ld` apart (0: one row, a bias of columns, added to every row).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(in crate::model::cpu) unsafe fn one_tap(
+    mv: usize,
+    a: *const f32,
+    b: *const f32,
+    cs: usize,
+    kc: usize,
+    bias: *const f32,
+    add: *const f32,
+    add_ld: usize,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+) {
+    macro_rules! go {
+        ($($r:literal)*) => {
+            match mv {
+                $($r => one_tap_rows::<$r>(a, b, cs, kc, bias, add, add_ld, c, ldc, nv),)*
+                _ => unreachable!("one_tap: {mv} rows"),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f")]
+unsafe fn one_tap_rows<const R: usize>(
+    a: *const f32,
+    b: *const f32,
+    cs: usize,
+    kc: usize,
+    bias: *const f32,
+    add: *const f32,
+    add_ld: usize,
+    c: *mut f32,
+    ldc: usize,
+    nv: usize,
+) {
+    if !add.is_null() {
+        // The rows added at the end, requested now.
+        for r in 0..R {
+            let p = add.add(r * add_ld) as *const i8;
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+        }
+    }
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let v = _mm512_set1_ps(*bias.add(r));
+        *acc = [v, v];
+    }
+    let (mut at, mut bt) = (a, b);
+    for _ in 0..kc {
+        let b0 = _mm512_loadu_ps(bt);
+        let b1 = _mm512_loadu_ps(bt.add(16));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let ar = _mm512_set1_ps(*at.add(r));
+            acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
+        }
+        bt = bt.add(cs);
+        at = at.add(R);
+    }
+    let (m0, m1) = masks(nv);
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let cr = c.add(r * ldc);
+        if nv >= 32 {
+            if !add.is_null() {
+                let ar = add.add(r * add_ld);
+                acc[0] = _mm512_add_ps(acc[0], _mm512_loadu_ps(ar));
+                acc[1] = _mm512_add_ps(acc[1], _mm512_loadu_ps(ar.add(16)));
+            }
+            _mm512_storeu_ps(cr, acc[0]);
+            _mm512_storeu_ps(cr.add(16), acc[1]);
+        } else {
+            if !add.is_null() {
+                let ar = add.add(r * add_ld);
+                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
+                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
+            }
+            _mm512_mask_storeu_ps(cr, m0, acc[0]);
+            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
+        }
+    }
+}
