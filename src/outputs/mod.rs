@@ -28,7 +28,7 @@ use crate::infer::Prediction;
 /// An output format of `moge batch` / `moge predict` (`--format`, a comma list).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Format {
-    /// `x.npz`: the seed system's npz (points, depth, normal, mask, intrinsics, ...).
+    /// `x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...
     Npz,
     /// `x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar.
     Png,

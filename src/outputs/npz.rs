@@ -1,4 +1,4 @@
-//! The npz layout of the seed system (`save_npz`): points f32 (H,W,3), depth f32 (H,W),
+//! The npz layout of the Tenstorrent MoGe-2 server (tt-MoGe, its `save_npz`): points f32 (H,W,3), depth f32 (H,W),
 //! normal f32 (H,W,3) when present (or f16, [`NormalDtype`], as the Tenstorrent server sends
 //! it), mask u8 (H,W) 1 = valid, intrinsics f32 (3,3) normalised, intrinsics_pixels f32 (3,3),
 //! metric_scale / fov_x / fov_y f32 scalars (degrees).

@@ -1,4 +1,4 @@
-//! The seed system's PNG encodings: `x.depth.png` 16-bit gray, metres = value × scale,
+//! The PNG encodings of the Tenstorrent MoGe-2 server (tt-MoGe): `x.depth.png` 16-bit gray, metres = value × scale,
 //! 0 = invalid; `x.normal.png` 8-bit RGB with n = v/255·2 − 1; `x.mask.png` 8-bit gray,
 //! 255 = valid.
 
