@@ -24,15 +24,6 @@ pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usiz
     }
 }
 
-/// out (m × n) += x (m × k) · wᵀ with w given as (n × k): a linear layer on PyTorch's
-/// (out, in) weight, read in place through strides.
-pub(crate) fn gemm_into_bt(out: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, n: usize) {
-    let threads = rayon::current_num_threads().max(1);
-    unsafe {
-        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, true, x.as_ptr(), 1, k as isize, w.as_ptr(), k as isize, 1, 1.0, 1.0, false, false, false, gemm::Parallelism::Rayon(threads));
-    }
-}
-
 /// out (m × n) += w (m × k) · x (k × n), in bf16 when the weight was packed for it.
 fn weights_times(out: &mut [f32], w: &[f32], packed: Option<&PackedA>, x: &[f32], m: usize, k: usize, n: usize) {
     match packed {
