@@ -183,8 +183,8 @@ fn masks(nv: usize) -> (__mmask16, __mmask16) {
     (m0, m1)
 }
 
-/// Rows of the one-tap f32 kernel's register tile ([`one_tap`]): 14 x 2 zmm accumulators and
-/// the two B vectors, 30 of the 32 registers (the A value is an embedded broadcast).
+/// Rows of the one-tap f32 kernel's register tile ([`one_tap`]): 14 x 2 zmm accumulators, the
+/// two B vectors and the broadcast A value, 31 of the 32 registers.
 pub(in crate::model::cpu) const ONE_TAP_ROWS: usize = 14;
 
 /// C[mv × nv] (mv ≤ [`ONE_TAP_ROWS`], nv ≤ 32) = bias + A · B [+ add]: the AVX2 kernel's
@@ -232,19 +232,7 @@ unsafe fn one_tap_rows<const R: usize>(
     ldc: usize,
     nv: usize,
 ) {
-    if !add.is_null() {
-        // The rows added at the end, requested now.
-        for r in 0..R {
-            let p = add.add(r * add_ld) as *const i8;
-            _mm_prefetch::<_MM_HINT_T0>(p);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-        }
-    }
-    let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    for (r, acc) in acc.iter_mut().enumerate() {
-        let v = _mm512_set1_ps(*bias.add(r));
-        *acc = [v, v];
-    }
+    let mut acc = start!(R, bias, add, add_ld);
     let (mut at, mut bt) = (a, b);
     for _ in 0..kc {
         let b0 = _mm512_loadu_ps(bt);
