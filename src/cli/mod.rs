@@ -177,8 +177,9 @@ pub struct ModelArgs {
     /// Branch, tag or commit of the published model's repo.
     #[arg(long, value_name = "REV", default_value = crate::hub::DEFAULT_REVISION, conflicts_with = "weights")]
     pub revision: String,
-    /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU with AVX512-BF16 (every
-    /// output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity.
+    /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats
+    /// f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32;
+    /// f32 for number-for-number parity.
     #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
     /// Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees
@@ -197,21 +198,21 @@ fn model_names() -> clap::builder::PossibleValuesParser {
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
-    /// bf16 where the CPU runs it natively, else f32.
+    /// bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32.
     Auto,
     /// Exact float32, the parity reference.
     F32,
-    /// bf16 products with f32 accumulation (AVX512-BF16 CPUs: several times faster).
+    /// bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel's, slower than f32).
     Bf16,
 }
 
 impl Precision {
     /// The arithmetic on `device`: auto is bf16 products (f32 accumulation, f32 between
     /// products) on a GPU and on a CPU whose route computes bf16 products natively (not under
-    /// `MOGE_MAX_CPU_ISA` below avx512bf16), else f32.
+    /// `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32 (`bf16::pays`), else f32.
     pub fn resolve(self, device: &crate::Device) -> crate::model::Precision {
         match self {
-            Precision::Auto if !device.is_cpu() || crate::model::cpu::bf16::native() => crate::model::Precision::Bf16,
+            Precision::Auto if !device.is_cpu() || crate::model::cpu::bf16::pays() => crate::model::Precision::Bf16,
             Precision::Auto | Precision::F32 => crate::model::Precision::F32,
             Precision::Bf16 => crate::model::Precision::Bf16,
         }

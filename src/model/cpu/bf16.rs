@@ -58,10 +58,19 @@ pub fn route(level: Isa) -> Isa {
     }
 }
 
-/// Whether bf16 products run natively on this thread's route ([`isa::current`]): what
-/// `--precision auto` picks bf16 for.
+/// Whether bf16 products run natively on this thread's route ([`isa::current`]).
 pub fn native() -> bool {
     route(isa::current()) == Isa::Avx512Bf16
+}
+
+/// Whether they also run faster than f32's: what `--precision auto` picks bf16 for. Not on
+/// Intel's cores: on an Intel Xeon with AVX512-BF16 this GEMM ran at 0.51-0.76x the `gemm`
+/// crate's f32 on every shape of `examples/bf16_bench.rs` (85 against 137 GFLOP/s on one
+/// thread), and a ViT-S image took 4.71 s in bf16 against 2.69 s in f32 (PERFORMANCE.md, step
+/// 23), where AMD's Zen 5 runs it at 3.6-3.9x f32. Taken for every Intel CPU until one is
+/// measured otherwise; `--precision bf16` still asks for it.
+pub fn pays() -> bool {
+    native() && !isa::intel()
 }
 
 /// f32 → bf16 bits, round-to-nearest-even, denormals flushed to signed zero and NaN kept quiet:

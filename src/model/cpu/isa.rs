@@ -88,6 +88,28 @@ fn detect() -> Isa {
     Isa::Portable
 }
 
+/// Whether this CPU is Intel's (cpuid's vendor string `GenuineIntel`), probed once.
+pub fn intel() -> bool {
+    static INTEL: OnceLock<bool> = OnceLock::new();
+    *INTEL.get_or_init(|| vendor() == *b"GenuineIntel")
+}
+
+/// cpuid's 12-byte vendor string (zeros off x86-64).
+pub fn vendor() -> [u8; 12] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 0 exists on every x86-64 CPU.
+        let r = std::arch::x86_64::__cpuid(0);
+        let mut v = [0u8; 12];
+        for (i, w) in [r.ebx, r.edx, r.ecx].into_iter().enumerate() {
+            v[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        v
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    [0u8; 12]
+}
+
 /// What `MOGE_MAX_CPU_ISA` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cap {
@@ -174,6 +196,15 @@ mod tests {
         assert_eq!(Isa::from_name(" AVX2 "), Some(Isa::Avx2));
         assert_eq!(Isa::from_name("sse4"), None);
         assert_eq!(Isa::names(), "avx512bf16|avx512|avx2|portable");
+    }
+
+    #[test]
+    fn the_vendor_is_read() {
+        let v = vendor();
+        if cfg!(target_arch = "x86_64") {
+            assert!(v.iter().all(|b| b.is_ascii_graphic() || *b == b' '), "{v:?}");
+        }
+        assert_eq!(intel(), &v == b"GenuineIntel");
     }
 
     #[test]
