@@ -17,7 +17,8 @@ pub use v2::{Model, Prepared, RawOutput, Stages};
 
 /// Arithmetic of the network's matrix products. Weights, activations and every other op stay
 /// in f32; `Bf16` rounds the two inputs of each large product (linears, convolutions) to bf16 and
-/// accumulates in f32, which is where AVX512-BF16 CPUs are 2-4x faster.
+/// accumulates in f32, which is where AMD's AVX512-BF16 CPUs are 2-4x faster (Intel's are
+/// slower than in f32: `cpu::bf16::pays`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
     #[default]

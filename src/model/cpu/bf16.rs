@@ -662,6 +662,20 @@ mod avx512bf16;
 mod tests {
     use super::*;
 
+    /// `--precision auto` on the CPU is bf16 exactly where its products are native and the CPU
+    /// is not Intel's (where they ran slower than f32), at every level this machine has.
+    #[test]
+    fn auto_is_bf16_only_where_it_pays() {
+        for level in isa::levels() {
+            isa::with_isa(level, || {
+                let auto = crate::cli::Precision::Auto.resolve(&crate::Device::Cpu);
+                let bf16 = level == Isa::Avx512Bf16 && !isa::intel();
+                assert_eq!(pays(), bf16, "{level}");
+                assert_eq!(auto == crate::model::Precision::Bf16, bf16, "{level}: auto is {auto:?}");
+            });
+        }
+    }
+
     /// Small deterministic generator (xorshift), values in [-1, 1).
     struct Rng(u64);
     impl Rng {
