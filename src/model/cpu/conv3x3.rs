@@ -374,7 +374,7 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // In the AVX2 kernel's row tiles, each tile's weights interleaved (`avx2::packed_index`).
-        let b = avx2::row_tiles(cout);
+        let b = super::sgemm::Micro::Avx2.row_tiles(cout);
         for tile in b.windows(2) {
             let (o0, rows) = (tile[0], tile[1] - tile[0]);
             let block = &mut words[o0 * 9 * kc..][..rows * 9 * kc];
@@ -534,11 +534,11 @@ unsafe fn direct_tile(
         let hw = h * w;
         // Output channels in blocks whose weights stay in L2 beside the slab, each block cut into
         // row panels of equal height: ≤ 6 rows on AVX2 (the tiles its weights were packed in,
-        // `avx2::row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16 or 32
+        // `Micro::Avx2.row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16 or 32
         // pixels at a time.
         let avx2 = d.isa == Isa::Avx2;
         let blocks: Vec<Vec<(usize, usize)>> = if avx2 {
-            let b = avx2::row_tiles(cout);
+            let b = super::sgemm::Micro::Avx2.row_tiles(cout);
             let tiles = b.len() - 1;
             let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
             (0..nb).map(|blk| (tiles * blk / nb..tiles * (blk + 1) / nb).map(|t| (b[t], b[t + 1])).collect()).collect()

@@ -20,6 +20,11 @@ use super::{Lines, SendPtr};
 /// Rows per task at most: the task's packed A slice (≤ MC × KC floats) stays in L2.
 const MC: usize = 120;
 
+/// Inner-dimension values per slice: a panel's slice (16 KiB at 16 columns, 32 KiB at 32)
+/// stays in L1 beside the row tile being read. At 32 columns, 128 / 384 / 512 / 1024 were no
+/// faster on an Intel Xeon with 48 KiB of L1 (`examples/encoder_bench.rs`, ViT-L).
+const KC: usize = 256;
+
 /// The kernel's per-row bias: zero (a linear's bias is a row added to every row instead).
 static ZEROS: [f32; 16] = [0.0; 16];
 
@@ -45,11 +50,15 @@ impl Micro {
 
     /// Rows of a full register tile.
     pub fn rows(self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        match self {
+            Micro::Avx2 => super::conv3x3::avx2::ROWS,
+            Micro::Avx512 => super::conv3x3::avx512::ONE_TAP_ROWS,
+        }
+        // No kernel off x86-64 (`Micro::at` gives none): any height packs and is never read.
+        #[cfg(not(target_arch = "x86_64"))]
         match self {
             Micro::Avx2 => 6,
-            #[cfg(target_arch = "x86_64")]
-            Micro::Avx512 => super::conv3x3::avx512::ONE_TAP_ROWS,
-            #[cfg(not(target_arch = "x86_64"))]
             Micro::Avx512 => 14,
         }
     }
@@ -60,13 +69,6 @@ impl Micro {
             Micro::Avx2 => 16,
             Micro::Avx512 => 32,
         }
-    }
-
-    /// Inner-dimension values per slice: a panel's slice (16 KiB at 16 columns, 32 KiB at 32)
-    /// stays in L1 beside the row tile being read. At 32 columns, 128 / 384 / 512 / 1024 were
-    /// no faster on an Intel Xeon with 48 KiB of L1 (`examples/encoder_bench.rs`, ViT-L).
-    fn kc(self) -> usize {
-        256
     }
 
     /// m rows in tiles of ≤ [`Micro::rows`] rows of equal height (a short tail tile would run
@@ -124,11 +126,11 @@ impl Panels {
 
     /// [`Panels::new`] for kernel `micro`.
     pub fn for_micro(micro: Micro, src: &[f32], k: usize, n: usize, rs: usize, cs: usize) -> Self {
-        let (w, kcs) = (micro.cols(), micro.kc());
+        let w = micro.cols();
         let np = n.div_ceil(w);
         let mut words = Lines::zeros(k * np * w);
-        for c0 in (0..k).step_by(kcs) {
-            let kc = kcs.min(k - c0);
+        for c0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - c0);
             let slice = &mut words[c0 * np * w..][..kc * np * w];
             for (p, panel) in slice.chunks_exact_mut(kc * w).enumerate() {
                 let nv = w.min(n - w * p);
@@ -150,11 +152,6 @@ impl Panels {
         Self { words, k, n, micro }
     }
 
-    /// The kernel these panels are laid out for.
-    pub fn micro(&self) -> Micro {
-        self.micro
-    }
-
     /// Panel p's rows of the slice starting at c0 (`kc` long).
     fn slice(&self, c0: usize, kc: usize, p: usize) -> *const f32 {
         let w = self.micro.cols();
@@ -167,12 +164,12 @@ impl Panels {
 /// `rs` 1 for columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
 ///
 /// # Safety
-/// `b` was built for a [`Micro`] of this CPU (one [`Micro::at`] gave). `a` holds every (i, c) for i < m, c < k, `c` m rows of n writable floats `ldc`
-/// apart, `bias` (when given) n floats.
+/// `b` was built for a [`Micro`] of this CPU (one [`Micro::at`] gave). `a` holds every (i, c)
+/// for i < m, c < k, `c` m rows of n writable floats `ldc` apart, `bias` (when given) n floats.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Panels, bias: Option<&[f32]>, c: *mut f32, ldc: usize, pack: &mut Vec<f32>) {
     let (k, n, micro) = (b.k, b.n, b.micro);
-    let (w, kcs) = (micro.cols(), micro.kc());
+    let w = micro.cols();
     if let Some(bias) = bias {
         assert!(bias.len() >= n, "sgemm: bias of {} for {n} columns", bias.len());
     }
@@ -180,8 +177,8 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
         return;
     }
     let tiles = micro.row_tiles(m);
-    for c0 in (0..k.max(1)).step_by(kcs) {
-        let kc = kcs.min(k - c0);
+    for c0 in (0..k.max(1)).step_by(KC) {
+        let kc = KC.min(k - c0);
         // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r.
         pack.resize(m * kc, 0.0);
         for t in tiles.windows(2) {

@@ -12,15 +12,8 @@
 use core::arch::x86_64::*;
 
 /// Rows (output channels) of one register tile: 6 x 2 ymm accumulators, two slab vectors and
-/// a broadcast weight: 15 of the 16 registers.
-const ROWS: usize = 6;
-
-/// Output channels in tiles of ≤ 6 rows, of equal height (a 2-row tail would run
-/// latency-bound): tile t is rows [b[t], b[t + 1]).
-pub(in crate::model::cpu) fn row_tiles(cout: usize) -> Vec<usize> {
-    let tiles = cout.div_ceil(ROWS).max(1);
-    (0..=tiles).map(|t| cout * t / tiles).collect()
-}
+/// a broadcast weight: 15 of the 16 registers (`sgemm::Micro::row_tiles` cuts rows in these).
+pub(in crate::model::cpu) const ROWS: usize = 6;
 
 /// Where weight (row r of a tile of `rows` rows, tap t, channel c) sits in a tile's packed
 /// block: the tile's weights for one (tap, channel) side by side, read in one stream.
