@@ -142,7 +142,7 @@ unsafe fn transposed(k: &Pointwise, v: &Panels, qt: &[f32], ldq: usize, bq: usiz
     sums.resize(bqp, 0.0);
     k.product(qt.as_ptr(), ldq, bqp, zeros, scores.as_mut_ptr(), bqp);
     softmax_columns(level, scores, bqp, scale, sums);
-    sgemm::product(scores.as_ptr(), (1, bqp), bq, v, None, dst, d, pack);
+    sgemm::product(scores.as_ptr(), (1, bqp), bq, v, None, None, dst, d, pack);
     for (i, &z) in sums.iter().enumerate().take(bq) {
         let inv = 1.0 / z;
         std::slice::from_raw_parts_mut(dst.add(i * d), hd).iter_mut().for_each(|o| *o *= inv);

@@ -25,7 +25,7 @@ pub enum F32Weight {
     /// PyTorch's (out, in) weight, shared with the model's tensor (no transposed copy), for
     /// the `gemm` crate.
     Tensor(candle_core::Tensor),
-    /// Wᵀ in 16-column panels for the AVX2 route ([`sgemm`]), packed where
+    /// Wᵀ in the one-tap kernel's column panels ([`sgemm`]), packed where
     /// [`Panels::available`] held at load; the model keeps no other copy.
     Panels(Arc<Panels>),
 }
@@ -64,8 +64,13 @@ impl CustomOp1 for LinearOp {
                 gemm_bf16(x, n, d_in, d_in, p, &mut y, self.d_out, true, rayon::current_num_threads().max(1));
                 y
             }
-            // Safety: the panels exist only where their route was available at load.
-            (None, F32Weight::Panels(p)) => unsafe { sgemm::linear(x, n, p, &self.bias) },
+            // Safety: the panels exist only where their route was available at load. GELU on
+            // each tile as the product finishes it.
+            (None, F32Weight::Panels(p)) => {
+                let gelu = (self.epilogue == Epilogue::BiasGelu).then_some(self.isa);
+                let y = unsafe { sgemm::linear(x, n, p, &self.bias, gelu) };
+                return Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))));
+            }
             (None, F32Weight::Tensor(t)) => {
                 // The product written over unset memory, then the bias (and GELU) in one pass,
                 // instead of zeroing it, filling it with the bias rows and having the product read
@@ -151,7 +156,7 @@ mod tests {
     use crate::model::cpu::{isa, test_values};
     use candle_core::{Device, Tensor};
 
-    /// Both f32 weights (the tensor for the `gemm` crate, the panels of the AVX2 route where
+    /// Both f32 weights (the tensor for the `gemm` crate, the one-tap kernel's panels where
     /// this machine has it) with each epilogue against f64, at every level: 37 rows, widths not
     /// a multiple of 16, an inner dimension past one slice.
     #[test]

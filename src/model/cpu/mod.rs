@@ -69,9 +69,11 @@ pub fn route(precision: super::Precision) -> Route {
             None => "im2col".to_owned(),
         },
         products: match (bf16, bf16::route(level)) {
-            (false, _) if sgemm::Panels::available(level) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
-            (false, _) if sgemm::Micro::at(level).is_some() => "f32 gemm crate (linears), own avx512 kernel (attention, 1x1/transposed)".to_owned(),
-            (false, _) => "f32 gemm crate (its own SIMD choice)".to_owned(),
+            (false, _) => match sgemm::Micro::at(level) {
+                Some(sgemm::Micro::Avx2) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
+                Some(sgemm::Micro::Avx512) => "f32 own avx512 kernel (linears, attention, 1x1/transposed)".to_owned(),
+                None => "f32 gemm crate (its own SIMD choice)".to_owned(),
+            },
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
         },

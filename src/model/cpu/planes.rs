@@ -103,7 +103,7 @@ impl Pointwise {
         for t in 0..b.len() - 1 {
             let (r0, r1) = (b[t], b[t + 1]);
             for x0 in (0..n).step_by(w) {
-                self.micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), x.add(x0), cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(w));
+                self.micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), x.add(x0), cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(w), (std::ptr::null(), 0));
             }
         }
     }
@@ -145,7 +145,7 @@ impl Pointwise {
                         // Safety: a `Micro` exists only for a kernel this CPU has; `tap` has `w`
                         // readable columns per channel; tasks write disjoint columns of `out`,
                         // every (row, column) exactly once.
-                        unsafe { micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * k), tap, cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv) };
+                        unsafe { micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * k), tap, cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv, (std::ptr::null(), 0)) };
                     }
                 }
             }

@@ -80,21 +80,22 @@ impl Micro {
 
     /// C[mv × nv] = bias + A · B [+ add]: `a` one tile's packed values (`mv` side by side per
     /// inner index), B `kc` rows `cs` floats apart with [`Micro::cols`] readable in each, `add`
-    /// rows `add_ld` apart (0: one row added to every row).
+    /// rows `add_ld` apart (0: one row added to every row); `pf`: `pf.1` lines of 16 floats
+    /// from `pf.0` requested into L2, one per inner index (those past `kc` are not).
     ///
     /// # Safety
     /// The CPU has this kernel's instructions (a `Micro` comes from [`Micro::at`], which gives
     /// only those); every pointer covers what it says.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(in crate::model::cpu) unsafe fn kernel(self, mv: usize, a: *const f32, b: *const f32, cs: usize, kc: usize, bias: *const f32, add: *const f32, add_ld: usize, c: *mut f32, ldc: usize, nv: usize) {
+    pub(in crate::model::cpu) unsafe fn kernel(self, mv: usize, a: *const f32, b: *const f32, cs: usize, kc: usize, bias: *const f32, add: *const f32, add_ld: usize, c: *mut f32, ldc: usize, nv: usize, pf: (*const f32, usize)) {
         #[cfg(target_arch = "x86_64")]
         match self {
-            Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv),
-            Micro::Avx512 => super::conv3x3::avx512::one_tap(mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv),
+            Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
+            Micro::Avx512 => super::conv3x3::avx512::one_tap(mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv);
+        let _ = (mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf);
     }
 }
 
@@ -109,12 +110,11 @@ pub struct Panels {
 }
 
 impl Panels {
-    /// Whether the linears of level `level` take these products: at the AVX2 level. The AVX-512
-    /// levels keep the `gemm` crate's AVX-512 kernels for them, 5-10 % faster than
-    /// [`Micro::Avx512`] on ViT-L's linears on an Intel Xeon (`cpu family 6`, 2026-12-02,
-    /// `examples/encoder_bench.rs`, six runs); attention takes [`Micro::Avx512`] there.
+    /// Whether the linears of level `level` take these products: wherever it has a kernel. At
+    /// AVX-512 the `gemm` crate's kernels were 5-10 % faster on ViT-L's linears until the next
+    /// panel was fetched ahead and fc1's GELU done on each finished tile (`product`).
     pub fn available(level: Isa) -> bool {
-        Micro::at(level) == Some(Micro::Avx2)
+        Micro::at(level).is_some()
     }
 
     /// B with element (c, j) at `src[c · rs + j · cs]`, for this thread's level
@@ -159,7 +159,8 @@ impl Panels {
     }
 }
 
-/// C (m × n) = A · B [+ bias, a row of n added to every row] on this thread: A's (i, c) at
+/// C (m × n) = A · B [+ bias, a row of n added to every row] [then GELU at level `gelu`] on
+/// this thread: A's (i, c) at
 /// `a[i · rs + c · cs]` (k = `b`'s inner dimension values per row: `cs` 1 for rows in memory,
 /// `rs` 1 for columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
 ///
@@ -167,7 +168,7 @@ impl Panels {
 /// `b` was built for a [`Micro`] of this CPU (one [`Micro::at`] gave). `a` holds every (i, c)
 /// for i < m, c < k, `c` m rows of n writable floats `ldc` apart, `bias` (when given) n floats.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Panels, bias: Option<&[f32]>, c: *mut f32, ldc: usize, pack: &mut Vec<f32>) {
+pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Panels, bias: Option<&[f32]>, gelu: Option<Isa>, c: *mut f32, ldc: usize, pack: &mut Vec<f32>) {
     let (k, n, micro) = (b.k, b.n, b.micro);
     let w = micro.cols();
     if let Some(bias) = bias {
@@ -201,6 +202,11 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
                 }
                 columns!(1 2 3 4 5 6 7 8 9 10 11 12 13 14);
             } else {
+                #[cfg(target_arch = "x86_64")]
+                if micro == Micro::Avx512 && cs == 1 && rs.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
+                    super::conv3x3::avx512::pack_rows(rows, a.add(r0 * rs + c0), rs, kc, dst.as_mut_ptr());
+                    continue;
+                }
                 for r in 0..rows {
                     for cc in 0..kc {
                         dst[cc * rows + r] = *a.add((r0 + r) * rs + (c0 + cc) * cs);
@@ -208,10 +214,23 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
                 }
             }
         }
-        for p in 0..n.div_ceil(w) {
+        let np = n.div_ceil(w);
+        let nt = tiles.len() - 1;
+        for p in 0..np {
             let panel = b.slice(c0, kc, p);
             let nv = (n - w * p).min(w);
-            for t in tiles.windows(2) {
+            // The next panel's slice requested into L2, a share per row tile, one line per
+            // inner index by the kernel: read cold by a task's first tile, it came from L3 at
+            // the pace of the kernel's loads. ViT-L's linears a block (`examples/encoder_bench.rs`,
+            // Intel Xeon): 251 -> 218 ms at AVX-512 with the requests all made before each tile,
+            // 218 -> 196 with them spread through it; 369 -> 358 ms at AVX2.
+            let lines = kc * w / 16;
+            let next = (p + 1 < np).then(|| b.slice(c0, kc, p + 1));
+            for (ti, t) in tiles.windows(2).enumerate() {
+                let pf = match next {
+                    Some(next) => (next.add(16 * (lines * ti / nt)), lines * (ti + 1) / nt - lines * ti / nt),
+                    None => (std::ptr::null(), 0),
+                };
                 let (r0, rows) = (t[0], t[1] - t[0]);
                 let out = c.add(r0 * ldc + w * p);
                 // The first slice adds the bias row (or nothing); the next ones what the
@@ -221,17 +240,24 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
                     (0, None) => (std::ptr::null(), 0),
                     _ => (out as *const f32, ldc),
                 };
-                micro.kernel(rows, pack.as_ptr().add(r0 * kc), panel, w, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv);
+                micro.kernel(rows, pack.as_ptr().add(r0 * kc), panel, w, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv, pf);
+                // GELU on the finished tile while it is in L1.
+                if let (Some(level), true) = (gelu, c0 + kc >= k) {
+                    for r in 0..rows {
+                        super::math::gelu_in_place(level, std::slice::from_raw_parts_mut(out.add(r * ldc), nv));
+                    }
+                }
             }
         }
     }
 }
 
-/// y (m × n) = x (m × k) · B + bias on every thread, in tasks of whole row tiles.
+/// y (m × n) = x (m × k) · B + bias [then GELU at level `gelu`] on every thread, in tasks of
+/// whole row tiles.
 ///
 /// # Safety
 /// As [`product`].
-pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32]) -> Vec<f32> {
+pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32], gelu: Option<Isa>) -> Vec<f32> {
     let (k, n) = (b.k, b.n);
     assert!(x.len() >= m * k && bias.len() >= n, "sgemm: operand sizes");
     let mut y: Vec<f32> = Vec::with_capacity(m * n);
@@ -245,7 +271,7 @@ pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32]) -> Vec<f32> 
     (0..tasks).into_par_iter().for_each_init(Vec::new, |pack, i| {
         let (r0, r1) = (tiles[nt * i / tasks], tiles[nt * (i + 1) / tasks]);
         // Safety: tasks write disjoint rows of `y`; `x` has m rows of k.
-        product(x[r0 * k..].as_ptr(), (k, 1), r1 - r0, b, Some(bias), y_ptr.get().add(r0 * n), n, pack);
+        product(x[r0 * k..].as_ptr(), (k, 1), r1 - r0, b, Some(bias), gelu, y_ptr.get().add(r0 * n), n, pack);
     });
     // Safety: every row was a task's; each wrote its rows' n columns.
     y.set_len(m * n);
@@ -298,13 +324,13 @@ mod tests {
                 // Rows of ldc = n + 3: columns past n stay as they were.
                 let ldc = n + 3;
                 let mut c = vec![7f32; m * ldc];
-                unsafe { product(a.as_ptr(), (k, 1), m, panels, None, c.as_mut_ptr(), ldc, &mut pack) };
+                unsafe { product(a.as_ptr(), (k, 1), m, panels, None, None, c.as_mut_ptr(), ldc, &mut pack) };
                 // A given by columns (k × m in memory): the same products.
                 let at: Vec<f32> = (0..k).flat_map(|cc| (0..m).map(move |i| (i, cc))).map(|(i, cc)| a[i * k + cc]).collect();
                 let mut ct = vec![7f32; m * ldc];
-                unsafe { product(at.as_ptr(), (1, m), m, panels, None, ct.as_mut_ptr(), ldc, &mut pack) };
+                unsafe { product(at.as_ptr(), (1, m), m, panels, None, None, ct.as_mut_ptr(), ldc, &mut pack) };
                 assert_eq!(c, ct, "{micro:?} {label} m={m} k={k} n={n}: A by columns");
-                let y = unsafe { linear(&a, m, panels, &bias) };
+                let y = unsafe { linear(&a, m, panels, &bias, None) };
                 for i in 0..m {
                     for j in 0..n {
                         let (v, mag) = want(i, j, false);

@@ -25,7 +25,9 @@ pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: 
 /// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`]) and
 /// `taps.len()` taps, plus `add`'s rows (`add_ld` apart: 0 adds one row, a bias of columns, to
 /// every row). Each tap's 16 floats are read whole for every channel (`nv` masks only the
-/// added rows and the stores), so they must be readable.
+/// added rows and the stores), so they must be readable. `pf.1` lines of 16 floats from `pf.0`
+/// are requested into L2 as the first tap goes, one per channel (`sgemm::product`'s next panel;
+/// none for the convolutions).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(in crate::model::cpu) unsafe fn kernel(
@@ -40,11 +42,12 @@ pub(in crate::model::cpu) unsafe fn kernel(
     c: *mut f32,
     ldc: usize,
     nv: usize,
+    pf: (*const f32, usize),
 ) {
     macro_rules! go {
         ($($r:literal)*) => {
             match mv {
-                $($r => kern::<$r>(a, taps, cs, kc, bias, add, add_ld, c, ldc, nv),)*
+                $($r => kern::<$r>(a, taps, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
                 _ => unreachable!(),
             }
         };
@@ -67,6 +70,7 @@ unsafe fn kern<const R: usize>(
     c: *mut f32,
     ldc: usize,
     nv: usize,
+    pf: (*const f32, usize),
 ) {
     if !add.is_null() {
         // The residual rows, read at the end, requested now.
@@ -79,19 +83,32 @@ unsafe fn kern<const R: usize>(
         let b = _mm256_set1_ps(*bias.add(r));
         *acc = [b, b];
     }
-    for (t, &tap) in taps.iter().enumerate() {
-        let mut at = a.add(packed_index(R, cin, 0, t, 0));
-        let mut b = tap as *const f32;
-        for _ in 0..cin {
-            let b0 = _mm256_loadu_ps(b);
-            let b1 = _mm256_loadu_ps(b.add(8));
+    // One inner index: B's row, each row of A broadcast, two FMAs each.
+    macro_rules! step {
+        ($at:ident, $b:ident) => {
+            let b0 = _mm256_loadu_ps($b);
+            let b1 = _mm256_loadu_ps($b.add(8));
             for (r, acc) in acc.iter_mut().enumerate() {
-                let ar = _mm256_set1_ps(*at.add(r));
+                let ar = _mm256_set1_ps(*$at.add(r));
                 acc[0] = _mm256_fmadd_ps(ar, b0, acc[0]);
                 acc[1] = _mm256_fmadd_ps(ar, b1, acc[1]);
             }
-            b = b.add(cs);
-            at = at.add(R);
+            $b = $b.add(cs);
+            $at = $at.add(R);
+        };
+    }
+    // `pf`'s lines requested one per inner index of the first tap, in a loop of their own (a
+    // test in the one loop cost the convolutions 2-5 %).
+    for (t, &tap) in taps.iter().enumerate() {
+        let mut at = a.add(packed_index(R, cin, 0, t, 0));
+        let mut b = tap as *const f32;
+        let fetch = if t == 0 { pf.1.min(cin) } else { 0 };
+        for i in 0..fetch {
+            _mm_prefetch::<_MM_HINT_T1>(pf.0.add(16 * i) as *const i8);
+            step!(at, b);
+        }
+        for _ in fetch..cin {
+            step!(at, b);
         }
     }
     if nv >= 16 {
