@@ -67,14 +67,19 @@ impl AttentionOp {
             .into_par_iter()
             .map(|h| {
                 let micro = micro?;
-                let k = head_rows(qkv, n, row, d + h * hd, hd);
+                // qᵀ by blocks of 16 queries: each of its rows written 16 floats at a time (one
+                // float per query and row scattered writes over hd lines at once).
                 let mut qt = vec![0f32; hd * np];
-                for i in 0..n {
-                    for (c, &v) in qkv[i * row + h * hd..][..hd].iter().enumerate() {
-                        qt[c * np + i] = v;
+                for i0 in (0..n).step_by(16) {
+                    let q = &qkv[i0 * row + h * hd..];
+                    for c in 0..hd {
+                        for (i, t) in qt[c * np + i0..][..16.min(n - i0)].iter_mut().enumerate() {
+                            *t = q[i * row + c];
+                        }
                     }
                 }
-                Some((Pointwise::for_micro(micro, &k, n, hd), Panels::for_micro(micro, &qkv[2 * d + h * hd..], n, hd, row, 1), qt))
+                let k = Pointwise::rows_of(micro, &qkv[d + h * hd..], row, n, hd);
+                Some((k, Panels::for_micro(micro, &qkv[2 * d + h * hd..], n, hd, row, 1), qt))
             })
             .collect();
         let zeros = vec![0f32; n];

@@ -569,7 +569,7 @@ unsafe fn direct_tile(
                         // `d` exists only on a direct route (AVX2 or AVX-512F for f32, AVX512-BF16
                         // for bf16), which `route` gives only where the CPU has it.
                         if avx2 {
-                            avx2::kernel(r1 - r0, a as *const f32, &taps, wp, kc, bias, res, hw, c, hw, nv, (std::ptr::null(), 0));
+                            avx2::kernel(r1 - r0, a as *const f32, r1 - r0, &taps, wp, kc, bias, res, hw, c, hw, nv, (std::ptr::null(), 0));
                         } else {
                             avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
                         }

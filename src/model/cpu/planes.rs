@@ -71,13 +71,27 @@ impl Pointwise {
 
     /// W packed for kernel `micro`.
     pub fn for_micro(micro: Micro, w: &[f32], m: usize, k: usize) -> Self {
+        Self::rows_of(micro, w, k, m, k)
+    }
+
+    /// [`Pointwise::for_micro`] for a W (m × k) whose rows are `ldw` floats apart in `w`
+    /// (attention's k, read from the rows of qkv).
+    pub fn rows_of(micro: Micro, w: &[f32], ldw: usize, m: usize, k: usize) -> Self {
+        assert!(m == 0 || w.len() >= (m - 1) * ldw + k, "pointwise: {} floats for {m} rows of {k}, {ldw} apart", w.len());
         let mut words = vec![0f32; m * k];
         for tile in micro.row_tiles(m).windows(2) {
             let (r0, rows) = (tile[0], tile[1] - tile[0]);
             let block = &mut words[r0 * k..][..rows * k];
+            #[cfg(target_arch = "x86_64")]
+            if micro == Micro::Avx512 && ldw.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
+                // Safety: `Micro::Avx512` exists only where the CPU has AVX-512F; the rows are
+                // within `w` (asserted above), the offsets within an i32, `block` rows × k.
+                unsafe { super::conv3x3::avx512::pack_rows(rows, w[r0 * ldw..].as_ptr(), ldw, k, block.as_mut_ptr()) };
+                continue;
+            }
             for r in 0..rows {
                 for c in 0..k {
-                    block[c * rows + r] = w[(r0 + r) * k + c];
+                    block[c * rows + r] = w[(r0 + r) * ldw + c];
                 }
             }
         }
@@ -103,7 +117,7 @@ impl Pointwise {
         for t in 0..b.len() - 1 {
             let (r0, r1) = (b[t], b[t + 1]);
             for x0 in (0..n).step_by(w) {
-                self.micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), x.add(x0), cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(w), (std::ptr::null(), 0));
+                self.micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), r1 - r0, x.add(x0), cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(w), (std::ptr::null(), 0));
             }
         }
     }
@@ -145,7 +159,7 @@ impl Pointwise {
                         // Safety: a `Micro` exists only for a kernel this CPU has; `tap` has `w`
                         // readable columns per channel; tasks write disjoint columns of `out`,
                         // every (row, column) exactly once.
-                        unsafe { micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * k), tap, cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv, (std::ptr::null(), 0)) };
+                        unsafe { micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * k), r1 - r0, tap, cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv, (std::ptr::null(), 0)) };
                     }
                 }
             }

@@ -78,8 +78,8 @@ impl Micro {
         (0..=tiles).map(|t| m * t / tiles).collect()
     }
 
-    /// C[mv × nv] = bias + A · B [+ add]: `a` one tile's packed values (`mv` side by side per
-    /// inner index), B `kc` rows `cs` floats apart with [`Micro::cols`] readable in each, `add`
+    /// C[mv × nv] = bias + A · B [+ add]: `a` one tile's values, `mv` side by side per inner
+    /// index and those of the next `lda` floats on (packed: `lda` = `mv`), B `kc` rows `cs` floats apart with [`Micro::cols`] readable in each, `add`
     /// rows `add_ld` apart (0: one row added to every row); `pf`: `pf.1` lines of 16 floats
     /// from `pf.0` requested into L2, one per inner index (those past `kc` are not).
     ///
@@ -88,14 +88,14 @@ impl Micro {
     /// only those); every pointer covers what it says.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(in crate::model::cpu) unsafe fn kernel(self, mv: usize, a: *const f32, b: *const f32, cs: usize, kc: usize, bias: *const f32, add: *const f32, add_ld: usize, c: *mut f32, ldc: usize, nv: usize, pf: (*const f32, usize)) {
+    pub(in crate::model::cpu) unsafe fn kernel(self, mv: usize, a: *const f32, lda: usize, b: *const f32, cs: usize, kc: usize, bias: *const f32, add: *const f32, add_ld: usize, c: *mut f32, ldc: usize, nv: usize, pf: (*const f32, usize)) {
         #[cfg(target_arch = "x86_64")]
         match self {
-            Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
-            Micro::Avx512 => super::conv3x3::avx512::one_tap(mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),
+            Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, lda, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
+            Micro::Avx512 => super::conv3x3::avx512::one_tap(mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (mv, a, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf);
+        let _ = (mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf);
     }
 }
 
@@ -180,37 +180,22 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
     let tiles = micro.row_tiles(m);
     for c0 in (0..k.max(1)).step_by(KC) {
         let kc = KC.min(k - c0);
-        // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r.
-        pack.resize(m * kc, 0.0);
-        for t in tiles.windows(2) {
+        // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r. Where
+        // A's columns are in memory (attention's p), each c's rows are side by side already:
+        // the kernel reads them there, `cs` apart (copying them took 6 % of attention).
+        let direct = rs == 1;
+        pack.resize(if direct { 0 } else { m * kc }, 0.0);
+        for t in tiles.windows(2).filter(|_| !direct) {
             let (r0, rows) = (t[0], t[1] - t[0]);
             let dst = &mut pack[r0 * kc..][..rows * kc];
-            if rs == 1 {
-                // A's columns in memory: each c's rows side by side already, copied at a
-                // length known to the compiler (a call to memmove per ≤ 6 floats took 8 %
-                // of attention).
-                macro_rules! columns {
-                    ($($r:literal)*) => {
-                        match rows {
-                            $($r => for (cc, d) in dst.chunks_exact_mut($r).enumerate() {
-                                let d: &mut [f32; $r] = d.try_into().expect("a tile's rows");
-                                *d = *(a.add(r0 + (c0 + cc) * cs) as *const [f32; $r]);
-                            },)*
-                            _ => unreachable!("tiles have 1 to 14 rows"),
-                        }
-                    };
-                }
-                columns!(1 2 3 4 5 6 7 8 9 10 11 12 13 14);
-            } else {
-                #[cfg(target_arch = "x86_64")]
-                if micro == Micro::Avx512 && cs == 1 && rs.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
-                    super::conv3x3::avx512::pack_rows(rows, a.add(r0 * rs + c0), rs, kc, dst.as_mut_ptr());
-                    continue;
-                }
-                for r in 0..rows {
-                    for cc in 0..kc {
-                        dst[cc * rows + r] = *a.add((r0 + r) * rs + (c0 + cc) * cs);
-                    }
+            #[cfg(target_arch = "x86_64")]
+            if micro == Micro::Avx512 && cs == 1 && rs.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
+                super::conv3x3::avx512::pack_rows(rows, a.add(r0 * rs + c0), rs, kc, dst.as_mut_ptr());
+                continue;
+            }
+            for r in 0..rows {
+                for cc in 0..kc {
+                    dst[cc * rows + r] = *a.add((r0 + r) * rs + (c0 + cc) * cs);
                 }
             }
         }
@@ -240,7 +225,8 @@ pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Pan
                     (0, None) => (std::ptr::null(), 0),
                     _ => (out as *const f32, ldc),
                 };
-                micro.kernel(rows, pack.as_ptr().add(r0 * kc), panel, w, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv, pf);
+                let (at, lda) = if direct { (a.add(r0 + c0 * cs), cs) } else { (pack.as_ptr().add(r0 * kc), rows) };
+                micro.kernel(rows, at, lda, panel, w, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv, pf);
                 // GELU on the finished tile while it is in L1.
                 if let (Some(level), true) = (gelu, c0 + kc >= k) {
                     for r in 0..rows {

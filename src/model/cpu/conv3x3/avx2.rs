@@ -22,7 +22,8 @@ pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: 
     (t * cin + c) * rows + r
 }
 
-/// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`]) and
+/// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`], with
+/// `lda` ≥ mv for the tile's height: the rows of one (tap, channel) `lda` floats after the last's) and
 /// `taps.len()` taps, plus `add`'s rows (`add_ld` apart: 0 adds one row, a bias of columns, to
 /// every row). Each tap's 16 floats are read whole for every channel (`nv` masks only the
 /// added rows and the stores), so they must be readable. `pf.1` lines of 16 floats from `pf.0`
@@ -33,6 +34,7 @@ pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: 
 pub(in crate::model::cpu) unsafe fn kernel(
     mv: usize,
     a: *const f32,
+    lda: usize,
     taps: &[*const u32],
     cs: usize,
     kc: usize,
@@ -47,7 +49,7 @@ pub(in crate::model::cpu) unsafe fn kernel(
     macro_rules! go {
         ($($r:literal)*) => {
             match mv {
-                $($r => kern::<$r>(a, taps, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
+                $($r => kern::<$r>(a, lda, taps, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
                 _ => unreachable!(),
             }
         };
@@ -61,6 +63,7 @@ pub(in crate::model::cpu) unsafe fn kernel(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kern<const R: usize>(
     a: *const f32,
+    lda: usize,
     taps: &[*const u32],
     cs: usize,
     cin: usize,
@@ -94,13 +97,13 @@ unsafe fn kern<const R: usize>(
                 acc[1] = _mm256_fmadd_ps(ar, b1, acc[1]);
             }
             $b = $b.add(cs);
-            $at = $at.add(R);
+            $at = $at.add(lda);
         };
     }
     // `pf`'s lines requested one per inner index of the first tap, in a loop of their own (a
     // test in the one loop cost the convolutions 2-5 %).
     for (t, &tap) in taps.iter().enumerate() {
-        let mut at = a.add(packed_index(R, cin, 0, t, 0));
+        let mut at = a.add(packed_index(lda, cin, 0, t, 0));
         let mut b = tap as *const f32;
         let fetch = if t == 0 { pf.1.min(cin) } else { 0 };
         for i in 0..fetch {

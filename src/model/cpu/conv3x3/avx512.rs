@@ -189,7 +189,7 @@ pub(in crate::model::cpu) const ONE_TAP_ROWS: usize = 14;
 
 /// C[mv × nv] (mv ≤ [`ONE_TAP_ROWS`], nv ≤ 32) = bias + A · B [+ add]: the AVX2 kernel's
 /// one-tap product (`super::avx2::kernel`, same packing of A: a tile's `mv` values of each
-/// inner index side by side) on 32 columns of zmm registers, for `sgemm` and `planes` at the
+/// inner index side by side, those of the next `lda` floats on) on 32 columns of zmm registers, for `sgemm` and `planes` at the
 /// AVX-512 levels. B's `kc` rows are `cs` floats apart, 32 readable in each; `add`'s rows
 /// `add_ld` apart (0: one row, a bias of columns, added to every row); `pf.1` lines of 16
 /// floats from `pf.0` requested into L2, one per inner index (`sgemm::product`'s next panel).
@@ -198,6 +198,7 @@ pub(in crate::model::cpu) const ONE_TAP_ROWS: usize = 14;
 pub(in crate::model::cpu) unsafe fn one_tap(
     mv: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     cs: usize,
     kc: usize,
@@ -212,7 +213,7 @@ pub(in crate::model::cpu) unsafe fn one_tap(
     macro_rules! go {
         ($($r:literal)*) => {
             match mv {
-                $($r => one_tap_rows::<$r>(a, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
+                $($r => one_tap_rows::<$r>(a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
                 _ => unreachable!("one_tap: {mv} rows"),
             }
         };
@@ -224,6 +225,7 @@ pub(in crate::model::cpu) unsafe fn one_tap(
 #[target_feature(enable = "avx512f")]
 unsafe fn one_tap_rows<const R: usize>(
     a: *const f32,
+    lda: usize,
     b: *const f32,
     cs: usize,
     kc: usize,
@@ -248,7 +250,7 @@ unsafe fn one_tap_rows<const R: usize>(
                 acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
             }
             bt = bt.add(cs);
-            at = at.add(R);
+            at = at.add(lda);
         };
     }
     // `pf`'s lines requested one per inner index, in a loop of their own (no test in the rest).
