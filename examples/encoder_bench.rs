@@ -1,8 +1,8 @@
 //! Milliseconds per call of one ViT block's products in f32 at 1800 tokens (`moge::model::cpu`
 //! linear and attention ops), for ViT-S and ViT-L widths, GFLOP/s counting a multiply-add as
-//! two: each linear through the `gemm` crate and through `sgemm`'s panels (the AVX2 route),
-//! interleaved in one process (the machine is shared: compare the ratio); attention by the
-//! route of this machine's level.
+//! two: each linear through the `gemm` crate and through `sgemm`'s panels (the level's one-tap
+//! kernel, AVX2 or AVX-512F), interleaved in one process (the machine is shared: compare the
+//! ratio); attention by the route of this machine's level.
 //!
 //! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
 
@@ -26,7 +26,7 @@ fn main() -> candle_core::Result<()> {
         if !which.contains(&name[3..4]) {
             continue;
         }
-        // Each linear twice: through the `gemm` crate and, where the AVX2 route is available,
+        // Each linear twice: through the `gemm` crate and, where the level has a one-tap kernel,
         // through `sgemm`'s panels.
         let panels = Panels::available(isa::current());
         let lin = |d_in: usize, d_out: usize, epilogue, seed: &mut u64| -> candle_core::Result<[LinearOp; 2]> {
