@@ -87,35 +87,39 @@ impl Winograd {
             return out;
         }
         let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
-        // Tasks of whole blocks of the kernel's columns, at most TASK_BYTES' worth and a tile
-        // row, the blocks spread evenly over a row's tasks (a padded block costs a whole one).
+        // Tasks of whole blocks of the kernel's columns, at most TASK_BYTES' worth, over the
+        // tiles in row-major order: a task's columns are segments of one or more tile rows side
+        // by side. With tasks inside a tile row, a row of 49 or 98 tiles (the neck's maps at
+        // 1800 tokens) took 64 or 128 columns: a quarter of the products on padding.
         let cols = self.cols;
         let per = (TASK_BYTES / (4 * XI * (cin + cout))).max(cols) / cols;
-        let blocks = tw.div_ceil(cols);
+        let blocks = (th * tw).div_ceil(cols);
         let chunks = blocks.div_ceil(per);
         let per = cols * blocks.div_ceil(chunks);
-        let tasks: Vec<(usize, usize, usize)> = (0..th).flat_map(|ty| (0..chunks).map(move |k| (ty, k * per, ((k + 1) * per).min(tw))).filter(|&(_, a, b)| a < b)).collect();
+        let tasks: Vec<Vec<Segment>> = (0..chunks).map(|k| segments(k * per, ((k + 1) * per).min(th * tw), tw)).filter(|t| !t.is_empty()).collect();
         let out_ptr = SendPtr(out.as_mut_ptr());
         let level = isa::current();
-        tasks.par_iter().for_each_init(Scratch::default, |s, &(ty, tx0, tx1)| {
-            let n = tx1 - tx0;
+        tasks.par_iter().for_each_init(Scratch::default, |s, task| {
+            let n = task.iter().map(|g| g.n).sum::<usize>();
             let np = n.div_ceil(cols) * cols;
             // Each position's block one cache line past a multiple of np: 16 streams a power of
             // two apart map to one L1 set, more than its ways.
             let (vs, ms) = (cin * np + XI_PAD, cout * np + XI_PAD);
             s.v.resize(XI * vs, 0.0);
             s.m.resize(XI * ms, 0.0);
-            s.eo.resize(8 * (np + 1), 0.0);
             s.y.resize(4 * cout * np, 0.0);
-            // The task reads 4 short row segments of every channel's plane: too many streams for
-            // the hardware prefetchers to find, so each channel's are requested two channels
-            // ahead (without this the input transform waited on memory: ~10 % of a ViT-S forward).
-            let (x0, len) = ((2 * tx0).saturating_sub(1), (2 * n + 2).min(w - (2 * tx0).saturating_sub(1).min(w)));
+            // The task reads 4 short row segments of every channel's plane per segment: too many
+            // streams for the hardware prefetchers to find, so each channel's are requested two
+            // channels ahead (without this the input transform waited on memory: ~10 % of a
+            // ViT-S forward).
             let ahead = |c: usize| {
                 if c < cin {
-                    for i in 0..4 {
-                        let y = (2 * ty + i).saturating_sub(1).min(h - 1);
-                        prefetch(&x[(c * h + y) * w + x0..][..len]);
+                    for g in task {
+                        let (x0, len) = ((2 * g.tx0).saturating_sub(1), (2 * g.n + 2).min(w - (2 * g.tx0).saturating_sub(1).min(w)));
+                        for i in 0..4 {
+                            let y = (2 * g.ty + i).saturating_sub(1).min(h - 1);
+                            prefetch(&x[(c * h + y) * w + x0..][..len]);
+                        }
                     }
                 }
             };
@@ -123,7 +127,14 @@ impl Winograd {
             ahead(1);
             for c in 0..cin {
                 ahead(c + 2);
-                input_tile_row(level, &x[c * h * w..][..h * w], h, w, ty, tx0, relu, &mut s.eo, &mut s.v, c * np, vs);
+                // Segments in column order: a segment's transform writes whole blocks of 8
+                // tiles, its last block's tail overwritten by the next segment's (the last
+                // one's within np, or the XI_PAD past the last channel).
+                for g in task {
+                    let stride = g.n.div_ceil(8) * 8 + 1;
+                    s.eo.resize(8 * stride, 0.0);
+                    input_tile_row(level, &x[c * h * w..][..h * w], h, w, g.ty, g.tx0, relu, &mut s.eo[..8 * stride], &mut s.v, c * np + g.col, vs);
+                }
             }
             for (xi, u) in self.u.iter().enumerate() {
                 // Safety: v[ξ] has cin rows of np (a multiple of the kernel's columns) readable
@@ -131,20 +142,22 @@ impl Winograd {
                 unsafe { u.product(s.v[xi * vs..][..cin * np].as_ptr(), np, np, &self.zeros, s.m[xi * ms..][..cout * np].as_mut_ptr(), np) };
             }
             transform_out(level, &s.m, np, ms, cout, bias, &mut s.y);
-            // The tiles' pixels inside the map, with the residual.
-            let (x0, nx) = (2 * tx0, (2 * n).min(w - 2 * tx0));
-            for o in 0..cout {
-                for a in 0..2 {
-                    let yy = 2 * ty + a;
-                    if yy >= h {
-                        break;
+            // Each segment's pixels inside the map, with the residual.
+            for g in task {
+                let (x0, nx) = (2 * g.tx0, (2 * g.n).min(w - 2 * g.tx0));
+                for o in 0..cout {
+                    for a in 0..2 {
+                        let yy = 2 * g.ty + a;
+                        if yy >= h {
+                            break;
+                        }
+                        let src = &s.y[(o * 2 + a) * 2 * np + 2 * g.col..][..nx];
+                        let i = (o * h + yy) * w + x0;
+                        // Safety: tasks write disjoint tiles of `out`, each pixel exactly once;
+                        // i + nx <= cout · h · w.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i), nx) };
+                        store_row(level, src, residual.map(|r| &r[i..i + nx]), dst);
                     }
-                    let src = &s.y[(o * 2 + a) * 2 * np..][..nx];
-                    let i = (o * h + yy) * w + x0;
-                    // Safety: tasks write disjoint tiles of `out`, each pixel exactly once;
-                    // i + nx <= cout · h · w.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i), nx) };
-                    store_row(level, src, residual.map(|r| &r[i..i + nx]), dst);
                 }
             }
         });
@@ -152,6 +165,28 @@ impl Winograd {
         unsafe { out.set_len(cout * h * w) };
         out
     }
+}
+
+/// Tiles tx0..tx0 + n of tile row ty, at column `col` of a task's transformed blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    ty: usize,
+    tx0: usize,
+    n: usize,
+    col: usize,
+}
+
+/// Tiles t0..t1 in row-major order (rows of `tw`) as segments of whole tile rows' runs.
+fn segments(t0: usize, t1: usize, tw: usize) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let mut t = t0;
+    while t < t1 {
+        let (ty, tx0) = (t / tw, t % tw);
+        let n = (tw - tx0).min(t1 - t);
+        out.push(Segment { ty, tx0, n, col: t - t0 });
+        t += n;
+    }
+    out
 }
 
 /// Asks for `s`'s cache lines (a hint: no effect on results, none where the target has no
@@ -287,6 +322,24 @@ crate::model::cpu::math::dispatch! {
         match residual {
             Some(r) => dst.iter_mut().zip(src).zip(r).for_each(|((d, &v), &r)| *d = v + r),
             None => dst.copy_from_slice(src),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task's segments cover its tiles once, in order, each within one tile row, at the
+    /// columns of their place in the task.
+    #[test]
+    fn segments_cover_the_tiles_in_order() {
+        for (t0, t1, tw) in [(0, 32, 49), (32, 64, 49), (40, 100, 7), (5, 6, 1), (0, 300, 150), (96, 98, 98)] {
+            let segs = segments(t0, t1, tw);
+            let tiles: Vec<(usize, usize, usize)> = segs.iter().flat_map(|g| (0..g.n).map(move |i| (g.ty, g.tx0 + i, g.col + i))).collect();
+            let want: Vec<(usize, usize, usize)> = (t0..t1).map(|t| (t / tw, t % tw, t - t0)).collect();
+            assert_eq!(tiles, want, "tiles {t0}..{t1} of rows of {tw}");
+            assert!(segs.iter().all(|g| g.n > 0 && g.tx0 + g.n <= tw), "{segs:?}");
         }
     }
 }
