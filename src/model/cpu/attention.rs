@@ -67,8 +67,8 @@ impl AttentionOp {
             .into_par_iter()
             .map(|h| {
                 let micro = micro?;
-                // qᵀ by blocks of 16 queries: each of its rows written 16 floats at a time (one
-                // float per query and row scattered writes over hd lines at once).
+                // qᵀ by blocks of 16 queries, each of its rows written 16 floats at a time (a
+                // float at a time, each query's writes went to hd lines).
                 let mut qt = vec![0f32; hd * np];
                 for i0 in (0..n).step_by(16) {
                     let q = &qkv[i0 * row + h * hd..];

@@ -81,19 +81,8 @@ impl Pointwise {
         let mut words = vec![0f32; m * k];
         for tile in micro.row_tiles(m).windows(2) {
             let (r0, rows) = (tile[0], tile[1] - tile[0]);
-            let block = &mut words[r0 * k..][..rows * k];
-            #[cfg(target_arch = "x86_64")]
-            if micro == Micro::Avx512 && ldw.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
-                // Safety: `Micro::Avx512` exists only where the CPU has AVX-512F; the rows are
-                // within `w` (asserted above), the offsets within an i32, `block` rows × k.
-                unsafe { super::conv3x3::avx512::pack_rows(rows, w[r0 * ldw..].as_ptr(), ldw, k, block.as_mut_ptr()) };
-                continue;
-            }
-            for r in 0..rows {
-                for c in 0..k {
-                    block[c * rows + r] = w[(r0 + r) * ldw + c];
-                }
-            }
+            // Safety: the tile's rows are within `w` (asserted above).
+            unsafe { micro.pack(rows, w[r0 * ldw..].as_ptr(), (ldw, 1), k, &mut words[r0 * k..][..rows * k]) };
         }
         Self { words, m, k, micro }
     }

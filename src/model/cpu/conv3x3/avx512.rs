@@ -286,8 +286,8 @@ unsafe fn one_tap_rows<const R: usize>(
 }
 
 /// dst[c · rows + r] = a[r · rs + c] for r < rows (≤ 16), c < kc: a tile of A's rows packed for
-/// [`one_tap`], each inner index's `rows` values gathered in one instruction (the scalar copy,
-/// a load and a store per value, was 3 % of a ViT-L forward's samples).
+/// [`one_tap`], each inner index's `rows` values gathered in one instruction
+/// (`sgemm::Micro::pack`).
 ///
 /// # Safety
 /// AVX-512F; `a` holds `rows` rows of `kc` floats `rs` apart, with `rows · rs · 4` bytes within
