@@ -79,9 +79,10 @@ impl Micro {
     }
 
     /// C[mv × nv] = bias + A · B [+ add]: `a` one tile's values, `mv` side by side per inner
-    /// index and those of the next `lda` floats on (packed: `lda` = `mv`), B `kc` rows `cs` floats apart with [`Micro::cols`] readable in each, `add`
-    /// rows `add_ld` apart (0: one row added to every row); `pf`: `pf.1` lines of 16 floats
-    /// from `pf.0` requested into L2, one per inner index (those past `kc` are not).
+    /// index and those of the next `lda` floats on (packed: `lda` = `mv`), B `kc` rows `cs`
+    /// floats apart with [`Micro::cols`] readable in each, `add` rows `add_ld` apart (0: one
+    /// row added to every row); `pf`: `pf.1` lines of 16 floats from `pf.0` requested into L2,
+    /// one per inner index (those past `kc` are not).
     ///
     /// # Safety
     /// The CPU has this kernel's instructions (a `Micro` comes from [`Micro::at`], which gives
@@ -97,9 +98,7 @@ impl Micro {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf);
     }
-}
 
-impl Micro {
     /// dst[c · rows + r] = A(r, c) for r < rows, c < kc, A's (r, c) at `a[r · rs + c · cs]`: a
     /// tile of A packed for [`Micro::kernel`]. Rows in memory (`cs` 1) are gathered, an inner
     /// index's `rows` values by one instruction, at AVX-512 (the scalar copy, a load and a

@@ -23,9 +23,9 @@ pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: 
 }
 
 /// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`], with
-/// `lda` ≥ mv for the tile's height: the rows of one (tap, channel) `lda` floats after the last's) and
-/// `taps.len()` taps, plus `add`'s rows (`add_ld` apart: 0 adds one row, a bias of columns, to
-/// every row). Each tap's 16 floats are read whole for every channel (`nv` masks only the
+/// `lda` ≥ mv for the tile's height: the rows of one (tap, channel) `lda` floats after the
+/// last's) and `taps.len()` taps, plus `add`'s rows (`add_ld` apart: 0 adds one row, a bias of
+/// columns, to every row). Each tap's 16 floats are read whole for every channel (`nv` masks only the
 /// added rows and the stores), so they must be readable. `pf.1` lines of 16 floats from `pf.0`
 /// are requested into L2 as the first tap goes, one per channel (`sgemm::product`'s next panel;
 /// none for the convolutions).

@@ -189,10 +189,11 @@ pub(in crate::model::cpu) const ONE_TAP_ROWS: usize = 14;
 
 /// C[mv × nv] (mv ≤ [`ONE_TAP_ROWS`], nv ≤ 32) = bias + A · B [+ add]: the AVX2 kernel's
 /// one-tap product (`super::avx2::kernel`, same packing of A: a tile's `mv` values of each
-/// inner index side by side, those of the next `lda` floats on) on 32 columns of zmm registers, for `sgemm` and `planes` at the
-/// AVX-512 levels. B's `kc` rows are `cs` floats apart, 32 readable in each; `add`'s rows
-/// `add_ld` apart (0: one row, a bias of columns, added to every row); `pf.1` lines of 16
-/// floats from `pf.0` requested into L2, one per inner index (`sgemm::product`'s next panel).
+/// inner index side by side, those of the next `lda` floats on) on 32 columns of zmm
+/// registers, for `sgemm` and `planes` at the AVX-512 levels. B's `kc` rows are `cs` floats
+/// apart, 32 readable in each; `add`'s rows `add_ld` apart (0: one row, a bias of columns,
+/// added to every row); `pf.1` lines of 16 floats from `pf.0` requested into L2, one per inner
+/// index (`sgemm::product`'s next panel).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(in crate::model::cpu) unsafe fn one_tap(
