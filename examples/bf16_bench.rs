@@ -21,11 +21,7 @@ use std::time::Instant;
 /// for a Linear's transposed weight.
 #[allow(clippy::too_many_arguments)]
 fn f32_gemm(a: &[f32], b: &[f32], b_cs: usize, b_rs: usize, c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
-    let par = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     unsafe {
         gemm::gemm(
             m,
@@ -94,11 +90,7 @@ fn main() {
                 (e2, r2) = (e2 + e * e, r2 + r * r);
             }
         }
-        println!(
-            "bf16 vs exact f32 inputs, {m}×{k}×{n}: max |err| / max |C| = {:.2e}, rms err / rms C = {:.2e}",
-            emax / rmax,
-            (e2 / r2).sqrt()
-        );
+        println!("bf16 vs exact f32 inputs, {m}×{k}×{n}: max |err| / max |C| = {:.2e}, rms err / rms C = {:.2e}", emax / rmax, (e2 / r2).sqrt());
     }
     println!("GFLOP/s: wall-clock median and best of the reps; 'core' = flop per CPU-second of the");
     println!("process (per-core speed, robust to other load). ratio = bf16/f32 wall medians.");
@@ -120,11 +112,7 @@ fn main() {
         let flop = 2.0 * (m * n * k) as f64;
         // One-time weight packing (not part of the per-call numbers).
         let t = Instant::now();
-        let (pa, pb) = if conv {
-            (Some(PackedA::from_f32(&a, m, k)), None)
-        } else {
-            (None, Some(PackedB::from_f32_nk(&b, n, k)))
-        };
+        let (pa, pb) = if conv { (Some(PackedA::from_f32(&a, m, k)), None) } else { (None, Some(PackedB::from_f32_nk(&b, n, k))) };
         let pack_ms = t.elapsed().as_secs_f64() * 1e3;
         for threads in [2usize, 1] {
             let run_bf16 = |c: &mut [f32]| {

@@ -6,8 +6,8 @@
 //! `cargo run --release --example conv3x3_bench [reps]`
 
 mod common;
-use common::rand_vec;
 use candle_core::{Device, Tensor};
+use common::rand_vec;
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
 use moge::model::cpu::isa::{self, Isa};
 use std::time::Instant;

@@ -7,8 +7,8 @@
 //! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
 
 mod common;
-use common::{keep_freed_memory, median, rand_vec};
 use candle_core::{Device, Tensor};
+use common::{keep_freed_memory, median, rand_vec};
 use moge::model::cpu::attention::AttentionOp;
 use moge::model::cpu::isa;
 use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp};
@@ -37,8 +37,16 @@ fn main() -> candle_core::Result<()> {
             let op = |weight| LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue, packed: None, isa: isa::current() };
             Ok([op(tensor), op(packed)])
         };
-        let ops = [("qkv", lin(d, 3 * d, Epilogue::Bias, &mut seed)?), ("proj", lin(d, d, Epilogue::Bias, &mut seed)?), ("fc1", lin(d, 4 * d, Epilogue::BiasGelu, &mut seed)?), ("fc2", lin(4 * d, d, Epilogue::Bias, &mut seed)?)];
-        let inputs: Vec<Tensor> = ops.iter().map(|(_, op)| Tensor::from_vec(rand_vec(n * op[0].d_in, &mut seed), (n, op[0].d_in), &Device::Cpu)).collect::<candle_core::Result<_>>()?;
+        let ops = [
+            ("qkv", lin(d, 3 * d, Epilogue::Bias, &mut seed)?),
+            ("proj", lin(d, d, Epilogue::Bias, &mut seed)?),
+            ("fc1", lin(d, 4 * d, Epilogue::BiasGelu, &mut seed)?),
+            ("fc2", lin(4 * d, d, Epilogue::Bias, &mut seed)?),
+        ];
+        let inputs: Vec<Tensor> = ops
+            .iter()
+            .map(|(_, op)| Tensor::from_vec(rand_vec(n * op[0].d_in, &mut seed), (n, op[0].d_in), &Device::Cpu))
+            .collect::<candle_core::Result<_>>()?;
         let qkv = rand_vec(n * 3 * d, &mut seed);
         let att = AttentionOp { num_heads: heads, bf16: false, isa: isa::current() };
         let mut times = vec![Vec::new(); 2 * ops.len() + 1];

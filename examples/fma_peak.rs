@@ -18,10 +18,12 @@ unsafe fn chains(iters: usize) -> f32 {
     }
     // The sum keeps the loop from being optimised away.
     let mut lanes = [0f32; 8];
-    acc.iter().map(|&a| {
-        _mm256_storeu_ps(lanes.as_mut_ptr(), a);
-        lanes.iter().sum::<f32>()
-    }).sum()
+    acc.iter()
+        .map(|&a| {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), a);
+            lanes.iter().sum::<f32>()
+        })
+        .sum()
 }
 
 #[cfg(target_arch = "x86_64")]

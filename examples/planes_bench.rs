@@ -7,8 +7,8 @@
 //! `cargo run --release --example planes_bench [reps]`
 
 mod common;
-use common::{keep_freed_memory, median, rand_vec};
 use candle_core::{Device, Tensor};
+use common::{keep_freed_memory, median, rand_vec};
 use moge::model::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
 use std::time::Instant;
 

@@ -9,9 +9,9 @@
 //! `STEM.depth.png`, `STEM.normal.png` and `STEM.mask.png` (what `moge predict --format png` wrote).
 
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+use image::{ExtendedColorType, ImageEncoder};
 use moge::outputs::png;
 use moge::Prediction;
-use image::{ExtendedColorType, ImageEncoder};
 use std::time::Instant;
 
 /// Depth (metres, inf where invalid), unit normals (interleaved) and validity of the scene.
@@ -91,9 +91,19 @@ fn main() -> anyhow::Result<()> {
         let (codes, _) = png::encode_depth(&p, 0.001);
         (w, h, codes, ncodes, mcodes, "synthetic room")
     };
-    let maps: [(&str, &[u8], ExtendedColorType); 3] =
-        [("depth", bytemuck::cast_slice(&codes), ExtendedColorType::L16), ("normal", &ncodes, ExtendedColorType::Rgb8), ("mask", &mcodes, ExtendedColorType::L8)];
-    let filters = [("none", FilterType::NoFilter), ("sub", FilterType::Sub), ("up", FilterType::Up), ("avg", FilterType::Avg), ("paeth", FilterType::Paeth), ("adaptive", FilterType::Adaptive)];
+    let maps: [(&str, &[u8], ExtendedColorType); 3] = [
+        ("depth", bytemuck::cast_slice(&codes), ExtendedColorType::L16),
+        ("normal", &ncodes, ExtendedColorType::Rgb8),
+        ("mask", &mcodes, ExtendedColorType::L8),
+    ];
+    let filters = [
+        ("none", FilterType::NoFilter),
+        ("sub", FilterType::Sub),
+        ("up", FilterType::Up),
+        ("avg", FilterType::Avg),
+        ("paeth", FilterType::Paeth),
+        ("adaptive", FilterType::Adaptive),
+    ];
     // times[map][filter]
     let mut times = vec![vec![Vec::new(); filters.len()]; maps.len()];
     let mut sizes = vec![vec![0usize; filters.len()]; maps.len()];

@@ -153,13 +153,11 @@ fn open_cuda(ordinal: usize) -> Result<Opened, Unavailable> {
             return Err(lib.map_or(Unavailable::NoDriver, Unavailable::MissingLibrary));
         }
     }
-    let count = quiet_unwind(cudarc::driver::CudaContext::device_count)
-        .map_err(Unavailable::Failed)?
-        .map_err(|e| match e.0 {
-            // cuInit's answer on a machine whose driver sees no GPU.
-            cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Unavailable::NoGpu,
-            _ => Unavailable::Failed(format!("{e}")),
-        })?;
+    let count = quiet_unwind(cudarc::driver::CudaContext::device_count).map_err(Unavailable::Failed)?.map_err(|e| match e.0 {
+        // cuInit's answer on a machine whose driver sees no GPU.
+        cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => Unavailable::NoGpu,
+        _ => Unavailable::Failed(format!("{e}")),
+    })?;
     let count = usize::try_from(count).unwrap_or(0);
     if count == 0 {
         return Err(Unavailable::NoGpu);
@@ -192,7 +190,10 @@ fn quiet_unwind<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     std::panic::set_hook(hook);
     r.map_err(|p| {
-        p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "a panic in the CUDA libraries".into())
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic in the CUDA libraries".into())
     })
 }
 

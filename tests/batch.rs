@@ -54,9 +54,7 @@ fn text(b: &[u8]) -> String {
 
 /// A photo with structure (gradients and a pattern), so the network's outputs vary.
 fn photo(w: u32, h: u32, seed: u32) -> RgbImage {
-    RgbImage::from_fn(w, h, |x, y| {
-        Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, (((x / 4 + y / 3 + seed) * 37) % 256) as u8])
-    })
+    RgbImage::from_fn(w, h, |x, y| Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, (((x / 4 + y / 3 + seed) * 37) % 256) as u8]))
 }
 
 fn json_lines(out: &Output) -> Vec<Value> {
@@ -439,10 +437,7 @@ fn build_tree(root: &Path) -> (Vec<PathBuf>, Vec<(PathBuf, &'static str)>) {
     save("sub/d.webp", photo(32, 24, 4).into());
     save("sub/deeper/e.bmp", photo(28, 28, 5).into());
     save("gray.png", image::DynamicImage::ImageLuma8(image::GrayImage::from_fn(33, 25, |x, y| image::Luma([(x * 7 + y * 3) as u8]))));
-    save(
-        "sub/rgb16.png",
-        image::DynamicImage::ImageRgb16(image::ImageBuffer::from_fn(30, 22, |x, y| Rgb([(x * 2000) as u16, (y * 2900) as u16, 40000]))),
-    );
+    save("sub/rgb16.png", image::DynamicImage::ImageRgb16(image::ImageBuffer::from_fn(30, 22, |x, y| Rgb([(x * 2000) as u16, (y * 2900) as u16, 40000]))));
     // Not inputs: hidden, or not an image extension.
     photo(20, 20, 0).save(root.join(".hidden/h.png")).unwrap();
     photo(20, 20, 0).save(root.join(".dot.png")).unwrap();
@@ -482,8 +477,19 @@ fn batch_every_format_on_a_tree_with_bad_files() {
     let (input, out) = (tmp.path().join("in"), tmp.path().join("out"));
     let (good, bad) = build_tree(&input);
     let o = moge(&[
-        "batch", s(&input), "-o", s(&out), "--weights", s(&m.mixed), "--num-tokens", TOKENS,
-        "--format", "npz,png,json,exr,ply,glb,vis", "--json", "--jobs", "2",
+        "batch",
+        s(&input),
+        "-o",
+        s(&out),
+        "--weights",
+        s(&m.mixed),
+        "--num-tokens",
+        TOKENS,
+        "--format",
+        "npz,png,json,exr,ply,glb,vis",
+        "--json",
+        "--jobs",
+        "2",
     ]);
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "some inputs failed → 1\n{stderr}");
@@ -539,7 +545,21 @@ fn model_without_normals_saturation_and_skip_existing() {
     photo(40, 30, 1).save(input.join("x.png")).unwrap();
     photo(30, 30, 2).save(input.join("y.png")).unwrap();
     // 1e-5 m per unit: depths of metres do not fit in 16 bits and saturate.
-    let args = ["batch", s(&input), "-o", s(&out), "--weights", s(&m.plain), "--num-tokens", TOKENS, "--format", "npz,png,vis,ply,glb", "--depth-scale", "0.00001", "--json"];
+    let args = [
+        "batch",
+        s(&input),
+        "-o",
+        s(&out),
+        "--weights",
+        s(&m.plain),
+        "--num-tokens",
+        TOKENS,
+        "--format",
+        "npz,png,vis,ply,glb",
+        "--depth-scale",
+        "0.00001",
+        "--json",
+    ];
     let o = moge(&args);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let files = tree(&out);
@@ -573,7 +593,8 @@ fn model_without_normals_saturation_and_skip_existing() {
     // Asking for one more format processes them again.
     std::fs::remove_file(out.join("y.mask.png")).unwrap();
     let o = moge(&again);
-    let st: BTreeMap<String, String> = json_lines(&o).iter().map(|l| (l["input"].as_str().unwrap().to_owned(), l["status"].as_str().unwrap().to_owned())).collect();
+    let st: BTreeMap<String, String> =
+        json_lines(&o).iter().map(|l| (l["input"].as_str().unwrap().to_owned(), l["status"].as_str().unwrap().to_owned())).collect();
     assert_eq!(st[s(&input.join("x.png"))], "skipped");
     assert_eq!(st[s(&input.join("y.png"))], "ok");
     assert!(out.join("y.mask.png").exists());
@@ -786,7 +807,22 @@ fn fit_pad_and_stretch_cut_outputs_back_to_the_photo() {
     let mut depth_of = BTreeMap::new();
     for fit in ["exact", "pad", "stretch"] {
         let out = tmp.path().join(fit);
-        let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--fit", fit, "--canvas", "32x18", "--format", "npz,json"]);
+        let o = moge(&[
+            "batch",
+            s(&input),
+            "-o",
+            s(&out),
+            "--weights",
+            s(&m.normal),
+            "--num-tokens",
+            TOKENS,
+            "--fit",
+            fit,
+            "--canvas",
+            "32x18",
+            "--format",
+            "npz,json",
+        ]);
         assert_eq!(o.status.code(), Some(0), "{fit}: {}", text(&o.stderr));
         for (name, w, h) in [("wide", 60, 40), ("tall", 30, 44), ("same", 64, 36)] {
             let n = read_npz(&out.join(format!("{name}.npz")));
@@ -826,7 +862,22 @@ fn outputs_without_the_point_map_are_unchanged() {
     for fit in ["exact", "pad", "stretch"] {
         let run = |formats: &str| {
             let out = tmp.path().join(format!("{fit}-{formats}"));
-            let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--fit", fit, "--canvas", "32x18", "--format", formats]);
+            let o = moge(&[
+                "batch",
+                s(&input),
+                "-o",
+                s(&out),
+                "--weights",
+                s(&m.normal),
+                "--num-tokens",
+                TOKENS,
+                "--fit",
+                fit,
+                "--canvas",
+                "32x18",
+                "--format",
+                formats,
+            ]);
             assert_eq!(o.status.code(), Some(0), "{fit} {formats}: {}", text(&o.stderr));
             out
         };

@@ -125,8 +125,15 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
             assert_eq!(out.status.code(), Some(2), "{args:?} {dev}: {err}");
             assert_eq!(err.lines().count(), 1, "{args:?} {dev}: {err}");
             assert!(!err.contains("panicked"), "{err}");
-            let why = if cfg!(feature = "cuda") { ["no NVIDIA driver", "libcublas", "libcurand", "libnvrtc", "no CUDA GPU"].to_vec() } else { vec!["built without CUDA"] };
-            assert!(err.starts_with(&format!("moge: --device {}: ", if dev == "cuda" { "cuda:0" } else { dev })) && why.iter().any(|w| err.contains(w)), "{err}");
+            let why = if cfg!(feature = "cuda") {
+                ["no NVIDIA driver", "libcublas", "libcurand", "libnvrtc", "no CUDA GPU"].to_vec()
+            } else {
+                vec!["built without CUDA"]
+            };
+            assert!(
+                err.starts_with(&format!("moge: --device {}: ", if dev == "cuda" { "cuda:0" } else { dev })) && why.iter().any(|w| err.contains(w)),
+                "{err}"
+            );
         }
     }
     // Nothing is written (batch checks that its output folder can be made before it loads), and
@@ -136,7 +143,18 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
     assert!(!o.exists() || std::fs::read_dir(&o).unwrap().next().is_none(), "nothing is written when the device cannot be opened");
     // The sidecar names the device the network ran on.
     let out = Command::new(env!("CARGO_BIN_EXE_moge"))
-        .args(["predict".as_ref(), img.as_os_str(), "--format".as_ref(), "json".as_ref(), "--device".as_ref(), "cpu".as_ref(), "--weights".as_ref(), w.as_os_str(), "-o".as_ref(), o.as_os_str()])
+        .args([
+            "predict".as_ref(),
+            img.as_os_str(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "--device".as_ref(),
+            "cpu".as_ref(),
+            "--weights".as_ref(),
+            w.as_os_str(),
+            "-o".as_ref(),
+            o.as_os_str(),
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -175,8 +175,7 @@ fn float16_and_bfloat16_weights_are_the_fp32_weights_rounded() {
 fn safetensors_in_float16_load_widened() {
     let dir = tempfile::tempdir().unwrap();
     let full = Checkpoint::read(&tiny()).unwrap();
-    let half: HashMap<String, candle_core::Tensor> =
-        full.tensors.iter().map(|(k, t)| (k.clone(), t.to_dtype(candle_core::DType::F16).unwrap())).collect();
+    let half: HashMap<String, candle_core::Tensor> = full.tensors.iter().map(|(k, t)| (k.clone(), t.to_dtype(candle_core::DType::F16).unwrap())).collect();
     let st = dir.path().join("half.safetensors");
     candle_core::safetensors::save(&half, &st).unwrap();
     std::fs::write(dir.path().join("half.json"), serde_json::to_string(&full.config).unwrap()).unwrap();

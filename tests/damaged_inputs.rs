@@ -18,12 +18,7 @@ fn corpus() -> Vec<PathBuf> {
 }
 
 fn moge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_moge"))
-        .args(args)
-        .args(["--num-tokens", "100", "--weights"])
-        .arg(fixtures().join("tiny_normal.pt"))
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_moge")).args(args).args(["--num-tokens", "100", "--weights"]).arg(fixtures().join("tiny_normal.pt")).output().unwrap()
 }
 
 fn stderr_lines(out: &Output) -> Vec<String> {
@@ -198,7 +193,8 @@ fn a_decompression_bomb_is_refused_before_decoding_and_the_limit_can_be_raised()
     assert!(!err.contains("over the limit") && err.contains("bomb.png"), "{err}");
     assert!(rss < 400.0, "peak RSS {rss:.0} MiB");
     // And the option really sets the limit, for small photos too.
-    let (code, err, _) = run_measured(&["predict", fixtures().join("images/rgb_64x48.png").to_str().unwrap(), "-o", o.to_str().unwrap(), "--max-megapixels", "0.001"]);
+    let (code, err, _) =
+        run_measured(&["predict", fixtures().join("images/rgb_64x48.png").to_str().unwrap(), "-o", o.to_str().unwrap(), "--max-megapixels", "0.001"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("64x48") && err.contains("over the limit of 0.001 megapixels"), "{err}");
 }

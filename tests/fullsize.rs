@@ -13,15 +13,11 @@ use moge::{InferOptions, Model};
 use support::*;
 
 fn build(variant: &str) -> Model {
-    let configs: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
+    let configs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
     let config: ModelConfig = serde_json::from_value(configs[variant].clone()).unwrap();
     let shapes = Model::state_dict_shapes(&config).unwrap();
     let sd = common::synth::synth_state_dict(&shapes, 7, true);
-    let tensors: HashMap<String, Tensor> = sd
-        .into_iter()
-        .map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &Device::Cpu).unwrap()))
-        .collect();
+    let tensors: HashMap<String, Tensor> = sd.into_iter().map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &Device::Cpu).unwrap())).collect();
     Model::build(config, tensors, &Device::Cpu).unwrap()
 }
 
@@ -63,14 +59,11 @@ fn fullsize_vitl_1800_tokens() {
 #[ignore = "slow: run with --include-ignored"]
 fn fullsize_vitl_normal_bf16_products() {
     std::env::set_var("MOGE_GENERIC_OPS", "1");
-    let configs: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
+    let configs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
     let config: ModelConfig = serde_json::from_value(configs["vitl-normal"].clone()).unwrap();
     let shapes = Model::state_dict_shapes(&config).unwrap();
-    let tensors: HashMap<String, Tensor> = common::synth::synth_state_dict(&shapes, 7, true)
-        .into_iter()
-        .map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &Device::Cpu).unwrap()))
-        .collect();
+    let tensors: HashMap<String, Tensor> =
+        common::synth::synth_state_dict(&shapes, 7, true).into_iter().map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &Device::Cpu).unwrap())).collect();
     let model = Model::build_with_dtype(config, tensors, &Device::Cpu, moge::model::Precision::Bf16, candle_core::DType::BF16).unwrap();
     let mut z = Npz::open(&fixtures().join("fullsize/vitl-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();

@@ -51,7 +51,11 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
     }
 }
 
@@ -117,7 +121,10 @@ fn replay(target: &str, seeds: &[(String, Vec<u8>)], per_seed: usize, f: fn(&[u8
         let result = std::panic::catch_unwind(|| f(&input));
         let took = t.elapsed();
         let fault = match result {
-            Err(e) => Some(format!("panicked: {}", e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())),
+            Err(e) => Some(format!(
+                "panicked: {}",
+                e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            )),
             Ok(()) if took > SLOW => Some(format!("took {took:?}")),
             Ok(()) if LARGEST.load(Ordering::Relaxed) > MAX_ALLOC => Some(format!("asked for {} bytes at once", LARGEST.swap(0, Ordering::Relaxed))),
             Ok(()) => None,

@@ -311,7 +311,9 @@ fn depth_stats_equal_selection_over_a_copy() {
     let wide: Vec<f32> = (0..100_001).map(|i| if i % 4 == 1 { 3e7 } else { 0.1 + rng.unit().abs() }).collect();
     let masked_out = |i: usize| i % 11 == 5;
     let in_order: f64 = wide.iter().enumerate().filter(|(i, _)| !masked_out(*i)).map(|(_, &v)| v as f64).sum();
-    let by_lanes = (0..8).map(|l| wide.iter().enumerate().skip(l).step_by(8).filter(|(i, _)| !masked_out(*i)).map(|(_, &v)| v as f64).sum::<f64>()).fold(-0.0, |a, b| a + b);
+    let by_lanes = (0..8)
+        .map(|l| wide.iter().enumerate().skip(l).step_by(8).filter(|(i, _)| !masked_out(*i)).map(|(_, &v)| v as f64).sum::<f64>())
+        .fold(-0.0, |a, b| a + b);
     assert_ne!(by_lanes.to_bits(), in_order.to_bits(), "this case must round differently by lanes");
     cases.push(wide);
     for (k, depth) in cases.into_iter().enumerate() {

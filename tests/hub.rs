@@ -49,9 +49,8 @@ impl Env {
     }
 
     fn blob_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(self.repo_dir().join("blobs"))
-            .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
+        let mut names: Vec<String> =
+            fs::read_dir(self.repo_dir().join("blobs")).map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
         names.sort();
         names
     }
@@ -65,8 +64,18 @@ impl Env {
     fn run_with(&self, endpoint: &str, args: &[&str], vars: &[(&str, &str)], close_stdout: bool) -> Out {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_moge"));
         for v in [
-            "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_TOKEN", "XDG_CACHE_HOME", "HTTP_PROXY", "HTTPS_PROXY",
-            "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+            "HF_HOME",
+            "HF_HUB_CACHE",
+            "HF_ENDPOINT",
+            "HF_HUB_OFFLINE",
+            "HF_TOKEN",
+            "XDG_CACHE_HOME",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
         ] {
             cmd.env_remove(v);
         }
@@ -304,10 +313,8 @@ fn a_dropped_connection_leaves_nothing_loadable_and_the_next_run_resumes() {
     // Each retry resumed where the last one stopped.
     let gets = flaky.gets();
     assert_eq!(gets.len(), 3, "{gets:?}");
-    let starts: Vec<usize> = gets[1..]
-        .iter()
-        .map(|g| g.range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()).unwrap())
-        .collect();
+    let starts: Vec<usize> =
+        gets[1..].iter().map(|g| g.range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()).unwrap()).collect();
     assert!(gets[0].range.is_none() && 0 < starts[0] && starts[0] < starts[1], "{gets:?}");
     let partial = fs::read(env.repo_dir().join("blobs").join(format!("{}.incomplete", flaky.sha256))).unwrap();
     assert!(starts[1] < partial.len() && partial.len() < flaky.payload.len());

@@ -93,15 +93,7 @@ fn weights_that_do_not_load_are_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let w = dir.path().join("model.pt");
     std::fs::write(&w, b"garbage").unwrap();
-    let out = moge()
-        .arg("predict")
-        .arg(fixtures().join("images/rgb_64x48.png"))
-        .arg("--weights")
-        .arg(&w)
-        .arg("-o")
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = moge().arg("predict").arg(fixtures().join("images/rgb_64x48.png")).arg("--weights").arg(&w).arg("-o").arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("model.pt") && stderr.contains("not a checkpoint"), "{stderr}");
@@ -121,7 +113,13 @@ fn every_npz_compression_reads_back_the_same_arrays() {
     let dir = tempfile::tempdir().unwrap();
     let img = fixtures().join("images/rgb_64x48.png");
     let mut files = Vec::new();
-    for (how, flag) in [("none", "--npz-compression=none"), ("fast", "--npz-compression=fast"), ("small", "--npz-compression=small"), ("alias", "--no-compress"), ("default", "--npz-normal-dtype=float32")] {
+    for (how, flag) in [
+        ("none", "--npz-compression=none"),
+        ("fast", "--npz-compression=fast"),
+        ("small", "--npz-compression=small"),
+        ("alias", "--no-compress"),
+        ("default", "--npz-normal-dtype=float32"),
+    ] {
         let out_dir = dir.path().join(how);
         let out = moge()
             .args(["predict", img.to_str().unwrap(), "--weights"])

@@ -404,7 +404,10 @@ fn falls_back_to_json_once_and_keeps_to_it() {
                 }
                 _ => {
                     b.fetch_add(1, Ordering::SeqCst);
-                    error_reply(422, json!({"detail": [{"loc": ["body", "output_format"], "msg": "Input should be 'npz', 'png' or 'json'", "type": "literal_error"}]}))
+                    error_reply(
+                        422,
+                        json!({"detail": [{"loc": ["body", "output_format"], "msg": "Input should be 'npz', 'png' or 'json'", "type": "literal_error"}]}),
+                    )
                 }
             }
         }),

@@ -426,7 +426,10 @@ fn batch_with_server_writes_what_a_local_batch_writes() {
     let (local, remote) = (dir.path().join("local"), dir.path().join("remote"));
     let common = ["--num-tokens", "300", "--fov-x", "55", "--format", "npz,png,json"];
     let weights = fixtures().join("tiny_normal.pt");
-    let out = moge(&[&["batch", photos.to_str().unwrap(), "-o", local.to_str().unwrap(), "--precision", "f32", "--weights", weights.to_str().unwrap()][..], &common].concat());
+    let out = moge(
+        &[&["batch", photos.to_str().unwrap(), "-o", local.to_str().unwrap(), "--precision", "f32", "--weights", weights.to_str().unwrap()][..], &common]
+            .concat(),
+    );
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let out = moge(&[&["batch", photos.to_str().unwrap(), "-o", remote.to_str().unwrap(), "--server", &s.url, "--in-flight", "2"][..], &common].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -435,7 +438,10 @@ fn batch_with_server_writes_what_a_local_batch_writes() {
     assert!(stderr.contains("c.jpg: truncated JPEG"), "{stderr}");
     assert!(stderr.contains("2 done, 1 failed"), "{stderr}");
     assert_eq!(files(&local), files(&remote));
-    assert_eq!(files(&remote), ["a.depth.png", "a.json", "a.mask.png", "a.normal.png", "a.npz", "b.depth.png", "b.json", "b.mask.png", "b.normal.png", "b.npz"]);
+    assert_eq!(
+        files(&remote),
+        ["a.depth.png", "a.json", "a.mask.png", "a.normal.png", "a.npz", "b.depth.png", "b.json", "b.mask.png", "b.normal.png", "b.npz"]
+    );
     for name in ["a.npz", "a.depth.png", "a.normal.png", "a.mask.png", "b.npz", "b.depth.png", "b.normal.png"] {
         assert!(std::fs::read(local.join(name)).unwrap() == std::fs::read(remote.join(name)).unwrap(), "{name} differs");
     }
@@ -451,7 +457,8 @@ fn batch_with_server_writes_what_a_local_batch_writes() {
 
     // predict goes the same way.
     let one = dir.path().join("one");
-    let out = moge(&["predict", photos.join("a.png").to_str().unwrap(), "-o", one.to_str().unwrap(), "--server", &s.addr, "--num-tokens", "300", "--fov-x", "55"]);
+    let out =
+        moge(&["predict", photos.join("a.png").to_str().unwrap(), "-o", one.to_str().unwrap(), "--server", &s.addr, "--num-tokens", "300", "--fov-x", "55"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("MoGeOutput(64x48"));
     assert!(std::fs::read(one.join("a.npz")).unwrap() == std::fs::read(local.join("a.npz")).unwrap());

@@ -39,12 +39,7 @@ fn synth_matches_python() {
     let doc = load();
     assert_eq!(doc["config"], "tiny_normal");
     let seed = doc["seed"].as_u64().unwrap();
-    let all: Vec<(String, Vec<usize>)> = doc["all"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["key"].as_str().unwrap().to_string(), shape_of(e)))
-        .collect();
+    let all: Vec<(String, Vec<usize>)> = doc["all"].as_array().unwrap().iter().map(|e| (e["key"].as_str().unwrap().to_string(), shape_of(e))).collect();
     assert!(all.len() > 100);
 
     let shaped = synth_state_dict(&all, seed, true);

@@ -101,10 +101,7 @@ pub fn cpu_name() -> String {
 }
 
 pub fn threads() -> usize {
-    std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 pub fn run(args: BenchArgs) -> Result<i32> {
@@ -213,17 +210,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         "warmup": args.warmup,
         "version": env!("CARGO_PKG_VERSION"),
     });
-    let stages: Vec<(&str, Samples)> = stage_names
-        .iter()
-        .zip(per_stage)
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(n, v)| (*n, Samples(v)))
-        .collect();
+    let stages: Vec<(&str, Samples)> = stage_names.iter().zip(per_stage).filter(|(_, v)| !v.is_empty()).map(|(n, v)| (*n, Samples(v))).collect();
     if args.json {
-        let st: serde_json::Map<String, serde_json::Value> = stages
-            .iter()
-            .map(|(n, s)| (n.to_string(), json!({"median_s": s.median(), "min_s": s.min(), "p90_s": s.p90()})))
-            .collect();
+        let st: serde_json::Map<String, serde_json::Value> =
+            stages.iter().map(|(n, s)| (n.to_string(), json!({"median_s": s.median(), "min_s": s.min(), "p90_s": s.p90()}))).collect();
         let out = json!({
             "conditions": conditions,
             "cold_start_s": cold.as_secs_f64(),
@@ -286,7 +276,6 @@ fn tempdir() -> Result<tempfile::TempDir> {
     tempfile::Builder::new().prefix("moge-bench-").tempdir_in(&base).with_context(|| format!("{}: cannot create a scratch folder", base.display()))
 }
 
-
 /// `--host-only`: per-stage busy time of the host work for one photo, in milliseconds.
 fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -> Result<i32> {
     use crate::pipeline::{inputs, run};
@@ -306,10 +295,8 @@ fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -
     ];
     let formats: Vec<String> = args.out.format.iter().map(|f| format!("{f:?}").to_lowercase()).collect();
     if args.json {
-        let st: serde_json::Map<String, serde_json::Value> = stages
-            .iter()
-            .map(|(n, s)| (n.to_string(), json!({"median_ms": s.median() * 1e3, "min_ms": s.min() * 1e3, "p90_ms": s.p90() * 1e3})))
-            .collect();
+        let st: serde_json::Map<String, serde_json::Value> =
+            stages.iter().map(|(n, s)| (n.to_string(), json!({"median_ms": s.median() * 1e3, "min_ms": s.min() * 1e3, "p90_ms": s.p90() * 1e3}))).collect();
         crate::outln!(
             "{}",
             json!({"mode": "host-only", "image_size": [w, h], "formats": formats, "npz_compression": format!("{:?}", cfg.outputs.npz_compression).to_lowercase(),

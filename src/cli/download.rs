@@ -31,12 +31,9 @@ pub fn run(args: DownloadArgs) -> Result<i32> {
     for name in &names {
         let target = Target::new(name, &args.revision)?;
         match get(&hub, &target) {
-            Ok((c, how)) => crate::outln!(
-                "{name}: {} ({}, sha256 {}, {how})",
-                c.path.display(),
-                indicatif::HumanBytes(c.size),
-                c.sha256.as_deref().unwrap_or("unknown")
-            ),
+            Ok((c, how)) => {
+                crate::outln!("{name}: {} ({}, sha256 {}, {how})", c.path.display(), indicatif::HumanBytes(c.size), c.sha256.as_deref().unwrap_or("unknown"))
+            }
             Err(e) => {
                 failed += 1;
                 crate::errln!("moge: {e}");
@@ -58,7 +55,9 @@ fn get(hub: &Hub, target: &Target) -> Result<(Cached, &'static str), HubError> {
             Some(c) => {
                 crate::errln!(
                     "moge: warning: cannot reach the hub at {}; keeping the cached {} from commit {}, which may not be the latest",
-                    hub.endpoint, target.name, c.commit
+                    hub.endpoint,
+                    target.name,
+                    c.commit
                 );
                 Ok((c, "cached; the hub was unreachable"))
             }

@@ -1,11 +1,11 @@
 //! The `moge` command line. Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal
 //! error (weights that do not load, an output that cannot be written), 130 interrupted.
 
+pub mod assets;
+pub mod batch;
 mod bench;
 mod download;
 mod info;
-pub mod assets;
-pub mod batch;
 mod predict;
 mod serve;
 

@@ -37,12 +37,7 @@ pub fn recover_focal_shift(points: &[f32], mask: Option<&[bool]>, width: usize, 
 /// As [`recover_focal_shift`], reading only the 64x64 samples: `sample(x, y)` gives the point
 /// of pixel (x, y), or None where the mask is off. The post-processing computes those pixels
 /// alone before the full-size pass, which needs the shift.
-pub fn recover_focal_shift_sampled(
-    width: usize,
-    height: usize,
-    focal: Option<f32>,
-    sample: impl Fn(usize, usize) -> Option<[f32; 3]>,
-) -> FocalShift {
+pub fn recover_focal_shift_sampled(width: usize, height: usize, focal: Option<f32>, sample: impl Fn(usize, usize) -> Option<[f32; 3]>) -> FocalShift {
     let (u, v) = view_plane_uv(width, height, width as f64 / height as f64);
     let ys = nearest_axis(height, DOWNSAMPLE);
     let xs = nearest_axis(width, DOWNSAMPLE);

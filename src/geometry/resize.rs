@@ -480,7 +480,15 @@ mod rows_tests {
         let n = 203;
         // Runs where eight columns fit eight floats (the permute route), blocks that do not
         // (spread, decreasing, past the row's end, which the clamp takes back), and the tail.
-        let x0: Vec<u32> = (0..n).map(|i| match i / 40 { 0 => i as u32 / 3, 1 => 99 - (i as u32 % 40), 2 => next(100), 3 => 95 + next(10), _ => i as u32 % 7 }).collect();
+        let x0: Vec<u32> = (0..n)
+            .map(|i| match i / 40 {
+                0 => i as u32 / 3,
+                1 => 99 - (i as u32 % 40),
+                2 => next(100),
+                3 => 95 + next(10),
+                _ => i as u32 % 7,
+            })
+            .collect();
         let x1: Vec<u32> = x0.iter().map(|&a| if next(5) == 0 { a } else { a + 1 }).collect();
         let w0: Vec<f32> = (0..n).map(|_| next(1000) as f32 / 999.0).collect();
         let w1: Vec<f32> = w0.iter().map(|w| 1.0 - w).collect();

@@ -10,9 +10,7 @@ pub fn linspace(start: f64, end: f64, steps: usize) -> Vec<f32> {
         _ => {
             let step = (end - start) / (steps - 1) as f32;
             let half = steps / 2;
-            (0..steps)
-                .map(|i| if i < half { start + step * i as f32 } else { end - step * (steps - 1 - i) as f32 })
-                .collect()
+            (0..steps).map(|i| if i < half { start + step * i as f32 } else { end - step * (steps - 1 - i) as f32 }).collect()
         }
     }
 }

@@ -14,7 +14,7 @@ use hf_hub::Cache;
 use indicatif::{ProgressBar, ProgressStyle};
 use ureq::config::RedirectAuthHeaders;
 
-use super::answer::{read_head, range_continues, Head};
+use super::answer::{range_continues, read_head, Head};
 use super::{is_sha256, sha256_file, Cached, ErrorKind, Fetched, Hub, HubError, Target, FILENAME};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -121,13 +121,7 @@ fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path) -> Result<
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(target.name.clone());
-    crate::errln!(
-        "moge: downloading {} ({}, {}) into {}",
-        target.name,
-        target.describe(),
-        indicatif::HumanBytes(remote.size),
-        hub.cache_dir.display()
-    );
+    crate::errln!("moge: downloading {} ({}, {}) into {}", target.name, target.describe(), indicatif::HumanBytes(remote.size), hub.cache_dir.display());
     let agent = agent(MAX_REDIRECTS);
     if file.metadata().map_err(io)?.len() > remote.size {
         // A partial file longer than the file is not a prefix of it.
@@ -190,26 +184,14 @@ fn download(hub: &Hub, target: &Target, remote: &Remote, blob: &Path) -> Result<
             return Err(reject(format!("has sha256 {sha} but the hub announced {}", remote.etag.to_lowercase())));
         }
     } else {
-        crate::errln!(
-            "moge: warning: the hub gave no sha256 for {} (ETag {}); only its size was checked",
-            target.describe(),
-            remote.etag
-        );
+        crate::errln!("moge: warning: the hub gave no sha256 for {} (ETag {}); only its size was checked", target.describe(), remote.etag);
     }
     fs::rename(&incomplete, blob).map_err(io)?;
     Ok(())
 }
 
 /// One GET from `have` to the end, appended to `file`.
-fn transfer(
-    hub: &Hub,
-    target: &Target,
-    remote: &Remote,
-    agent: &ureq::Agent,
-    file: &mut File,
-    have: u64,
-    bar: &ProgressBar,
-) -> Result<(), Stop> {
+fn transfer(hub: &Hub, target: &Target, remote: &Remote, agent: &ureq::Agent, file: &mut File, have: u64, bar: &ProgressBar) -> Result<(), Stop> {
     let fatal_io = |e: std::io::Error| Stop::Fatal(io_error(hub, &hub.repo_dir(target.repo).join("blobs"), e));
     let mut req = authorized(hub, agent.get(&remote.url));
     if have > 0 {
@@ -345,11 +327,7 @@ fn status_error(hub: &Hub, target: &Target, status: u16) -> HubError {
 fn bad_server(hub: &Hub, target: &Target, what: &str) -> HubError {
     HubError::new(
         ErrorKind::BadServer,
-        format!(
-            "the hub at {} {what}, so {} cannot be downloaded from it: check HF_ENDPOINT, or pass --weights PATH",
-            hub.endpoint,
-            target.describe()
-        ),
+        format!("the hub at {} {what}, so {} cannot be downloaded from it: check HF_ENDPOINT, or pass --weights PATH", hub.endpoint, target.describe()),
     )
 }
 

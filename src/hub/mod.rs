@@ -132,9 +132,7 @@ impl Hub {
         let endpoint = var("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()).trim_end_matches('/').to_string();
         let offline = var("HF_HUB_OFFLINE").is_some_and(|v| is_true(&v));
         // `huggingface-cli login` writes $HF_HOME/token; HF_TOKEN wins over it.
-        let token = var("HF_TOKEN").or_else(|| {
-            std::fs::read_to_string(hf_home.join("token")).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty())
-        });
+        let token = var("HF_TOKEN").or_else(|| std::fs::read_to_string(hf_home.join("token")).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()));
         Ok(Self { cache_dir, endpoint, offline, token })
     }
 
@@ -157,10 +155,7 @@ impl Hub {
         let path = Cache::new(self.cache_dir.clone()).repo(target.hf_repo()).pointer_path(&commit).join(FILENAME);
         // Follows the link: a snapshot whose blob was deleted is not a cached copy.
         let meta = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
-        let sha256 = std::fs::canonicalize(&path)
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase()))
-            .filter(|n| is_sha256(n));
+        let sha256 = std::fs::canonicalize(&path).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_lowercase())).filter(|n| is_sha256(n));
         Some(Cached { path, commit, size: meta.len(), sha256 })
     }
 

@@ -26,21 +26,15 @@ impl Checkpoint {
     /// Reads `path`, choosing the format by its first bytes rather than its name.
     pub fn read(path: &Path) -> Result<Self> {
         let mut head = [0u8; 8];
-        let mut f = std::fs::File::open(path)
-            .with_context(|| format!("{}: cannot open the checkpoint", path.display()))?;
-        let n = read_up_to(&mut f, &mut head)
-            .with_context(|| format!("{}: cannot read the checkpoint", path.display()))?;
+        let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot open the checkpoint", path.display()))?;
+        let n = read_up_to(&mut f, &mut head).with_context(|| format!("{}: cannot read the checkpoint", path.display()))?;
         let ck = if n >= 4 && &head[..4] == b"PK\x03\x04" {
-            std::io::Seek::rewind(&mut f)
-                .map_err(anyhow::Error::from)
-                .and_then(|_| read_torch_zip(BufReader::new(f)))
+            std::io::Seek::rewind(&mut f).map_err(anyhow::Error::from).and_then(|_| read_torch_zip(BufReader::new(f)))
         } else if n == 8 && u64::from_le_bytes(head) < (1 << 30) {
             drop(f);
             read_safetensors_file(path)
         } else {
-            Err(anyhow!(
-                "not a checkpoint: expected a PyTorch model.pt (zip archive) or a .safetensors file"
-            ))
+            Err(anyhow!("not a checkpoint: expected a PyTorch model.pt (zip archive) or a .safetensors file"))
         };
         let (config, tensors) = ck.with_context(|| format!("{}: cannot load the checkpoint", path.display()))?;
         Ok(Checkpoint { path: path.to_owned(), config, tensors })
@@ -95,11 +89,7 @@ fn read_torch_zip<R: Read + Seek>(reader: R) -> Result<Loaded> {
     }
     let root = {
         let mut bytes = Vec::new();
-        zip.by_name(&pkl_name)
-            .context("cannot read data.pkl")?
-            .take(MAX_PICKLE + 1)
-            .read_to_end(&mut bytes)
-            .context("cannot read data.pkl")?;
+        zip.by_name(&pkl_name).context("cannot read data.pkl")?.take(MAX_PICKLE + 1).read_to_end(&mut bytes).context("cannot read data.pkl")?;
         if bytes.len() as u64 > MAX_PICKLE {
             bail!("data.pkl is over {} MB: not a checkpoint's", MAX_PICKLE >> 20);
         }
@@ -129,8 +119,8 @@ fn read_torch_zip<R: Read + Seek>(reader: R) -> Result<Loaded> {
     };
     let state = state.ok_or_else(|| anyhow!("no 'model' entry (state dict): not a MoGe checkpoint"))?;
     let config_json = value_to_json(config)?;
-    let config: ModelConfig = serde_json::from_value(config_json.clone())
-        .with_context(|| format!("model_config is not a MoGe-2 configuration: {config_json}"))?;
+    let config: ModelConfig =
+        serde_json::from_value(config_json.clone()).with_context(|| format!("model_config is not a MoGe-2 configuration: {config_json}"))?;
 
     let Value::Dict(items) = state else { bail!("'model' is a {}, not a state dict", state.kind()) };
     let mut tensors = HashMap::with_capacity(items.len());
@@ -353,9 +343,8 @@ fn parse_safetensors(bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
             safetensors::Dtype::F64 => DType::F64,
             other => bail!("{name}: tensors of {other:?} are not supported (expected F32, F16, BF16 or F64)"),
         };
-        let t = Tensor::from_raw_buffer(view.data(), dtype, view.shape(), &Device::Cpu)
-            .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|e| anyhow!("{name}: {e}"))?;
+        let t =
+            Tensor::from_raw_buffer(view.data(), dtype, view.shape(), &Device::Cpu).and_then(|t| t.to_dtype(DType::F32)).map_err(|e| anyhow!("{name}: {e}"))?;
         out.insert(name, t);
     }
     Ok(strip_wrapper_prefix(out))

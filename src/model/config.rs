@@ -147,11 +147,7 @@ impl BackboneSpec {
             "dinov2_vitb14" => Some((768, 12, 12)),
             "dinov2_vitl14" => Some((1024, 24, 16)),
             "dinov2_vitt14" => None,
-            other => {
-                return Err(format!(
-                    "unsupported backbone '{other}' (expected dinov2_vits14, dinov2_vitb14 or dinov2_vitl14)"
-                ))
-            }
+            other => return Err(format!("unsupported backbone '{other}' (expected dinov2_vits14, dinov2_vitb14 or dinov2_vitl14)")),
         };
         let spec = match fixed {
             Some((embed_dim, depth, num_heads)) => BackboneSpec { embed_dim, depth, num_heads },

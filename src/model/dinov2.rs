@@ -198,9 +198,7 @@ impl DinoVisionTransformer {
         let pos_embed = w.get(&format!("{p}.pos_embed"), &[1, 1 + POS_GRID * POS_GRID, dim])?.reshape((1 + POS_GRID * POS_GRID, dim))?;
         // Only used for masked pre-training; bound so that the key check stays strict.
         let _mask_token = w.get(&format!("{p}.mask_token"), &[1, dim])?;
-        let blocks = (0..depth)
-            .map(|i| Block::load(w, &format!("{p}.blocks.{i}"), dim, num_heads))
-            .collect::<Result<Vec<_>>>()?;
+        let blocks = (0..depth).map(|i| Block::load(w, &format!("{p}.blocks.{i}"), dim, num_heads)).collect::<Result<Vec<_>>>()?;
         let norm = LayerNorm::load(w, &format!("{p}.norm"), dim)?;
         let patch_weight_t = patch_weight.reshape((dim, 3 * PATCH_SIZE * PATCH_SIZE))?.t()?.contiguous()?;
         Ok(Self { embed_dim: dim, patch_weight_t, patch_bias, cls_token, pos_embed, blocks, norm })
@@ -213,10 +211,7 @@ impl DinoVisionTransformer {
     /// `prepare_tokens_with_masks`: 14x14/14 patch embedding (as one matrix product over the
     /// unfolded patches), class token, position embedding. `image` is (3, 14h, 14w).
     pub fn prepare_tokens(&self, image: &Tensor, h: usize, w: usize, pos_embed: &Tensor) -> Result<Tensor> {
-        let patches = image
-            .reshape((3, h, PATCH_SIZE, w, PATCH_SIZE))?
-            .permute((1, 3, 0, 2, 4))?
-            .reshape((h * w, 3 * PATCH_SIZE * PATCH_SIZE))?;
+        let patches = image.reshape((3, h, PATCH_SIZE, w, PATCH_SIZE))?.permute((1, 3, 0, 2, 4))?.reshape((h * w, 3 * PATCH_SIZE * PATCH_SIZE))?;
         let x = super::matmul(&patches, &self.patch_weight_t, self.patch_weight_t.dtype())?.broadcast_add(&self.patch_bias)?;
         let x = Tensor::cat(&[&self.cls_token, &x], 0)?;
         Ok((x + pos_embed)?)

@@ -4,10 +4,10 @@
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 
+use super::config::{ConvStackConfig, EncoderConfig};
 use super::cpu::bf16::PackedA;
 use super::cpu::conv3x3::Conv3x3Op;
 use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
-use super::config::{ConvStackConfig, EncoderConfig};
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
 
@@ -211,10 +211,9 @@ pub enum Resampler {
 impl Resampler {
     pub fn load(w: &mut Weights, p: &str, kind: &str, cin: usize, cout: usize) -> Result<Self> {
         Ok(match kind {
-            "conv_transpose" => Resampler::ConvTranspose(
-                ConvTranspose2x2::load(w, &format!("{p}.0"), cin, cout)?,
-                Conv3x3::load(w, &format!("{p}.1"), cout, cout)?,
-            ),
+            "conv_transpose" => {
+                Resampler::ConvTranspose(ConvTranspose2x2::load(w, &format!("{p}.0"), cin, cout)?, Conv3x3::load(w, &format!("{p}.1"), cout, cout)?)
+            }
             "bilinear" => Resampler::Bilinear(Conv3x3::load_upsampling(w, &format!("{p}.1"), cin, cout)?),
             other => bail!("unsupported resampler '{other}' (MoGe-2 uses conv_transpose and bilinear)"),
         })
@@ -315,11 +314,7 @@ impl Mlp {
         if dims.len() < 2 {
             bail!("{p}: an MLP needs at least two dims, got {dims:?}");
         }
-        let layers = dims
-            .windows(2)
-            .enumerate()
-            .map(|(i, d)| Linear::load(w, &format!("{p}.{}", 2 * i), d[0], d[1]))
-            .collect::<Result<Vec<_>>>()?;
+        let layers = dims.windows(2).enumerate().map(|(i, d)| Linear::load(w, &format!("{p}.{}", 2 * i), d[0], d[1])).collect::<Result<Vec<_>>>()?;
         Ok(Self { layers })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -367,9 +362,8 @@ impl Dinov2Encoder {
         if let Some(bad) = taps.iter().find(|&&t| t >= depth) {
             bail!("intermediate layer {bad} does not exist in a {depth}-block backbone");
         }
-        let output_projections = (0..taps.len())
-            .map(|k| Conv1x1::load(w, &format!("encoder.output_projections.{k}"), dim, cfg.dim_out))
-            .collect::<Result<Vec<_>>>()?;
+        let output_projections =
+            (0..taps.len()).map(|k| Conv1x1::load(w, &format!("encoder.output_projections.{k}"), dim, cfg.dim_out)).collect::<Result<Vec<_>>>()?;
         Ok(Self { backbone, taps, output_projections, image_mean, image_std })
     }
 

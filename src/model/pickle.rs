@@ -37,9 +37,15 @@ pub enum Value {
     /// Items in insertion order (a `dict` or `collections.OrderedDict`).
     Dict(Vec<(Value, Value)>),
     /// A reference to `module.name` (`GLOBAL`, `STACK_GLOBAL`).
-    Global { module: String, name: String },
+    Global {
+        module: String,
+        name: String,
+    },
     /// `func(*args)`, not executed.
-    Call { func: Box<Value>, args: Box<Value> },
+    Call {
+        func: Box<Value>,
+        args: Box<Value>,
+    },
     /// A persistent id: in `torch.save`, a tensor's storage.
     Persistent(Box<Value>),
 }
@@ -138,9 +144,11 @@ pub fn parse(data: &[u8]) -> Result<Value> {
 
 impl<'a> Machine<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
-            anyhow!("needs {n} bytes at byte {}, the pickle has {}", self.pos, self.data.len().saturating_sub(self.pos))
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.data.len())
+            .ok_or_else(|| anyhow!("needs {n} bytes at byte {}, the pickle has {}", self.pos, self.data.len().saturating_sub(self.pos)))?;
         let s = &self.data[self.pos..end];
         self.pos = end;
         Ok(s)

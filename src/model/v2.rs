@@ -58,11 +58,7 @@ impl Parts {
     fn bind(config: &ModelConfig, w: &mut Weights) -> Result<Self> {
         // Width and depth are read off the state dict and checked against the backbone name.
         let dim = w.shape_of("encoder.backbone.cls_token").and_then(|s| s.last().copied()).unwrap_or(0);
-        let depth = w
-            .keys()
-            .filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok())
-            .max()
-            .map_or(0, |d| d + 1);
+        let depth = w.keys().filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok()).max().map_or(0, |d| d + 1);
         let spec = BackboneSpec::from_name(&config.encoder.backbone, dim, depth).map_err(anyhow::Error::msg)?;
         let encoder = Dinov2Encoder::load(w, &config.encoder, spec.embed_dim, spec.depth, spec.num_heads)?;
         let neck = ConvStack::load(w, "neck", &config.neck)?;
@@ -141,13 +137,7 @@ impl Outputs {
         let points_t = self.points.as_ref().context("the model has no points head")?;
         let size = (points_t.dim(1)?, points_t.dim(2)?);
         let points = host(&self.points)?.unwrap_or_default();
-        Ok(RawOutput {
-            size,
-            points,
-            normal: host(&self.normal)?,
-            mask: host(&self.mask)?,
-            metric_scale: host(&self.scale)?.map(|v| v[0]),
-        })
+        Ok(RawOutput { size, points, normal: host(&self.normal)?, mask: host(&self.mask)?, metric_scale: host(&self.scale)?.map(|v| v[0]) })
     }
 }
 

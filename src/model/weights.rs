@@ -24,7 +24,17 @@ pub struct Weights {
 
 impl Weights {
     pub fn new(tensors: HashMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
-        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], placeholder_elems: 0, device: device.clone(), dtype, precision: super::Precision::F32 }
+        Self {
+            tensors,
+            used: BTreeSet::new(),
+            requested: vec![],
+            missing: vec![],
+            mismatched: vec![],
+            placeholder_elems: 0,
+            device: device.clone(),
+            dtype,
+            precision: super::Precision::F32,
+        }
     }
 
     /// The tensor `key` moved to the model device, checked against `shape`. A missing or

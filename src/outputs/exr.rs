@@ -12,8 +12,7 @@ use super::write_atomic;
 use crate::infer::Prediction;
 
 fn write_channels(path: &Path, w: usize, h: usize, channels: Vec<(&str, Vec<f32>)>) -> Result<()> {
-    let list: SmallVec<[AnyChannel<FlatSamples>; 4]> =
-        channels.into_iter().map(|(name, v)| AnyChannel::new(name, FlatSamples::F32(v))).collect();
+    let list: SmallVec<[AnyChannel<FlatSamples>; 4]> = channels.into_iter().map(|(name, v)| AnyChannel::new(name, FlatSamples::F32(v))).collect();
     let layer = Layer::new((w, h), LayerAttributes::default(), Encoding::SMALL_LOSSLESS, AnyChannels::sort(list));
     let image = Image::from_layer(layer);
     write_atomic(path, |f| {

@@ -58,7 +58,13 @@ pub struct OutputOptions {
 
 impl Default for OutputOptions {
     fn default() -> Self {
-        Self { formats: vec![Format::Npz], depth_png_scale: 0.001, edge_rtol: 0.04, npz_compression: npz::Compression::default(), npz_normal: npz::NormalDtype::default() }
+        Self {
+            formats: vec![Format::Npz],
+            depth_png_scale: 0.001,
+            edge_rtol: 0.04,
+            npz_compression: npz::Compression::default(),
+            npz_normal: npz::NormalDtype::default(),
+        }
     }
 }
 

@@ -13,11 +13,8 @@ use super::write_atomic;
 pub fn write(path: &Path, s: &Surface) -> Result<()> {
     write_atomic(path, |f| {
         let mut out = BufWriter::with_capacity(1 << 20, f);
-        let mut header = format!(
-            "ply\nformat binary_little_endian 1.0\ncomment written by moge {}\nelement vertex {}\n",
-            env!("CARGO_PKG_VERSION"),
-            s.positions.len()
-        );
+        let mut header =
+            format!("ply\nformat binary_little_endian 1.0\ncomment written by moge {}\nelement vertex {}\n", env!("CARGO_PKG_VERSION"), s.positions.len());
         header.push_str("property float x\nproperty float y\nproperty float z\n");
         if s.normals.is_some() {
             header.push_str("property float nx\nproperty float ny\nproperty float nz\n");

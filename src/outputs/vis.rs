@@ -73,7 +73,13 @@ pub fn colorize_depth(depth: &[f32]) -> Vec<u8> {
         }
         // matplotlib: x·N truncated, below 0 → first entry, at or above N → last entry.
         let xa = x * 256.0;
-        let idx = if xa < 0.0 { 0 } else if xa >= 256.0 { 255 } else { xa as usize };
+        let idx = if xa < 0.0 {
+            0
+        } else if xa >= 256.0 {
+            255
+        } else {
+            xa as usize
+        };
         for c in lut[idx] {
             out.push((c.clamp(0.0, 1.0) * 255.0) as u8);
         }

@@ -60,9 +60,17 @@ impl std::str::FromStr for Canvas {
 pub enum Placement {
     Exact,
     /// The photo sits at (x, y) inside a `width` x `height` work image.
-    Pad { x: usize, y: usize, width: usize, height: usize },
+    Pad {
+        x: usize,
+        y: usize,
+        width: usize,
+        height: usize,
+    },
     /// The work image is the canvas.
-    Stretch { width: usize, height: usize },
+    Stretch {
+        width: usize,
+        height: usize,
+    },
 }
 
 /// The image the network runs on (None: the photo itself) and where the photo is in it.
@@ -73,11 +81,8 @@ pub fn place(photo: &RgbImage, mode: FitMode, canvas: Canvas) -> Result<(Option<
         FitMode::Pad => {
             let (cw, ch) = (canvas.width as u64, canvas.height as u64);
             // Grow one side to reach the canvas aspect; the photo is never scaled.
-            let (pw, ph) = if iw * ch >= ih * cw {
-                (iw, ((iw * ch) as f64 / cw as f64).round() as u64)
-            } else {
-                (((ih * cw) as f64 / ch as f64).round() as u64, ih)
-            };
+            let (pw, ph) =
+                if iw * ch >= ih * cw { (iw, ((iw * ch) as f64 / cw as f64).round() as u64) } else { (((ih * cw) as f64 / ch as f64).round() as u64, ih) };
             let (pw, ph) = (pw.max(iw), ph.max(ih));
             if pw * ph > crate::image_io::MAX_PIXELS {
                 bail!("padded to the canvas aspect the image would be {pw}x{ph}, over the limit of {} pixels", crate::image_io::MAX_PIXELS);
@@ -131,11 +136,7 @@ fn crop(p: Prediction, ox: usize, oy: usize, w: usize, h: usize) -> Prediction {
     // photo's size.
     let (fxp, fyp) = (k[0][0] as f64 * p.width as f64, k[1][1] as f64 * p.height as f64);
     let (cxp, cyp) = (k[0][2] as f64 * p.width as f64 - ox as f64, k[1][2] as f64 * p.height as f64 - oy as f64);
-    let intrinsics = [
-        [(fxp / w as f64) as f32, 0.0, (cxp / w as f64) as f32],
-        [0.0, (fyp / h as f64) as f32, (cyp / h as f64) as f32],
-        [0.0, 0.0, 1.0],
-    ];
+    let intrinsics = [[(fxp / w as f64) as f32, 0.0, (cxp / w as f64) as f32], [0.0, (fyp / h as f64) as f32, (cyp / h as f64) as f32], [0.0, 0.0, 1.0]];
     Prediction {
         width: w,
         height: h,

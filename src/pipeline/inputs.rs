@@ -32,10 +32,13 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
 /// The stem relative to the output directory, with only normal components (no root, no
 /// `..`), so no output can land outside it.
 fn rel_stem(rel: &Path) -> PathBuf {
-    let mut out: PathBuf = rel.components().filter_map(|c| match c {
-        Component::Normal(s) => Some(s),
-        _ => None,
-    }).collect();
+    let mut out: PathBuf = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s),
+            _ => None,
+        })
+        .collect();
     if let Some(stem) = out.file_stem().map(|s| s.to_owned()) {
         out.set_file_name(stem);
     }
@@ -48,9 +51,7 @@ fn rel_stem(rel: &Path) -> PathBuf {
 pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
     let mut out = Vec::new();
     let walker = walkdir::WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
-    let skipped = |e: &walkdir::DirEntry| {
-        e.file_type().is_dir() && skip.is_some_and(|s| e.path().canonicalize().is_ok_and(|c| c == s))
-    };
+    let skipped = |e: &walkdir::DirEntry| e.file_type().is_dir() && skip.is_some_and(|s| e.path().canonicalize().is_ok_and(|c| c == s));
     // The root itself may be hidden (`./.photos`); only entries below it are filtered.
     for entry in walker.filter_entry(|e| e.depth() == 0 || !(is_hidden(e.file_name()) || skipped(e))) {
         let entry = match entry {
@@ -120,11 +121,7 @@ pub fn mark_collisions(inputs: &mut [Input]) {
     for inp in inputs.iter_mut() {
         match seen.get(&inp.rel) {
             Some(first) => {
-                inp.problem = Some(format!(
-                    "its outputs ({}.*) would overwrite those of {}; rename one of them",
-                    inp.rel.display(),
-                    first.display()
-                ))
+                inp.problem = Some(format!("its outputs ({}.*) would overwrite those of {}; rename one of them", inp.rel.display(), first.display()))
             }
             None => {
                 seen.insert(inp.rel.clone(), inp.path.clone());

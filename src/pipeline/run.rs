@@ -775,10 +775,7 @@ pub fn report(s: &Summary, cfg: &Config) -> String {
     if cfg.stats && s.done > 0 {
         let n = s.done as f64;
         let st = &s.stages;
-        out.push_str(&format!(
-            "\nmoge: stage busy time over {} images, {} host threads per host stage, wall {:.2} s:",
-            s.done, cfg.jobs, wall
-        ));
+        out.push_str(&format!("\nmoge: stage busy time over {} images, {} host threads per host stage, wall {:.2} s:", s.done, cfg.jobs, wall));
         for (name, busy, threads) in [
             ("decode", st.decode, cfg.jobs),
             ("prepare", st.prepare, cfg.jobs),

@@ -19,7 +19,10 @@ pub trait Work: Send + 'static {
 
 /// The outcome of one queued item.
 pub enum Forward {
-    Done { raw: RawOutput, ms: f64 },
+    Done {
+        raw: RawOutput,
+        ms: f64,
+    },
     Failed(anyhow::Error),
     /// Not run: the worker was cancelled while the item waited.
     Cancelled,
@@ -42,12 +45,7 @@ impl<T: Work> DeviceWorker<T> {
     /// Starts the worker with room for `capacity` waiting items. Every item reaches `sink`
     /// once, on the worker thread, in queue order; once `cancelled()` is true the items still
     /// waiting reach it as [`Forward::Cancelled`]. A panic in a forward fails that item only.
-    pub fn spawn(
-        model: Arc<Model>,
-        capacity: usize,
-        cancelled: impl Fn() -> bool + Send + 'static,
-        mut sink: impl FnMut(T, Forward) + Send + 'static,
-    ) -> Self {
+    pub fn spawn(model: Arc<Model>, capacity: usize, cancelled: impl Fn() -> bool + Send + 'static, mut sink: impl FnMut(T, Forward) + Send + 'static) -> Self {
         super::guard::install_panic_hook();
         let (tx, rx) = bounded::<T>(capacity.max(1));
         let thread = std::thread::Builder::new()

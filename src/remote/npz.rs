@@ -101,7 +101,9 @@ fn open<'a, R: Read + Seek>(
     let elements = header.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     match elements.and_then(|e| Some((e, e.checked_mul(size)?))) {
         Some((e, bytes)) if bytes as u64 <= entry.size() && e as u64 <= 3 * crate::image_io::MAX_PIXELS => {}
-        _ => bail!("{file} is damaged: its header claims shape {:?} of {descr}, more than the entry's {} bytes or than any image's", header.shape, entry.size()),
+        _ => {
+            bail!("{file} is damaged: its header claims shape {:?} of {descr}, more than the entry's {} bytes or than any image's", header.shape, entry.size())
+        }
     }
     Ok(Some((header, descr, entry)))
 }
@@ -153,10 +155,8 @@ fn read_f16(header: Header, little: bool, mut rest: impl Read) -> Result<Vec<f32
     if rest.read(&mut [0u8; 1])? != 0 {
         bail!("bytes left over after the data of shape {:?}", header.shape);
     }
-    let halves: Vec<half::f16> = bytes
-        .chunks_exact(2)
-        .map(|b| if little { half::f16::from_le_bytes([b[0], b[1]]) } else { half::f16::from_be_bytes([b[0], b[1]]) })
-        .collect();
+    let halves: Vec<half::f16> =
+        bytes.chunks_exact(2).map(|b| if little { half::f16::from_le_bytes([b[0], b[1]]) } else { half::f16::from_be_bytes([b[0], b[1]]) }).collect();
     drop(bytes);
     let mut out = vec![0f32; n];
     halves.convert_to_f32_slice(&mut out);

@@ -117,10 +117,15 @@ impl Shared {
     pub fn new(model: Arc<Model>, cfg: Config) -> Arc<Self> {
         let queue = cfg.queue.max(1);
         // Admission bounds the requests in progress, so the worker's queue never refuses one.
-        let worker = DeviceWorker::spawn(model.clone(), queue, || false, |job: DeviceJob, out| {
-            // The client may have gone: then nobody waits for the answer.
-            let _ = job.reply.send((job.staged, out));
-        });
+        let worker = DeviceWorker::spawn(
+            model.clone(),
+            queue,
+            || false,
+            |job: DeviceJob, out| {
+                // The client may have gone: then nobody waits for the answer.
+                let _ = job.reply.send((job.staged, out));
+            },
+        );
         let sha = Arc::new(OnceLock::new());
         {
             let (sha, path) = (sha.clone(), cfg.weights.clone());
@@ -198,15 +203,26 @@ async fn predict(State(st): State<Arc<Shared>>, headers: HeaderMap, RawQuery(que
 
 async fn predict_inner(st: &Arc<Shared>, headers: &HeaderMap, query: Option<&str>, body: Body, started: Instant) -> Result<Response, ApiError> {
     // Admission first: the body is held in memory from here on.
-    let _permit = st.admit.clone().try_acquire_owned().map_err(|_| ApiError::busy(format!("busy: {} requests in progress, the most this server takes (moge serve --queue)", st.cfg.queue)))?;
-    let too_large = || ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over this server's limit of {} bytes (moge serve --max-body-mb)", st.cfg.max_body));
+    let _permit = st
+        .admit
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy(format!("busy: {} requests in progress, the most this server takes (moge serve --queue)", st.cfg.queue)))?;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over this server's limit of {} bytes (moge serve --max-body-mb)", st.cfg.max_body),
+        )
+    };
     if let Some(n) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
         if n > st.cfg.max_body as u64 {
             return Err(too_large());
         }
     }
     let bytes = match tokio::time::timeout(st.cfg.body_timeout, axum::body::to_bytes(body, st.cfg.max_body)).await {
-        Err(_) => return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {} s", st.cfg.body_timeout.as_secs()))),
+        Err(_) => {
+            return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {} s", st.cfg.body_timeout.as_secs())))
+        }
         Ok(Err(e)) if is_length_limit(&e) => return Err(too_large()),
         Ok(Err(e)) => return Err(ApiError::bad_request(format!("cannot read the request body: {e}"))),
         Ok(Ok(b)) => b,
@@ -223,7 +239,8 @@ async fn predict_inner(st: &Arc<Shared>, headers: &HeaderMap, query: Option<&str
         let (st2, req2, plan2) = (st.clone(), req.clone(), plan.clone());
         host(move || {
             let t = Instant::now();
-            let d = crate::image_io::decode_bytes(&req2.image, &st2.cfg.decode).map_err(|e| ApiError::bad_request(format!("image: {}", crate::pipeline::run::error_line(&e))))?;
+            let d = crate::image_io::decode_bytes(&req2.image, &st2.cfg.decode)
+                .map_err(|e| ApiError::bad_request(format!("image: {}", crate::pipeline::run::error_line(&e))))?;
             let decode_ms = ms(t);
             let (w, h) = (d.image.width() as usize, d.image.height() as usize);
             if req2.format == OutputFormat::Json && w * h > JSON_MAX_PIXELS {

@@ -69,8 +69,7 @@ pub struct Request {
 /// The body is JSON when it says so, or when it starts with `{` (`curl -d @req.json` sends
 /// no JSON content type); anything else is the image itself.
 pub fn parse(content_type: Option<&str>, query: Option<&str>, body: &[u8], max_tokens: u32) -> Result<Request, ApiError> {
-    let is_json = content_type.is_some_and(|c| c.trim_start().starts_with("application/json"))
-        || body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let is_json = content_type.is_some_and(|c| c.trim_start().starts_with("application/json")) || body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let (image, opts) = if is_json {
         if query.is_some_and(|q| !q.is_empty()) {
             return Err(ApiError::bad_request("options go in the JSON body when the image does (the query string is for a raw image body)"));
@@ -88,7 +87,8 @@ pub fn parse(content_type: Option<&str>, query: Option<&str>, body: &[u8], max_t
         if body.is_empty() {
             return Err(ApiError::bad_request("empty body: send JSON {\"image\": base64} or the image file itself"));
         }
-        let opts: Options = serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| ApiError::bad_request(format!("bad option in the query string: {e}")))?;
+        let opts: Options =
+            serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| ApiError::bad_request(format!("bad option in the query string: {e}")))?;
         (body.to_vec(), opts)
     };
     build(image, opts, max_tokens)
@@ -101,9 +101,7 @@ fn decode_base64(s: &str) -> Result<Vec<u8>, ApiError> {
         _ => s,
     };
     let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(s.as_bytes())
-        .map_err(|e| ApiError::bad_request(format!("\"image\" is not valid base64: {e}")))
+    base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map_err(|e| ApiError::bad_request(format!("\"image\" is not valid base64: {e}")))
 }
 
 fn build(image: Vec<u8>, o: Options, max_tokens: u32) -> Result<Request, ApiError> {
@@ -150,7 +148,8 @@ mod tests {
 
     #[test]
     fn json_body_with_options() {
-        let body = format!(r#"{{"image": "{}", "output_format": "png", "fit": "pad", "fov_x": 60, "apply_mask": false, "include_depth_png": true}}"#, b64(b"abc"));
+        let body =
+            format!(r#"{{"image": "{}", "output_format": "png", "fit": "pad", "fov_x": 60, "apply_mask": false, "include_depth_png": true}}"#, b64(b"abc"));
         let r = parse(None, None, body.as_bytes(), 10_000).unwrap();
         assert_eq!(r.image, b"abc");
         assert_eq!(r.format, OutputFormat::Png);

@@ -171,10 +171,7 @@ pub fn shape_geometry(weights: &mut StateDict) {
 /// Full synthetic state dict for the given keys/shapes (those of `MoGeModel(**config).state_dict()`).
 /// `shaped = false` is the "pure_random" variant.
 pub fn synth_state_dict(keys_and_shapes: &[(String, Vec<usize>)], seed: u64, shaped: bool) -> StateDict {
-    let mut sd: StateDict = keys_and_shapes
-        .iter()
-        .map(|(k, s)| (k.clone(), (s.clone(), synth_tensor(k, s, seed))))
-        .collect();
+    let mut sd: StateDict = keys_and_shapes.iter().map(|(k, s)| (k.clone(), (s.clone(), synth_tensor(k, s, seed)))).collect();
     if shaped {
         shape_geometry(&mut sd);
     }

@@ -41,10 +41,7 @@ pub fn hub_head(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let mut lines = text.lines();
     let status = lines.next().and_then(|l| l.trim().parse::<u16>().ok()).unwrap_or(200);
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.to_owned()))
-        .collect();
+    let headers: Vec<(String, String)> = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.to_owned())).collect();
     let url = "http://127.0.0.1:9/Ruicheng/moge-2-vits-normal/resolve/main/model.pt";
     match moge::hub::answer::read_head(url, status, |name| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())) {
         moge::hub::answer::Head::File { etag, commit, .. } => {

@@ -133,10 +133,7 @@ impl State {
         let Some(req) = read_request(&mut s) else { return };
         self.log.lock().unwrap().push(req.clone());
         let b = &self.behaviour;
-        let file_paths = [
-            format!("/{}/resolve/main/model.pt", self.repo),
-            format!("/{}/resolve/{COMMIT}/model.pt", self.repo),
-        ];
+        let file_paths = [format!("/{}/resolve/main/model.pt", self.repo), format!("/{}/resolve/{COMMIT}/model.pt", self.repo)];
         let storage_path = format!("/storage/{}", self.sha256);
         if let Some(t) = &b.token {
             if req.authorization.as_deref() != Some(&format!("Bearer {t}")) {
@@ -211,9 +208,7 @@ fn read_request(s: &mut TcpStream) -> Option<Request> {
     let mut first = lines.next()?.split(' ');
     let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
     let header = |name: &str| {
-        text.split("\r\n")
-            .skip(1)
-            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string()))
+        text.split("\r\n").skip(1).find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string()))
     };
     let range = header("range");
     let authorization = header("authorization");

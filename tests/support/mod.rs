@@ -284,7 +284,6 @@ pub fn check_stages(ckpt: &str) {
     }
 }
 
-
 /// A case of `tests/fixtures/cases.json` and its `infer()` options.
 pub fn fixture_case(name: &str) -> (serde_json::Value, InferOptions) {
     let all: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("cases.json")).unwrap()).unwrap();

@@ -115,14 +115,54 @@ impl AttentionOp {
             let v = qkv[2 * d + h * hd..].as_ptr();
             unsafe {
                 // scores (bq × n) = scale · q_blk (bq × hd) · kᵀ (hd × n)
-                gemm::gemm(bq, n, hd, scores.as_mut_ptr(), 1, n as isize, false, q.as_ptr(), 1, row as isize, k, row as isize, 1, 0.0, scale, false, false, false, gemm::Parallelism::None);
+                gemm::gemm(
+                    bq,
+                    n,
+                    hd,
+                    scores.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    q.as_ptr(),
+                    1,
+                    row as isize,
+                    k,
+                    row as isize,
+                    1,
+                    0.0,
+                    scale,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
             }
             for r in scores.chunks_exact_mut(n) {
                 softmax_row(level, r, 1.0);
             }
             unsafe {
                 // out_blk (bq × hd) = scores (bq × n) · v (n × hd)
-                gemm::gemm(bq, hd, n, dst, 1, d as isize, false, scores.as_ptr(), 1, n as isize, v, 1, row as isize, 0.0, 1.0, false, false, false, gemm::Parallelism::None);
+                gemm::gemm(
+                    bq,
+                    hd,
+                    n,
+                    dst,
+                    1,
+                    d as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    n as isize,
+                    v,
+                    1,
+                    row as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
             }
         });
         out
@@ -140,7 +180,23 @@ impl AttentionOp {
 /// up to whole column blocks readable; `dst` bq rows of hd writable floats `d` apart;
 /// `zeros` at least n zeros.
 #[allow(clippy::too_many_arguments)]
-unsafe fn transposed(k: &Pointwise, v: &Panels, qt: &[f32], ldq: usize, bq: usize, n: usize, hd: usize, scale: f32, level: Isa, zeros: &[f32], scores: &mut Vec<f32>, sums: &mut Vec<f32>, pack: &mut Vec<f32>, dst: *mut f32, d: usize) {
+unsafe fn transposed(
+    k: &Pointwise,
+    v: &Panels,
+    qt: &[f32],
+    ldq: usize,
+    bq: usize,
+    n: usize,
+    hd: usize,
+    scale: f32,
+    level: Isa,
+    zeros: &[f32],
+    scores: &mut Vec<f32>,
+    sums: &mut Vec<f32>,
+    pack: &mut Vec<f32>,
+    dst: *mut f32,
+    d: usize,
+) {
     let bqp = bq.div_ceil(k.cols()) * k.cols();
     assert!(qt.len() >= (hd - 1) * ldq + bqp, "attention: qᵀ of {} floats", qt.len());
     scores.resize(n * bqp, 0.0);

@@ -166,11 +166,7 @@ fn convert_rows(isa: Isa, src: &[f32], ld: usize, r0: usize, r1: usize, k: usize
         let row = &src[r * ld..];
         for kp in 0..kps {
             let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
-            dst[(r - r0) * kps + kp] = if ka < k1 {
-                pair(row[ka], if kb < k1 { row[kb] } else { 0.0 })
-            } else {
-                0
-            };
+            dst[(r - r0) * kps + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
         }
     }
 }
@@ -194,11 +190,7 @@ fn pack_cols(isa: Isa, src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k
             let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
             for i in 0..w {
                 let l = l0 + p * w + i;
-                panel[kp * w + i] = if l < l1 && ka < k1 {
-                    pair(src[ka * ld + l], if kb < k1 { src[kb * ld + l] } else { 0.0 })
-                } else {
-                    0
-                };
+                panel[kp * w + i] = if l < l1 && ka < k1 { pair(src[ka * ld + l], if kb < k1 { src[kb * ld + l] } else { 0.0 }) } else { 0 };
             }
         }
     }
@@ -348,22 +340,11 @@ pub fn gemm_bf16(a: &[f32], m: usize, k: usize, lda: usize, b: &PackedB, c: &mut
     }
     match &b.store {
         Store::Rounded(bb) => {
-            let ar: Vec<f32> = (0..m)
-                .flat_map(|i| a[i * lda..i * lda + k].iter().map(|&x| round_bf16(x)))
-                .collect();
+            let ar: Vec<f32> = (0..m).flat_map(|i| a[i * lda..i * lda + k].iter().map(|&x| round_bf16(x))).collect();
             portable_gemm(&ar, k, bb, n, m, n, k, c, ldc, accumulate, threads);
         }
         Store::Panels(bp) => {
-            let job = Job {
-                m,
-                n,
-                k,
-                a: Operand::F32 { data: a, ld: lda },
-                b: Operand::Packed(bp),
-                c: c.as_mut_ptr(),
-                ldc,
-                accumulate,
-            };
+            let job = Job { m, n, k, a: Operand::F32 { data: a, ld: lda }, b: Operand::Packed(bp), c: c.as_mut_ptr(), ldc, accumulate };
             // Split M so each thread converts only its own rows of A; B is shared (L3).
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
         }
@@ -375,14 +356,8 @@ pub fn gemm_bf16(a: &[f32], m: usize, k: usize, lda: usize, b: &PackedB, c: &mut
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_bf16_packed_a(a: &PackedA, b: &[f32], n: usize, ldb: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
     let (m, k) = (a.m, a.k);
-    assert!(
-        ldb >= n && (k == 0 || b.len() >= (k - 1) * ldb + n),
-        "gemm_bf16_packed_a: B too short"
-    );
-    assert!(
-        ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n),
-        "gemm_bf16_packed_a: C too short"
-    );
+    assert!(ldb >= n && (k == 0 || b.len() >= (k - 1) * ldb + n), "gemm_bf16_packed_a: B too short");
+    assert!(ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n), "gemm_bf16_packed_a: C too short");
     if m == 0 || n == 0 {
         return;
     }
@@ -397,16 +372,7 @@ pub fn gemm_bf16_packed_a(a: &PackedA, b: &[f32], n: usize, ldb: usize, c: &mut 
             portable_gemm(ar, k, &br, n, m, n, k, c, ldc, accumulate, threads);
         }
         Store::Panels(ap) => {
-            let job = Job {
-                m,
-                n,
-                k,
-                a: Operand::Packed(ap),
-                b: Operand::F32 { data: b, ld: ldb },
-                c: c.as_mut_ptr(),
-                ldc,
-                accumulate,
-            };
+            let job = Job { m, n, k, a: Operand::Packed(ap), b: Operand::F32 { data: b, ld: ldb }, c: c.as_mut_ptr(), ldc, accumulate };
             // Split N so each thread converts only its own columns of B.
             job.run(threads, n < 2 * NR * threads && m > n);
         }
@@ -419,30 +385,14 @@ fn check_dims(alen: usize, m: usize, k: usize, lda: usize, clen: usize, n: usize
 }
 
 #[allow(clippy::too_many_arguments)]
-fn portable_gemm(
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    c: &mut [f32],
-    ldc: usize,
-    accumulate: bool,
-    threads: usize,
-) {
+fn portable_gemm(a: &[f32], lda: usize, b: &[f32], ldb: usize, m: usize, n: usize, k: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
     if k == 0 {
         if !accumulate {
             (0..m).for_each(|i| c[i * ldc..i * ldc + n].fill(0.0));
         }
         return;
     }
-    let par = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     unsafe {
         gemm::gemm(
             m,
@@ -525,16 +475,8 @@ impl Job<'_> {
             return;
         }
         // Equal contiguous ranges, in whole panels so only the last range has a tail.
-        let bounds: Vec<(usize, usize)> = (0..parts)
-            .map(|t| ((units * t / parts * unit).min(len), (units * (t + 1) / parts * unit).min(len)))
-            .collect();
-        bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| {
-            if split_m {
-                self.run_rect(lo, hi, 0, self.n)
-            } else {
-                self.run_rect(0, self.m, lo, hi)
-            }
-        });
+        let bounds: Vec<(usize, usize)> = (0..parts).map(|t| ((units * t / parts * unit).min(len), (units * (t + 1) / parts * unit).min(len))).collect();
+        bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| if split_m { self.run_rect(lo, hi, 0, self.n) } else { self.run_rect(0, self.m, lo, hi) });
     }
 
     /// Rows [m0, m1) × columns [n0, n1) of C; m0 is a multiple of MR, n0 of NR.
@@ -556,11 +498,7 @@ impl Job<'_> {
             return;
         }
         let alen = if matches!(self.a, Operand::F32 { .. }) { mc * kc_pairs } else { 0 };
-        let blen = if matches!(self.b, Operand::F32 { .. }) {
-            nc.div_ceil(NR) * NR * kc_pairs
-        } else {
-            0
-        };
+        let blen = if matches!(self.b, Operand::F32 { .. }) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
         with_scratch(alen + blen, |buf| {
             let (abuf, bbuf) = buf.split_at_mut(alen);
             self.run_blocks(m0, m1, n0, n1, kc_pairs, mc, nc, abuf, bbuf)
@@ -568,18 +506,7 @@ impl Job<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn run_blocks(
-        &self,
-        m0: usize,
-        m1: usize,
-        n0: usize,
-        n1: usize,
-        kc_pairs: usize,
-        mc: usize,
-        nc: usize,
-        abuf: &mut [u32],
-        bbuf: &mut [u32],
-    ) {
+    fn run_blocks(&self, m0: usize, m1: usize, n0: usize, n1: usize, kc_pairs: usize, mc: usize, nc: usize, abuf: &mut [u32], bbuf: &mut [u32]) {
         let kps_total = self.k.div_ceil(2);
         for jc in (n0..n1).step_by(nc) {
             let jc1 = (jc + nc).min(n1);
@@ -611,19 +538,7 @@ impl Job<'_> {
 
     /// All microkernel tiles of rows [ic, ic1) × columns [jc, jc1) for one k block.
     #[allow(clippy::too_many_arguments)]
-    fn block(
-        &self,
-        a: *const u32,
-        lda: usize,
-        ic: usize,
-        ic1: usize,
-        b: *const u32,
-        bstride: usize,
-        jc: usize,
-        jc1: usize,
-        kps: usize,
-        load_c: bool,
-    ) {
+    fn block(&self, a: *const u32, lda: usize, ic: usize, ic1: usize, b: *const u32, bstride: usize, jc: usize, jc1: usize, kps: usize, load_c: bool) {
         // Row panels of equal height (≤ MR): 64 rows → 6 × 10-11 rather than 5 × 12 + 4, since a
         // 4-row tile has too few accumulators to hide the `vdpbf16ps` latency.
         let rows = ic1 - ic;
@@ -767,21 +682,12 @@ mod tests {
                     }
                     let c0 = rng.vec(m * ldc);
                     let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
-                    for (ti, pb) in [
-                        PackedB::build(&bkn, k, n, false, level),
-                        PackedB::build(&bnk, k, n, true, level),
-                    ]
-                    .iter()
-                    .enumerate()
-                    {
+                    for (ti, pb) in [PackedB::build(&bkn, k, n, false, level), PackedB::build(&bnk, k, n, true, level)].iter().enumerate() {
                         let mut c = c0.clone();
                         gemm_bf16(&a, m, k, lda, pb, &mut c, ldc, accumulate, threads);
                         let e = rel_err(&c, ldc, &want, m, n, k);
                         worst = worst.max(e);
-                        assert!(
-                            e <= 1e-5,
-                            "gemm_bf16 {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}"
-                        );
+                        assert!(e <= 1e-5, "gemm_bf16 {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}");
                         // Padding between rows of C is untouched.
                         for i in 0..m {
                             assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
@@ -811,10 +717,7 @@ mod tests {
                     gemm_bf16_packed_a(&pa, &b, n, ldb, &mut c, ldc, accumulate, threads);
                     let e = rel_err(&c, ldc, &want, m, n, k);
                     worst = worst.max(e);
-                    assert!(
-                        e <= 1e-5,
-                        "packed_a {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}"
-                    );
+                    assert!(e <= 1e-5, "packed_a {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}");
                     for i in 0..m {
                         assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
                     }
@@ -923,12 +826,7 @@ mod tests {
 
     fn check_packers(r: Isa) {
         let mut rng = Rng(99);
-        for &(rows, k, ld_pad, k0, kps) in &[
-            (5usize, 37usize, 3usize, 0usize, 19usize),
-            (33, 100, 0, 32, 30),
-            (40, 64, 1, 0, 40),
-            (3, 7, 0, 4, 8),
-        ] {
+        for &(rows, k, ld_pad, k0, kps) in &[(5usize, 37usize, 3usize, 0usize, 19usize), (33, 100, 0, 32, 30), (40, 64, 1, 0, 40), (3, 7, 0, 4, 8)] {
             let ld = k + ld_pad;
             let src = rng.vec(rows * ld);
             let mut want = vec![7u32; rows * kps];
@@ -937,11 +835,7 @@ mod tests {
             for r in 0..rows {
                 for kp in 0..kps {
                     let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
-                    want[r * kps + kp] = if ka < k1 {
-                        pair(src[r * ld + ka], if kb < k1 { src[r * ld + kb] } else { 0.0 })
-                    } else {
-                        0
-                    };
+                    want[r * kps + kp] = if ka < k1 { pair(src[r * ld + ka], if kb < k1 { src[r * ld + kb] } else { 0.0 }) } else { 0 };
                 }
             }
             convert_rows(r, &src, ld, 0, rows, k, k0, kps, &mut got);
@@ -965,11 +859,7 @@ mod tests {
                 for kp in 0..kps_b {
                     for i in 0..NR {
                         let l = l0 + p * NR + i;
-                        let w = if l < l1 {
-                            pair(src[2 * kp * ld + l], if 2 * kp + 1 < kk { src[(2 * kp + 1) * ld + l] } else { 0.0 })
-                        } else {
-                            0
-                        };
+                        let w = if l < l1 { pair(src[2 * kp * ld + l], if 2 * kp + 1 < kk { src[(2 * kp + 1) * ld + l] } else { 0.0 }) } else { 0 };
                         assert_eq!(got[p * kps_b * NR + kp * NR + i], w, "pack_cols {r} p={p} kp={kp} i={i}");
                     }
                 }

@@ -195,7 +195,9 @@ impl Conv3x3Op {
         // (`Resampler`): the other routes' weights are not made for it (a plain call would take
         // the im2col route).
         let winograd = match route(level, bf16) {
-            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?,
+            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => {
+                super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?
+            }
             _ => None,
         };
         // Not packed beside the Winograd route (its weights are 16/9 the size already): an

@@ -117,7 +117,27 @@ fn product_bt(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     // Safety: with `read_dst` false the product writes all of `y`'s m · n floats and reads
     // none, before `set_len`; x holds m rows of k, w n rows of k.
     unsafe {
-        gemm::gemm(m, n, k, y.as_mut_ptr(), 1, n as isize, false, x.as_ptr(), 1, k as isize, w.as_ptr(), k as isize, 1, 0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(threads));
+        gemm::gemm(
+            m,
+            n,
+            k,
+            y.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(threads),
+        );
         y.set_len(m * n);
     }
     y
@@ -148,7 +168,6 @@ impl CustomOp2 for ScaledResidualOp {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
-
 
 #[cfg(test)]
 mod tests {

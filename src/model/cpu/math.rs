@@ -69,7 +69,7 @@ pub fn exp_neg(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     const MAGIC: f32 = 12_582_912.0; // 1.5·2²³
-    // Plain multiply-adds: `mul_add` without a compile-time FMA target is a libm call.
+                                     // Plain multiply-adds: `mul_add` without a compile-time FMA target is a libm call.
     let x = x.max(-87.0);
     let t = x * LOG2E + MAGIC;
     let n = t - MAGIC;

@@ -64,7 +64,9 @@ pub fn route(precision: super::Precision) -> Route {
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
-            Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => format!("winograd f(2x2,3x3) {direct} (64+ channels; upsampled as 4 phases from 64+), direct {direct} (fewer, fused upsample)"),
+            Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => {
+                format!("winograd f(2x2,3x3) {direct} (64+ channels; upsampled as 4 phases from 64+), direct {direct} (fewer, fused upsample)")
+            }
             Some(direct) => format!("direct {direct}"),
             None => "im2col".to_owned(),
         },
@@ -80,14 +82,7 @@ pub fn route(precision: super::Precision) -> Route {
         attention: "fused",
         softmax_gelu: math::route(level).name(),
     });
-    Route {
-        isa: level.name(),
-        detected: isa::detected().name(),
-        max_cpu_isa,
-        max_cpu_isa_ignored,
-        precision: if bf16 { "bf16" } else { "f32" },
-        kernels,
-    }
+    Route { isa: level.name(), detected: isa::detected().name(), max_cpu_isa, max_cpu_isa_ignored, precision: if bf16 { "bf16" } else { "f32" }, kernels }
 }
 
 impl std::fmt::Display for Route {
@@ -100,11 +95,7 @@ impl std::fmt::Display for Route {
         };
         writeln!(f, "cpu route: {} (detected {}; {cap}), precision {}", self.isa, self.detected, self.precision)?;
         match &self.kernels {
-            Some(k) => write!(
-                f,
-                "cpu kernels: conv3x3 {}, products {}, attention {}, softmax/gelu {}",
-                k.conv3x3, k.products, k.attention, k.softmax_gelu
-            ),
+            Some(k) => write!(f, "cpu kernels: conv3x3 {}, products {}, attention {}, softmax/gelu {}", k.conv3x3, k.products, k.attention, k.softmax_gelu),
             None => write!(f, "cpu kernels: off (MOGE_GENERIC_OPS=1: candle's generic ops)"),
         }
     }

@@ -20,7 +20,27 @@ use super::SendPtr;
 pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usize, n: usize) {
     let threads = rayon::current_num_threads().max(1);
     unsafe {
-        gemm::gemm(m, n, k, out.as_mut_ptr(), 1, n as isize, true, w.as_ptr(), 1, k as isize, x.as_ptr(), 1, n as isize, 1.0, 1.0, false, false, false, gemm::Parallelism::Rayon(threads));
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            true,
+            w.as_ptr(),
+            1,
+            k as isize,
+            x.as_ptr(),
+            1,
+            n as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(threads),
+        );
     }
 }
 
@@ -106,7 +126,21 @@ impl Pointwise {
         for t in 0..b.len() - 1 {
             let (r0, r1) = (b[t], b[t + 1]);
             for x0 in (0..n).step_by(w) {
-                self.micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * self.k), r1 - r0, x.add(x0), cs, self.k, zeros.as_ptr(), std::ptr::null(), 0, out.add(r0 * ldc + x0), ldc, (n - x0).min(w), (std::ptr::null(), 0));
+                self.micro.kernel(
+                    r1 - r0,
+                    self.words.as_ptr().add(r0 * self.k),
+                    r1 - r0,
+                    x.add(x0),
+                    cs,
+                    self.k,
+                    zeros.as_ptr(),
+                    std::ptr::null(),
+                    0,
+                    out.add(r0 * ldc + x0),
+                    ldc,
+                    (n - x0).min(w),
+                    (std::ptr::null(), 0),
+                );
             }
         }
     }
@@ -148,7 +182,23 @@ impl Pointwise {
                         // Safety: a `Micro` exists only for a kernel this CPU has; `tap` has `w`
                         // readable columns per channel; tasks write disjoint columns of `out`,
                         // every (row, column) exactly once.
-                        unsafe { micro.kernel(r1 - r0, self.words.as_ptr().add(r0 * k), r1 - r0, tap, cs, k, bias[r0..].as_ptr(), add, n, out_ptr.get().add(off), n, nv, (std::ptr::null(), 0)) };
+                        unsafe {
+                            micro.kernel(
+                                r1 - r0,
+                                self.words.as_ptr().add(r0 * k),
+                                r1 - r0,
+                                tap,
+                                cs,
+                                k,
+                                bias[r0..].as_ptr(),
+                                add,
+                                n,
+                                out_ptr.get().add(off),
+                                n,
+                                nv,
+                                (std::ptr::null(), 0),
+                            )
+                        };
                     }
                 }
             }
@@ -326,9 +376,23 @@ mod tests {
             for level in isa::levels() {
                 let avx2 = Pointwise::available(level);
                 let (c1, ct) = isa::with_isa(level, || {
-                    let c1 = Conv1x1Op { weight: Tensor::from_vec(wt.clone(), (cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: Pointwise::new(&wt, cout, cin) };
+                    let c1 = Conv1x1Op {
+                        weight: Tensor::from_vec(wt.clone(), (cout, cin), &Device::Cpu).unwrap(),
+                        bias: bias.clone(),
+                        cin,
+                        cout,
+                        packed: None,
+                        pointwise: Pointwise::new(&wt, cout, cin),
+                    };
                     let pw = ConvTranspose2x2Op::pointwise(&wt4, cin, cout, &bias);
-                    let ct = ConvTranspose2x2Op { weight: Tensor::from_vec(wt4.clone(), (4 * cout, cin), &Device::Cpu).unwrap(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw };
+                    let ct = ConvTranspose2x2Op {
+                        weight: Tensor::from_vec(wt4.clone(), (4 * cout, cin), &Device::Cpu).unwrap(),
+                        bias: bias.clone(),
+                        cin,
+                        cout,
+                        packed: None,
+                        pointwise: pw,
+                    };
                     (c1, ct)
                 });
                 assert_eq!(c1.pointwise.is_some(), avx2, "{level}");

@@ -89,7 +89,22 @@ impl Micro {
     /// only those); every pointer covers what it says.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(in crate::model::cpu) unsafe fn kernel(self, mv: usize, a: *const f32, lda: usize, b: *const f32, cs: usize, kc: usize, bias: *const f32, add: *const f32, add_ld: usize, c: *mut f32, ldc: usize, nv: usize, pf: (*const f32, usize)) {
+    pub(in crate::model::cpu) unsafe fn kernel(
+        self,
+        mv: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        cs: usize,
+        kc: usize,
+        bias: *const f32,
+        add: *const f32,
+        add_ld: usize,
+        c: *mut f32,
+        ldc: usize,
+        nv: usize,
+        pf: (*const f32, usize),
+    ) {
         #[cfg(target_arch = "x86_64")]
         match self {
             Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, lda, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
@@ -192,7 +207,17 @@ impl Panels {
 /// `b` was built for a [`Micro`] of this CPU (one [`Micro::at`] gave). `a` holds every (i, c)
 /// for i < m, c < k, `c` m rows of n writable floats `ldc` apart, `bias` (when given) n floats.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn product(a: *const f32, (rs, cs): (usize, usize), m: usize, b: &Panels, bias: Option<&[f32]>, gelu: Option<Isa>, c: *mut f32, ldc: usize, pack: &mut Vec<f32>) {
+pub unsafe fn product(
+    a: *const f32,
+    (rs, cs): (usize, usize),
+    m: usize,
+    b: &Panels,
+    bias: Option<&[f32]>,
+    gelu: Option<Isa>,
+    c: *mut f32,
+    ldc: usize,
+    pack: &mut Vec<f32>,
+) {
     let (k, n, micro) = (b.k, b.n, b.micro);
     let w = micro.cols();
     if let Some(bias) = bias {

@@ -11,17 +11,7 @@ use core::arch::x86_64::*;
 /// tile instead of wasted multiply-adds on zero rows).
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(super) unsafe fn kernel(
-    mv: usize,
-    kps: usize,
-    a: *const u32,
-    lda: usize,
-    b: *const u32,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    load_c: bool,
-) {
+pub(super) unsafe fn kernel(mv: usize, kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
     macro_rules! go {
         ($($r:literal)*) => {
             match mv { $($r => kern::<$r>(kps, a, lda, b, c, ldc, nv, load_c),)* _ => unreachable!() }
@@ -224,16 +214,8 @@ pub(super) unsafe fn pack_cols_nr(src: &[f32], ld: usize, l0: usize, l1: usize, 
                 let cc = l0 + p * NR + 16 * h;
                 let nvalid = l1.saturating_sub(cc).min(16);
                 let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { ((1u32 << nvalid) - 1) as u16 };
-                let ra = if has_a {
-                    _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc))
-                } else {
-                    zero
-                };
-                let rb = if has_b {
-                    _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc))
-                } else {
-                    zero
-                };
+                let ra = if has_a { _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc)) } else { zero };
+                let rb = if has_b { _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc)) } else { zero };
                 let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
                 _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
             }
