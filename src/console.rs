@@ -43,6 +43,23 @@ fn write_line(w: &mut impl Write, closed: &AtomicBool, args: std::fmt::Arguments
     }
 }
 
+/// The error chain on one line, leaving out causes whose text the line already ends with
+/// (the image crate repeats its source in its own message).
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 /// `println!` that stops quietly on a closed stdout.
 #[macro_export]
 macro_rules! outln {

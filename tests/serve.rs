@@ -175,7 +175,7 @@ fn answers_with_the_library_numbers_in_every_format() {
     assert_eq!((h.status, h.json()["status"].as_str()), (200, Some("ok")));
 
     // /info names the model and digests the weights (in the background: poll, bounded).
-    let want_sha = moge::pipeline::run::sha256_file(&fixtures().join("tiny_normal.pt")).unwrap();
+    let want_sha = moge::hub::sha256_file(&fixtures().join("tiny_normal.pt")).unwrap();
     let t = Instant::now();
     let info = loop {
         let i = get(&format!("{}/info", s.url)).json();

@@ -12,6 +12,7 @@ use clap::Args;
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
 use crate::pipeline::fit::{Canvas, FitMode};
 use crate::pipeline::inputs::{self, Shard};
+use crate::pipeline::report;
 use crate::pipeline::run::{self, Config};
 
 #[derive(Args, Debug)]
@@ -130,7 +131,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     install_signals(stop.clone());
     let summary = run::run(engine, inputs, &cfg, &stop, |_| {});
     if !args.quiet || args.stats {
-        crate::errln!("{}", run::report(&summary, &cfg));
+        crate::errln!("{}", report::report(&summary, &cfg));
     }
     if let Some(f) = &summary.fatal {
         crate::errln!("moge: stopped: {f}");

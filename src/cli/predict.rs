@@ -9,7 +9,8 @@ use clap::Args;
 
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_OK, EXIT_SOME_FAILED};
 use crate::pipeline::inputs;
-use crate::pipeline::run::{self, Status};
+use crate::pipeline::record::Status;
+use crate::pipeline::run;
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {

@@ -268,6 +268,11 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The sha256 of a checkpoint for sidecars and `/info`, or why it is unavailable.
+pub fn digest_or_reason(path: &Path) -> String {
+    sha256_file(path).unwrap_or_else(|e| format!("unavailable: {}: cannot read: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,15 +1,24 @@
-//! The streaming pipeline (decode threads → one device worker → encode threads).
+//! The streaming pipeline (decode threads → the middle stage → encode threads).
 //!
 //! - [`inputs`]: discovery (recursive, sorted, hidden skipped), lists, `--shard`.
 //! - [`fit`]: `--fit pad|stretch` onto a fixed canvas and back.
-//! - [`stages`]: each stage's work on one photo, whatever its source and sink.
-//! - [`worker`]: the device worker, shared by `batch`, `predict` and `serve`.
+//! - [`stages`]: each stage's work on one photo with the local model, whatever its source and sink.
+//! - [`backend`]: the middle stage's interface, implemented by [`local`] (the model here) and
+//!   [`remote`] (a MoGe-2 HTTP server).
+//! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
+//!   `predict` and `serve`.
 //! - [`guard`]: a panic in one image's work fails that image only.
-//! - [`run`]: the stages over files, reporting, per-stage statistics.
+//! - [`run`]: the stages over files; [`record`] and [`report`]: what a run says of each image
+//!   and of itself.
 
+pub mod backend;
 pub mod fit;
 pub mod guard;
 pub mod inputs;
+pub mod local;
+pub mod record;
+pub mod remote;
+pub mod report;
 pub mod run;
 pub mod stages;
 pub mod worker;

@@ -1,8 +1,10 @@
-//! The device worker: one thread that owns the forwards and runs them one after another, fed
-//! by a bounded queue. `moge batch` and `moge predict` queue decoded photos, `moge serve`
-//! queues HTTP requests; what comes out goes to a sink that the caller chooses.
+//! The middle stage's threads: a bounded queue and the lanes that empty it, one after another
+//! per lane. The device worker is one lane that owns the forwards (`moge batch` and `moge
+//! predict` queue decoded photos, `moge serve` queues HTTP requests); a server as the middle
+//! stage takes as many lanes as requests in flight. What a lane does with an item, and where
+//! the result goes, is the caller's.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -12,23 +14,7 @@ use super::guard::guarded;
 use crate::model::{Prepared, RawOutput};
 use crate::Model;
 
-/// What the worker runs the forward of.
-pub trait Work: Send + 'static {
-    fn prepared(&self) -> &Prepared;
-}
-
-/// The outcome of one queued item.
-pub enum Forward {
-    Done {
-        raw: RawOutput,
-        ms: f64,
-    },
-    Failed(anyhow::Error),
-    /// Not run: the worker was cancelled while the item waited.
-    Cancelled,
-}
-
-/// Why [`DeviceWorker::try_submit`] gave the item back.
+/// Why [`Worker::try_submit`] gave the item back.
 pub enum Refused<T> {
     /// The queue is full.
     Busy(T),
@@ -36,38 +22,36 @@ pub enum Refused<T> {
     Gone(T),
 }
 
-pub struct DeviceWorker<T: Work> {
+pub struct Worker<T> {
     tx: Mutex<Option<Sender<T>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-impl<T: Work> DeviceWorker<T> {
-    /// Starts the worker with room for `capacity` waiting items. Every item reaches `sink`
-    /// once, on the worker thread, in queue order; once `cancelled()` is true the items still
-    /// waiting reach it as [`Forward::Cancelled`]. A panic in a forward fails that item only.
-    pub fn spawn(model: Arc<Model>, capacity: usize, cancelled: impl Fn() -> bool + Send + 'static, mut sink: impl FnMut(T, Forward) + Send + 'static) -> Self {
+impl<T: Send + 'static> Worker<T> {
+    /// Starts `lanes` threads named `name` with room for `capacity` waiting items; each item
+    /// reaches `work` once, on one of the lanes, in queue order per lane.
+    pub fn spawn(name: &str, lanes: usize, capacity: usize, work: impl Fn(T) + Send + Sync + 'static) -> Self {
         super::guard::install_panic_hook();
         let (tx, rx) = bounded::<T>(capacity.max(1));
-        let thread = std::thread::Builder::new()
-            .name("moge-device".into())
-            .spawn(move || {
-                for item in rx {
-                    if cancelled() {
-                        sink(item, Forward::Cancelled);
-                        continue;
-                    }
-                    let t = Instant::now();
-                    let out = match guarded(|| model.forward(item.prepared())) {
-                        Ok(raw) => Forward::Done { raw, ms: t.elapsed().as_secs_f64() * 1e3 },
-                        Err(e) => Forward::Failed(e.context("forward failed")),
-                    };
-                    sink(item, out);
-                }
+        let work = std::sync::Arc::new(work);
+        let threads = (0..lanes.max(1))
+            .map(|_| {
+                let (rx, work) = (rx.clone(), work.clone());
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || {
+                        for item in rx {
+                            work(item);
+                        }
+                    })
+                    .expect("cannot start a worker thread")
             })
-            .expect("cannot start the device worker thread");
-        Self { tx: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)) }
+            .collect();
+        Self { tx: Mutex::new(Some(tx)), threads: Mutex::new(threads) }
     }
+}
 
+impl<T> Worker<T> {
     /// Queues `item`, waiting while the queue is full; gives it back if the worker has stopped.
     pub fn submit(&self, item: T) -> Result<(), T> {
         match self.sender() {
@@ -91,18 +75,25 @@ impl<T: Work> DeviceWorker<T> {
         }
     }
 
-    /// Closes the queue and waits until every item already queued has reached the sink.
+    /// Closes the queue and waits until every item already queued has been worked.
     pub fn close(&self) {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = thread {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
             let _ = t.join();
         }
     }
 }
 
-impl<T: Work> Drop for DeviceWorker<T> {
+impl<T> Drop for Worker<T> {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// One forward on the device, timed; a panic in it fails this forward only.
+pub fn forward(model: &Model, prep: &Prepared) -> anyhow::Result<(RawOutput, f64)> {
+    let t = Instant::now();
+    let raw = guarded(|| model.forward(prep)).map_err(|e| e.context("forward failed"))?;
+    Ok((raw, t.elapsed().as_secs_f64() * 1e3))
 }

@@ -24,12 +24,13 @@ use serde_json::json;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::image_io::DecodeOptions;
+use crate::model::RawOutput;
 use crate::outputs::json::DepthStats;
 use crate::outputs::npz::Compression;
 use crate::pipeline::fit::Canvas;
 use crate::pipeline::guard::catch;
 use crate::pipeline::stages::{self, ms, Plan, Staged};
-use crate::pipeline::worker::{DeviceWorker, Forward, Refused, Work};
+use crate::pipeline::worker::{self, Refused, Worker};
 use crate::Model;
 use request::OutputFormat;
 use response::{Meta, JSON_MAX_PIXELS};
@@ -92,18 +93,12 @@ impl IntoResponse for ApiError {
 /// A request on its way through the device worker; the answer goes back on `reply`.
 struct DeviceJob {
     staged: Staged,
-    reply: oneshot::Sender<(Staged, Forward)>,
-}
-
-impl Work for DeviceJob {
-    fn prepared(&self) -> &crate::model::Prepared {
-        &self.staged.prep
-    }
+    reply: oneshot::Sender<(Staged, anyhow::Result<(RawOutput, f64)>)>,
 }
 
 pub struct Shared {
     model: Arc<Model>,
-    worker: DeviceWorker<DeviceJob>,
+    worker: Worker<DeviceJob>,
     cfg: Config,
     admit: Arc<Semaphore>,
     decoders: Arc<Semaphore>,
@@ -117,20 +112,19 @@ impl Shared {
     pub fn new(model: Arc<Model>, cfg: Config) -> Arc<Self> {
         let queue = cfg.queue.max(1);
         // Admission bounds the requests in progress, so the worker's queue never refuses one.
-        let worker = DeviceWorker::spawn(
-            model.clone(),
-            queue,
-            || false,
-            |job: DeviceJob, out| {
+        let worker = {
+            let model = model.clone();
+            Worker::spawn("moge-device", 1, queue, move |job: DeviceJob| {
+                let out = worker::forward(&model, &job.staged.prep);
                 // The client may have gone: then nobody waits for the answer.
                 let _ = job.reply.send((job.staged, out));
-            },
-        );
+            })
+        };
         let sha = Arc::new(OnceLock::new());
         {
             let (sha, path) = (sha.clone(), cfg.weights.clone());
             std::thread::spawn(move || {
-                sha.get_or_init(|| crate::pipeline::run::digest_or_reason(&path));
+                sha.get_or_init(|| crate::hub::digest_or_reason(&path));
             });
         }
         let device = crate::device::name_of(&model.device);
@@ -240,7 +234,7 @@ async fn predict_inner(st: &Arc<Shared>, headers: &HeaderMap, query: Option<&str
         host(move || {
             let t = Instant::now();
             let d = crate::image_io::decode_bytes(&req2.image, &st2.cfg.decode)
-                .map_err(|e| ApiError::bad_request(format!("image: {}", crate::pipeline::run::error_line(&e))))?;
+                .map_err(|e| ApiError::bad_request(format!("image: {}", crate::console::error_line(&e))))?;
             let decode_ms = ms(t);
             let (w, h) = (d.image.width() as usize, d.image.height() as usize);
             if req2.format == OutputFormat::Json && w * h > JSON_MAX_PIXELS {
@@ -264,11 +258,7 @@ async fn predict_inner(st: &Arc<Shared>, headers: &HeaderMap, query: Option<&str
         Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
     }
     let (staged, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
-    let (raw, device_ms) = match out {
-        Forward::Done { raw, ms } => (raw, ms),
-        Forward::Failed(e) => return Err(ApiError::internal(crate::pipeline::run::error_line(&e))),
-        Forward::Cancelled => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
-    };
+    let (raw, device_ms) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
     let queue_ms = (ms(queued) - device_ms).max(0.0);
 
     // Post-process and encode on a host thread.

@@ -1,0 +1,54 @@
+//! The outcome of each photo, as the collector reports it.
+
+use std::path::PathBuf;
+
+use super::inputs::Input;
+use crate::console::error_line;
+use crate::outputs;
+use crate::outputs::json::Timings;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// The outcome of one image.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub input: PathBuf,
+    pub status: Status,
+    pub outputs: Vec<PathBuf>,
+    pub timings: Timings,
+    pub error: Option<String>,
+    /// An error that every later image would hit too (disk full, read-only output).
+    pub fatal: bool,
+    /// Valid pixels clamped in the depth PNG.
+    pub saturated: usize,
+    /// `Prediction::summary()` of a processed image.
+    pub summary: Option<String>,
+    /// What was wrong with an input that was processed all the same (`--allow-truncated`).
+    pub warning: Option<String>,
+}
+
+impl Record {
+    /// An input whose outputs are all there already (`--skip-existing`).
+    pub fn skipped(input: &Input, outputs: Vec<PathBuf>) -> Self {
+        Self::new(input, Status::Skipped, outputs, Timings::default())
+    }
+
+    /// An input that failed with `err` after `timings` of work.
+    pub fn failed(input: &Input, err: &anyhow::Error, timings: Timings) -> Self {
+        let msg = error_line(err);
+        let shown = input.path.display().to_string();
+        // Errors from reading the photo already start with its path.
+        let error = if msg.starts_with(&shown) { msg } else { format!("{shown}: {msg}") };
+        Record { error: Some(error), fatal: outputs::is_fatal_io(err), ..Self::new(input, Status::Failed, vec![], timings) }
+    }
+
+    pub(crate) fn new(input: &Input, status: Status, outputs: Vec<PathBuf>, timings: Timings) -> Self {
+        Record { input: input.path.clone(), status, outputs, timings, error: None, fatal: false, saturated: 0, summary: None, warning: None }
+    }
+}

@@ -1,0 +1,117 @@
+//! A MoGe-2 HTTP server as the middle stage (`--server`): photos are decoded here (a damaged
+//! one fails here with its reason, and ply / glb take their colours from it), sent several at
+//! a time, and the answers written here.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::backend::{Backend, Finished, Staging};
+use super::fit::FitMode;
+use super::inputs::Input;
+use super::stages::{ms, Plan};
+use crate::image_io::DecodeOptions;
+use crate::infer::InferOptions;
+use crate::remote::{Client, RemoteError, Request, Response};
+
+pub struct RemoteBackend {
+    client: Arc<Client>,
+    request: Request,
+    in_flight: usize,
+}
+
+impl RemoteBackend {
+    /// `in_flight` requests at once, each with the options of `infer` and `fit`.
+    pub fn new(client: Arc<Client>, infer: &InferOptions, fit: FitMode, in_flight: usize) -> Self {
+        let mut request = remote_request(infer, fit);
+        // moge serve can send the normals as computed, so that the outputs are those of a
+        // local run; tt-MoGe sends float16.
+        let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
+        if dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")) {
+            request.npz_normal_dtype = Some("float32");
+        }
+        Self { client, request, in_flight: in_flight.max(1) }
+    }
+}
+
+/// The options sent with each photo: only those that differ from the defaults that moge serve
+/// and tt-MoGe share, since a server may refuse a field it does not know.
+fn remote_request(infer: &InferOptions, fit: FitMode) -> Request {
+    use crate::remote::Fit;
+    let mut r = Request::from_options(infer);
+    if r.num_tokens == Some(crate::infer::DEFAULT_NUM_TOKENS) {
+        r.num_tokens = None;
+    }
+    r.fit = match fit {
+        FitMode::Exact => None,
+        FitMode::Pad => Some(Fit::Pad),
+        FitMode::Stretch => Some(Fit::Stretch),
+    };
+    r
+}
+
+impl Backend for RemoteBackend {
+    /// The image file to send.
+    type Staged = Vec<u8>;
+    type Forwarded = Response;
+
+    fn lanes(&self) -> usize {
+        self.in_flight
+    }
+
+    fn queue(&self) -> usize {
+        self.in_flight
+    }
+
+    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
+        let t = Instant::now();
+        let loaded = crate::image_io::load_with_source(&input.path, decode)?;
+        let decode_ms = ms(t);
+        let t = Instant::now();
+        let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)
+            .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
+            .into_owned();
+        Ok(Staging { photo: loaded.decoded.image, warning: loaded.decoded.warning, staged: send, decode_ms, prepare_ms: ms(t) })
+    }
+
+    fn forward(&self, bytes: Vec<u8>) -> Result<Response> {
+        Ok(self.client.predict(&bytes, &self.request)?)
+    }
+
+    /// A server that cannot be reached fails every later photo too.
+    fn is_fatal(&self, err: &anyhow::Error) -> bool {
+        err.downcast_ref::<RemoteError>().is_some_and(RemoteError::is_unreachable)
+    }
+
+    fn finish(&self, r: Response, photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
+        let client = &self.client;
+        if (r.pred.width, r.pred.height) != photo_size {
+            anyhow::bail!("the server at {} answered with {}x{} maps for a {}x{} photo", client.url(), r.pred.width, r.pred.height, photo_size.0, photo_size.1);
+        }
+        let num_tokens = r.meta.get("num_tokens").and_then(|v| v.as_u64()).map(|n| n as u32).unwrap_or_else(|| plan.infer.num_tokens.unwrap_or(0));
+        let grid = r.meta.get("grid").and_then(|g| Some((g.get(0)?.as_u64()? as usize, g.get(1)?.as_u64()? as usize))).unwrap_or(r.pred.grid);
+        let server = serde_json::json!({
+            "url": client.url(),
+            "model": client.model(),
+            "device": client.device(),
+            "attempts": r.attempts,
+            "timing_ms": r.meta.get("timing_ms"),
+        });
+        Ok(Finished { pred: r.pred, device: format!("remote {}", client.device().unwrap_or("device")), num_tokens, grid, server: Some(server) })
+    }
+
+    /// tt-MoGe does not say; its published model has the normal head.
+    fn has_normal(&self) -> bool {
+        self.client.info().get("has_normal").and_then(|v| v.as_bool()).unwrap_or(true)
+    }
+
+    fn model_id(&self, configured: &str) -> String {
+        self.client.model().map(str::to_owned).unwrap_or_else(|| configured.to_owned())
+    }
+
+    fn weights_digest(&self, _weights: &Path) -> String {
+        self.client.info().get("weights_sha256").and_then(|v| v.as_str()).unwrap_or("unavailable: not given by the server").to_owned()
+    }
+}
