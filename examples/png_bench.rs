@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
         let (depth, normal, mask) = scene(w, h);
         // The codes as `moge` writes them (1 mm depth units, the default `--depth-png-scale`).
         let mcodes: Vec<u8> = mask.iter().map(|&m| if m { 255 } else { 0 }).collect();
-        let ncodes = png::encode_normal(&normal);
+        let ncodes = moge::geometry::codes::encode_normal(&normal);
         let p = Prediction {
             width: w,
             height: h,

@@ -6,7 +6,7 @@ use crate::geometry::focal_shift::{recover_focal_shift, recover_focal_shift_samp
 use crate::geometry::resize::{bilinear_at, bilinear_axis, resize_bilinear, BilinearRows, ColumnTaps};
 use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
-use crate::model::RawOutput;
+use crate::model::{Model, RawOutput};
 
 /// Base ViT tokens when none are asked for: `moge predict`/`batch`, `moge serve` and
 /// tt-MoGe (whose fixed 1920x1080 canvas is 1800 tokens) agree on it.
@@ -31,7 +31,7 @@ pub struct InferOptions {
     /// Whether the float normal map is wanted. False (for outputs that only write the normal
     /// PNG) makes the post-processing store the PNG's 8-bit codes, computed on rows still in
     /// cache, in `Prediction::normal_png` instead of `Prediction::normal`: 12 bytes per pixel
-    /// neither stored nor read back. The codes are those of `outputs::png::encode_normal`.
+    /// neither stored nor read back. The codes are those of `geometry::codes::encode_normal`.
     pub normal_map: bool,
 }
 
@@ -331,6 +331,24 @@ fn rays(n: usize, f: f32) -> Vec<f32> {
     linspace(0.5 / n as f64, 1.0 - 0.5 / n as f64, n).iter().map(|&u| (u - 0.5) / f).collect()
 }
 
+/// Upstream `MoGeModel.infer` on a loaded model: the network's part is [`Model`]'s, the
+/// post-processing is this module's.
+impl Model {
+    /// Host post-processing of one forward (any thread).
+    pub fn postprocess(&self, raw: &RawOutput, prep_meta: (usize, usize, (usize, usize)), opts: &InferOptions) -> Prediction {
+        let (width, height, grid) = prep_meta;
+        postprocess_raw(raw, self.config.remap_output, width, height, grid, opts)
+    }
+
+    /// `infer()` on one 8-bit RGB image: prepare, forward, post-process.
+    pub fn infer(&self, image: &image::RgbImage, opts: &InferOptions) -> anyhow::Result<Prediction> {
+        let (w, h) = (image.width() as usize, image.height() as usize);
+        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range));
+        let raw = self.forward(&prep)?;
+        Ok(self.postprocess(&raw, (w, h, prep.grid), opts))
+    }
+}
+
 /// [`forward_maps`] then [`postprocess`] in one pass over the output, with the same numbers
 /// bit for bit (tests/host_paths.rs holds them side by side): the focal/shift solve reads its
 /// 64x64 samples computed alone, then each output row is interpolated, remapped, shifted,
@@ -490,7 +508,7 @@ crate::model::cpu::math::dispatch! {
                     push_interleaved(nmap, [&n0[..], &n1[..], &n2[..]], |v| v);
                 }
                 if let Some(codes) = normal_png.as_mut() {
-                    push_interleaved(codes, [&n0[..], &n1[..], &n2[..]], crate::outputs::png::normal_code);
+                    push_interleaved(codes, [&n0[..], &n1[..], &n2[..]], crate::geometry::codes::normal_code);
                 }
             }
             mask.extend_from_slice(&valid);

@@ -103,7 +103,7 @@ fn one_pass_equals_forward_maps_then_postprocess() {
                         let codes_only = InferOptions { normal_map: false, ..opts.clone() };
                         let mut coded = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &codes_only));
                         assert!(coded.normal.is_none() && coded.has_normal() == normal, "{what}: float normals left out");
-                        let want_codes = fused.normal.as_deref().map(moge::outputs::png::encode_normal);
+                        let want_codes = fused.normal.as_deref().map(moge::geometry::codes::encode_normal);
                         assert!(coded.normal_png == want_codes, "{what}: normal PNG codes");
                         (coded.normal, coded.normal_png) = (fused.normal.clone(), None);
                         assert_identical(&format!("{what}, normal codes only"), &coded, &two_step);
@@ -232,7 +232,7 @@ fn png_encodings_equal_rounding_by_libm() {
     n.extend([0.0, -0.0, 1.0, -1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
     let want: Vec<u8> = n.iter().map(|&c| (((c.clamp(-1.0, 1.0) + 1.0) * 0.5 * 255.0).round()) as u8).collect();
     for level in isa::levels() {
-        assert_eq!(isa::with_isa(level, || moge::outputs::png::encode_normal(&n)), want, "{level}");
+        assert_eq!(isa::with_isa(level, || moge::geometry::codes::encode_normal(&n)), want, "{level}");
     }
 }
 

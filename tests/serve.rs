@@ -243,7 +243,7 @@ fn answers_with_the_library_numbers_in_every_format() {
     let depth = image::load_from_memory(&unb64(&v["outputs"]["depth_png16"])).unwrap().into_luma16();
     assert_eq!(depth.as_raw(), &moge::outputs::png::encode_depth(&want, 0.001).0);
     let normal = image::load_from_memory(&unb64(&v["outputs"]["normal_png"])).unwrap().into_rgb8();
-    assert_eq!(normal.as_raw(), &moge::outputs::png::encode_normal(want.normal.as_ref().unwrap()));
+    assert_eq!(normal.as_raw(), &moge::geometry::codes::encode_normal(want.normal.as_ref().unwrap()));
     let mask = image::load_from_memory(&unb64(&v["outputs"]["mask_png"])).unwrap().into_luma8();
     assert_eq!(mask.as_raw(), &want.mask.iter().map(|&m| if m { 255 } else { 0 }).collect::<Vec<u8>>());
 
@@ -506,4 +506,30 @@ fn a_server_that_dies_mid_batch_stops_it_with_nothing_half_written() {
     assert!(stderr.contains("p0.png") || stderr.contains("p1.png") || stderr.contains("p2.png"), "{stderr}");
     // Nothing at all was written: no outputs, no temporary files.
     assert!(files(&out_dir).iter().all(|f| !f.contains(".npz") && !f.contains(".png")), "{:?}", files(&out_dir));
+}
+
+/// A client chooses the token grid of each request (`num_tokens`, and the photo's aspect): the
+/// per-grid cache of position embeddings keeps the last `GRIDS_CACHED` grids, not one per grid
+/// ever seen, and a grid that comes back after its eviction is computed again to the same bits.
+#[test]
+fn varied_grids_keep_the_per_grid_cache_bounded() {
+    let s = Server::start(&[]);
+    let photo = photo_png(64, 48);
+    let tokens: Vec<u32> = (0..24).map(|i| 100 + 23 * i).collect();
+    let grids: std::collections::HashSet<_> = tokens.iter().map(|&n| moge::model::token_grid(64, 48, n)).collect();
+    let cap = moge::model::GRIDS_CACHED.get();
+    assert!(grids.len() > 2 * cap, "{} grids are too few to overflow the cache", grids.len());
+    let predict = |n: u32| {
+        let r = post(&format!("{}/predict?output_format=npz_binary&num_tokens={n}", s.url), "image/png", &photo);
+        assert_eq!(r.status, 200, "{}", r.error());
+        r.body
+    };
+    let first = predict(tokens[0]);
+    for &n in &tokens[1..] {
+        predict(n);
+        let cached = get(&format!("{}/info", s.url)).json()["cached_grids"].as_u64().unwrap() as usize;
+        assert!(cached <= cap, "{cached} grids cached after num_tokens {n}, more than {cap}");
+    }
+    assert_eq!(get(&format!("{}/info", s.url)).json()["cached_grids"].as_u64(), Some(cap as u64));
+    assert!(predict(tokens[0]) == first, "the first grid, computed again after its eviction, gave other bytes");
 }

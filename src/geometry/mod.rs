@@ -1,6 +1,8 @@
 //! Host-side numerics that must match PyTorch's float32 kernels closely: resizes, the UV plane,
-//! `linspace`, the focal/shift solve of `recover_focal_shift`, and libm's `expf` vectorised.
+//! `linspace`, the focal/shift solve of `recover_focal_shift`, libm's `expf` vectorised, and the
+//! 8-bit codes of unit normals.
 
+pub mod codes;
 pub mod exp;
 pub mod focal_shift;
 pub mod resize;

@@ -1,4 +1,4 @@
-//! CUDA graphs (issue 12): the forward of each token grid is captured once and replayed for every
+//! CUDA graphs: the forward of each token grid is captured once and replayed for every
 //! image of that grid, so the ~thousand kernel launches of a forward cost one launch.
 //!
 //! A capture records what the stream does, addresses included, so the graph reads its inputs from
@@ -11,8 +11,9 @@
 //!
 //! `MOGE_CUDA_GRAPHS=0` turns replay off (for measuring the op-by-op forward).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+
+use lru::LruCache;
 
 use anyhow::{anyhow, bail, Result};
 use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaStream};
@@ -20,9 +21,10 @@ use candle_core::{Device, Tensor};
 
 use super::v2::{Model, Outputs, Prepared, RawOutput};
 
-/// The graphs of one model, per token grid.
+/// The graphs of one model, for the last [`super::v2::GRIDS_CACHED`] token grids used (an
+/// evicted grid's graph and buffers are freed, and captured again if it comes back).
 pub(crate) struct Graphs {
-    by_grid: Mutex<HashMap<(usize, usize), Entry>>,
+    by_grid: Mutex<LruCache<(usize, usize), Entry>>,
 }
 
 /// How the forwards ran, for `moge bench` and the sidecar.
@@ -71,7 +73,7 @@ pub(crate) fn enabled() -> bool {
 
 impl Graphs {
     pub fn new() -> Self {
-        Self { by_grid: Mutex::new(HashMap::new()) }
+        Self { by_grid: Mutex::new(LruCache::new(super::v2::GRIDS_CACHED)) }
     }
 
     /// The forward by graph replay; `None` where it does not apply (not CUDA, turned off, or the
@@ -86,13 +88,13 @@ impl Graphs {
         let Some(entry) = by_grid.get_mut(&prep.grid) else {
             return Ok(match capture(model, &cuda.cuda_stream(), prep) {
                 Ok((c, raw)) => {
-                    by_grid.insert(prep.grid, Entry::Ready(Box::new(c)));
+                    by_grid.put(prep.grid, Entry::Ready(Box::new(c)));
                     // The capture's own op-by-op run is this image's answer.
                     Some(raw)
                 }
                 Err(e) => {
                     eprintln!("moge: CUDA graph for the {rows}x{cols} token grid not used: {e:#}; running op by op");
-                    by_grid.insert(prep.grid, Entry::Failed(format!("{e:#}")));
+                    by_grid.put(prep.grid, Entry::Failed(format!("{e:#}")));
                     None
                 }
             });

@@ -10,10 +10,12 @@ pub mod dinov2;
 mod graph;
 pub mod modules;
 pub mod pickle;
+pub mod runner;
 pub mod v2;
 pub mod weights;
 
-pub use v2::{Model, Prepared, RawOutput, Stages};
+pub use runner::Runner;
+pub use v2::{Model, Prepared, RawOutput, Stages, GRIDS_CACHED};
 
 /// Arithmetic of the network's matrix products. Weights, activations and every other op stay
 /// in f32; `Bf16` rounds the two inputs of each large product (linears, convolutions) to bf16 and

@@ -1,12 +1,14 @@
 //! `MoGeModel` (`moge/model/v2.py`): encoder, UV-conditioned neck, heads, scale head.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
+use lru::LruCache;
 
 use super::checkpoint::Checkpoint;
 use super::config::{BackboneSpec, ConvStackConfig, ModelConfig};
@@ -17,7 +19,11 @@ use super::weights::Weights;
 use super::Precision;
 use crate::geometry::resize::{resize_bicubic_scaled, resize_bilinear_antialias, resize_rgb8_antialias};
 use crate::geometry::uv::view_plane_uv_planar;
-use crate::infer::{postprocess_raw, InferOptions, Prediction};
+
+/// Token grids whose per-grid state (position embeddings here, CUDA graphs in
+/// [`super::Runner`]) is kept: a directory of photos has a few aspects, while `moge serve` lets
+/// each request choose its grid, so the least recently used grid goes beyond this.
+pub const GRIDS_CACHED: NonZeroUsize = NonZeroUsize::new(8).unwrap();
 
 /// A loaded MoGe-2 model on one device.
 pub struct Model {
@@ -34,14 +40,11 @@ pub struct Model {
     normal_head: Option<ConvStack>,
     mask_head: Option<ConvStack>,
     scale_head: Option<Mlp>,
-    /// Interpolated position embeddings per token grid, on the device.
-    pos_cache: Mutex<HashMap<(usize, usize), Tensor>>,
+    /// Interpolated position embeddings of the last token grids used, on the device.
+    pos_cache: Mutex<LruCache<(usize, usize), Tensor>>,
     /// Host copy of the 37x37 embedding as (D, 37, 37) planes, for the bicubic resize.
     pos_planes: Vec<f32>,
     pos_cls: Vec<f32>,
-    /// The captured forwards, per token grid.
-    #[cfg(feature = "cuda")]
-    graphs: super::graph::Graphs,
 }
 
 /// The modules of `MoGeModel`, bound to a state dict.
@@ -207,11 +210,9 @@ impl Model {
             normal_head,
             mask_head,
             scale_head,
-            pos_cache: Mutex::new(HashMap::new()),
+            pos_cache: Mutex::new(LruCache::new(GRIDS_CACHED)),
             pos_planes,
             pos_cls,
-            #[cfg(feature = "cuda")]
-            graphs: super::graph::Graphs::new(),
         })
     }
 
@@ -221,15 +222,6 @@ impl Model {
         let mut w = Weights::new(HashMap::new(), &Device::Cpu, DType::F32);
         Parts::bind(config, &mut w)?;
         Ok(w.requested().to_vec())
-    }
-
-    /// How forwards run on a CUDA device: graph replay per token grid, or why not (`None`
-    /// elsewhere).
-    pub fn cuda_graphs(&self) -> Option<String> {
-        #[cfg(feature = "cuda")]
-        return super::graph::describe(&self.graphs, &self.device);
-        #[cfg(not(feature = "cuda"))]
-        None
     }
 
     pub fn has_normal(&self) -> bool {
@@ -265,9 +257,9 @@ impl Model {
     }
 
     /// `interpolate_pos_encoding`: the 37x37 table as is for a 37x37 grid, else bicubic with
-    /// DINOv2's 0.1 offset in the scale factor. Cached per grid.
+    /// DINOv2's 0.1 offset in the scale factor. The last [`GRIDS_CACHED`] grids are kept.
     pub fn pos_embed(&self, rows: usize, cols: usize) -> Result<Tensor> {
-        if let Some(t) = self.pos_cache.lock().unwrap().get(&(rows, cols)) {
+        if let Some(t) = self.pos_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(rows, cols)) {
             return Ok(t.clone());
         }
         let dim = self.pos_cls.len();
@@ -281,18 +273,18 @@ impl Model {
             let cls = Tensor::from_slice(&self.pos_cls, (1, dim), &Device::Cpu)?;
             Tensor::cat(&[&cls, &patch], 0)?.contiguous()?.to_device(&self.device)?
         };
-        self.pos_cache.lock().unwrap().insert((rows, cols), t.clone());
+        self.pos_cache.lock().unwrap_or_else(|e| e.into_inner()).put((rows, cols), t.clone());
         Ok(t)
     }
 
-    /// The network on one prepared image. On a CUDA device the forward of each token grid is
-    /// captured once as a CUDA graph and replayed (`super::graph`); elsewhere, or where a
-    /// capture failed, it runs op by op.
+    /// The token grids whose position embeddings are cached now (at most [`GRIDS_CACHED`]).
+    pub fn cached_grids(&self) -> usize {
+        self.pos_cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The network on one prepared image, op by op ([`super::Runner`] replays captured
+    /// forwards where the device has them).
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
-        #[cfg(feature = "cuda")]
-        if let Some(raw) = self.graphs.forward(self, prep)? {
-            return Ok(raw);
-        }
         Ok(self.forward_stages(prep, None)?.raw)
     }
 
@@ -371,19 +363,5 @@ impl Model {
         let scale = self.scale_head.as_ref().map(|m| m.forward(&enc.cls_token)).transpose()?;
         lap("scale_head", &mut timings);
         Ok(Network { enc, neck, heads, scale })
-    }
-
-    /// Host post-processing of one forward (any thread).
-    pub fn postprocess(&self, raw: &RawOutput, prep_meta: (usize, usize, (usize, usize)), opts: &InferOptions) -> Prediction {
-        let (width, height, grid) = prep_meta;
-        postprocess_raw(raw, self.config.remap_output, width, height, grid, opts)
-    }
-
-    /// `infer()` on one 8-bit RGB image: prepare, forward, post-process.
-    pub fn infer(&self, image: &image::RgbImage, opts: &InferOptions) -> Result<Prediction> {
-        let (w, h) = (image.width() as usize, image.height() as usize);
-        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range));
-        let raw = self.forward(&prep)?;
-        Ok(self.postprocess(&raw, (w, h, prep.grid), opts))
     }
 }

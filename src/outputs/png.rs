@@ -71,30 +71,6 @@ pub fn count_saturated(p: &Prediction, scale: f32) -> usize {
     saturated_count(isa::current(), &p.depth, &p.mask, scale)
 }
 
-/// `round((n + 1) / 2 · 255)` per component (half away from zero, as `f32::round`, through a
-/// truncating conversion that vectorises); masked normals are zero vectors → 128.
-pub fn encode_normal(n: &[f32]) -> Vec<u8> {
-    normal_codes(isa::current(), n)
-}
-
-/// One component's code (see [`encode_normal`]); the post-processing makes them in place of the
-/// float map when only the PNG is written (`InferOptions::normal_map`).
-#[inline(always)]
-pub(crate) fn normal_code(c: f32) -> u8 {
-    // NaN codes 0, as `round() as u8` gives it: the same as -1.
-    let c = if c.is_nan() { -1.0 } else { c.clamp(-1.0, 1.0) };
-    let x = (c + 1.0) * 0.5 * 255.0;
-    // SAFETY: x is finite and in [0, 255], so the conversion is exact truncation.
-    let i: i32 = unsafe { x.to_int_unchecked() };
-    (i + i32::from(x - i as f32 >= 0.5)) as u8
-}
-
-crate::model::cpu::math::dispatch! {
-    fn normal_codes / normal_codes_baseline(n: &[f32]) -> Vec<u8> {
-        n.iter().map(|&c| normal_code(c)).collect()
-    }
-}
-
 /// The depth codes in PNG's byte order (big-endian), and how many saturated.
 fn depth_samples(p: &Prediction, scale: f32) -> (Vec<u16>, usize) {
     let (mut codes, saturated) = encode_depth(p, scale);
@@ -112,7 +88,7 @@ pub fn depth_png(p: &Prediction, scale: f32) -> Result<(Vec<u8>, usize)> {
 fn normal_samples(p: &Prediction) -> Result<std::borrow::Cow<'_, [u8]>> {
     match (&p.normal_png, &p.normal) {
         (Some(codes), _) => Ok(codes.as_slice().into()),
-        (None, Some(n)) => Ok(encode_normal(n).into()),
+        (None, Some(n)) => Ok(crate::geometry::codes::encode_normal(n).into()),
         (None, None) => anyhow::bail!("the model has no normal head"),
     }
 }

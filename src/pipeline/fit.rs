@@ -304,7 +304,7 @@ mod tests {
         p.mask.iter_mut().enumerate().for_each(|(i, m)| *m = i % 3 != 0);
         let normal: Vec<f32> = (0..3 * 200).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
         p.normal = Some(normal.clone());
-        p.normal_png = Some(crate::outputs::png::encode_normal(&normal));
+        p.normal_png = Some(crate::geometry::codes::encode_normal(&normal));
         let c = crop(p, 3, 2, 12, 6);
         let at = |x: usize, y: usize| (y + 2) * 20 + x + 3;
         for (y, x) in (0..6).flat_map(|y| (0..12).map(move |x| (y, x))) {
@@ -313,7 +313,7 @@ mod tests {
             assert_eq!(c.mask[i], at(x, y) % 3 != 0);
             assert_eq!(&c.normal.as_ref().unwrap()[3 * i..3 * i + 3], &normal[3 * at(x, y)..3 * at(x, y) + 3]);
         }
-        assert_eq!(c.normal_png, c.normal.as_deref().map(crate::outputs::png::encode_normal));
+        assert_eq!(c.normal_png, c.normal.as_deref().map(crate::geometry::codes::encode_normal));
     }
 
     #[test]

@@ -12,20 +12,17 @@ use super::backend::{Backend, Finished, Staging};
 use super::inputs::Input;
 use super::stages::{self, ms, Plan, Staged};
 use crate::image_io::DecodeOptions;
-use crate::model::{Prepared, RawOutput};
+use crate::model::{Prepared, RawOutput, Runner};
 use crate::Model;
 
 pub struct LocalBackend {
+    runner: Runner,
     model: Arc<Model>,
 }
 
 impl LocalBackend {
     pub fn new(model: Arc<Model>) -> Self {
-        Self { model }
-    }
-
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
+        Self { runner: Runner::new(model.clone()), model }
     }
 }
 
@@ -59,7 +56,7 @@ impl Backend for LocalBackend {
     }
 
     fn forward(&self, staged: Staged) -> Result<LocalForwarded> {
-        let raw = self.model.forward(&staged.prep).context("forward failed")?;
+        let raw = self.runner.forward(&staged.prep).context("forward failed")?;
         Ok(LocalForwarded { staged, raw })
     }
 
@@ -98,10 +95,10 @@ impl Backend for LocalBackend {
     fn forward_only(&self, samples: &[Staged]) -> Option<(f64, usize)> {
         let preps: Vec<&Prepared> = samples.iter().map(|s| &s.prep).collect();
         let first = preps.first()?;
-        self.model.forward(first).ok()?;
+        self.runner.forward(first).ok()?;
         let t = Instant::now();
         for p in &preps {
-            self.model.forward(p).ok()?;
+            self.runner.forward(p).ok()?;
         }
         Some((t.elapsed().as_secs_f64() / preps.len() as f64, preps.len()))
     }

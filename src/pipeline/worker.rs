@@ -11,8 +11,7 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 
 use super::guard::guarded;
-use crate::model::{Prepared, RawOutput};
-use crate::Model;
+use crate::model::{Prepared, RawOutput, Runner};
 
 /// Why [`Worker::try_submit`] gave the item back.
 pub enum Refused<T> {
@@ -92,8 +91,8 @@ impl<T> Drop for Worker<T> {
 }
 
 /// One forward on the device, timed; a panic in it fails this forward only.
-pub fn forward(model: &Model, prep: &Prepared) -> anyhow::Result<(RawOutput, f64)> {
+pub fn forward(runner: &Runner, prep: &Prepared) -> anyhow::Result<(RawOutput, f64)> {
     let t = Instant::now();
-    let raw = guarded(|| model.forward(prep)).map_err(|e| e.context("forward failed"))?;
+    let raw = guarded(|| runner.forward(prep)).map_err(|e| e.context("forward failed"))?;
     Ok((raw, t.elapsed().as_secs_f64() * 1e3))
 }

@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::image_io::DecodeOptions;
-use crate::model::RawOutput;
+use crate::model::{RawOutput, Runner};
 use crate::outputs::json::DepthStats;
 use crate::outputs::npz::Compression;
 use crate::pipeline::fit::Canvas;
@@ -113,9 +113,9 @@ impl Shared {
         let queue = cfg.queue.max(1);
         // Admission bounds the requests in progress, so the worker's queue never refuses one.
         let worker = {
-            let model = model.clone();
+            let runner = Runner::new(model.clone());
             Worker::spawn("moge-device", 1, queue, move |job: DeviceJob| {
-                let out = worker::forward(&model, &job.staged.prep);
+                let out = worker::forward(&runner, &job.staged.prep);
                 // The client may have gone: then nobody waits for the answer.
                 let _ = job.reply.send((job.staged, out));
             })
@@ -174,6 +174,7 @@ async fn info(State(st): State<Arc<Shared>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "weights_sha256": st.sha.get(),
         "has_normal": m.has_normal(),
+        "cached_grids": m.cached_grids(),
         "num_tokens_range": m.config.num_tokens_range,
         "max_tokens": st.cfg.max_tokens,
         "jobs": st.cfg.jobs,
