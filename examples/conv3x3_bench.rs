@@ -9,7 +9,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::rand_vec;
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
-use moge::model::cpu::isa::{self, Isa};
+use moge::simd::isa::{self, Isa};
 use std::time::Instant;
 
 fn main() -> candle_core::Result<()> {

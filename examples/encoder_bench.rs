@@ -10,9 +10,9 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::{keep_freed_memory, median, rand_vec};
 use moge::model::cpu::attention::AttentionOp;
-use moge::model::cpu::isa;
 use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp};
-use moge::model::cpu::sgemm::Panels;
+use moge::simd::isa;
+use moge::simd::sgemm::Panels;
 use std::sync::Arc;
 use std::time::Instant;
 

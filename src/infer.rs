@@ -357,10 +357,10 @@ impl Model {
 /// replaces them. Compiled for the widest vectors the CPU has (the same arithmetic, so the
 /// same bits, at every level).
 pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
-    postprocess_rows(crate::model::cpu::isa::current(), raw, remap, width, height, grid, opts)
+    postprocess_rows(crate::simd::isa::current(), raw, remap, width, height, grid, opts)
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     fn postprocess_rows / postprocess_rows_baseline(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
         let (h, w) = raw.size;
         let plane = h * w;

@@ -11,6 +11,7 @@
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
 //! - [`cli`]: the `moge` command line.
+//! - [`simd`]: beneath them all, the instruction-set level and the kernels the layers share.
 //!
 //! ```no_run
 //! use moge::{Model, InferOptions};
@@ -33,6 +34,7 @@ pub mod outputs;
 pub mod pipeline;
 pub mod remote;
 pub mod server;
+pub mod simd;
 
 pub use candle_core::Device;
 pub use infer::{InferOptions, Prediction};

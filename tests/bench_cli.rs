@@ -23,7 +23,7 @@ fn bench_json_reports_stages_conditions_and_memory() {
     let precision = if c["precision"] == "bf16" { moge::model::Precision::Bf16 } else { moge::model::Precision::F32 };
     let route = serde_json::to_value(moge::model::cpu::route(precision)).unwrap();
     assert_eq!(c["cpu_route"], route, "{c}");
-    assert_eq!(c["cpu_route"]["isa"], moge::model::cpu::isa::max().name());
+    assert_eq!(c["cpu_route"]["isa"], moge::simd::isa::max().name());
     let per = &v["per_image_s"];
     assert_eq!(per["all"].as_array().unwrap().len(), 3);
     let (min, med, p90) = (per["min"].as_f64().unwrap(), per["median"].as_f64().unwrap(), per["p90"].as_f64().unwrap());

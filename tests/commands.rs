@@ -166,7 +166,7 @@ fn a_closed_stderr_does_not_panic_either() {
 /// names no level is reported on stderr and ignored, and the command still works.
 #[test]
 fn max_cpu_isa_caps_the_route_and_an_unknown_value_is_ignored() {
-    use moge::model::cpu::isa;
+    use moge::simd::isa;
     let info = |value: &str| {
         let out = moge().arg("info").env(isa::ENV, value).output().unwrap();
         assert!(out.status.success(), "{value}: {}", String::from_utf8_lossy(&out.stderr));

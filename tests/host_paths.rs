@@ -17,8 +17,8 @@ use common::rng::Rng;
 use moge::geometry::resize::{resize_bilinear_antialias, resize_rgb8_antialias};
 use moge::infer::{forward_maps, postprocess, postprocess_raw, InferOptions, Prediction};
 use moge::model::config::RemapOutput;
-use moge::model::cpu::isa;
 use moge::model::RawOutput;
+use moge::simd::isa;
 
 fn raw(rng: &mut Rng, (h, w): (usize, usize), normal: bool, mask: bool, scale: bool) -> RawOutput {
     let n = h * w;

@@ -32,6 +32,7 @@ fn check_case(name: &str, well_posed: bool) {
 #[test]
 fn lower_isa_levels() {
     use moge::model::{cpu, Precision};
+    use moge::simd::{isa, sgemm};
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = moge::InferOptions { num_tokens: Some(300), ..Default::default() };
     let depth = || load("tiny_normal.pt").infer(&img, &opts).unwrap().depth;
@@ -46,9 +47,9 @@ fn lower_isa_levels() {
         // sums in another order, so gives other bits; except the one-tap kernels of AVX2 and
         // AVX-512, which sum every output in the same order (the inner index ascending, in the
         // same slices) and so give the same bits, a property of its own.
-        let one_tap = |level| cpu::sgemm::Micro::at(level).is_some();
-        if one_tap(cpu::isa::current()) && one_tap(cpu::isa::max()) {
-            assert!(depth() == default_depth, "{}: the one-tap kernels' bits differ from {}", cpu::isa::current(), cpu::isa::max());
+        let one_tap = |level| sgemm::Micro::at(level).is_some();
+        if one_tap(isa::current()) && one_tap(isa::max()) {
+            assert!(depth() == default_depth, "{}: the one-tap kernels' bits differ from {}", isa::current(), isa::max());
         } else if cpu::route(Precision::F32).kernels != default_route.kernels {
             assert_ne!(depth(), default_depth, "another route, the same bits");
         }

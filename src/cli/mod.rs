@@ -207,13 +207,11 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The arithmetic on `device`: auto is bf16 products (f32 accumulation, f32 between
-    /// products) on a GPU and on a CPU whose route computes bf16 products natively (not under
-    /// `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32 (`bf16::pays`), else f32.
+    /// The arithmetic on `device` (auto: [`crate::model::Precision::auto`]).
     pub fn resolve(self, device: &crate::Device) -> crate::model::Precision {
         match self {
-            Precision::Auto if !device.is_cpu() || crate::model::cpu::bf16::pays() => crate::model::Precision::Bf16,
-            Precision::Auto | Precision::F32 => crate::model::Precision::F32,
+            Precision::Auto => crate::model::Precision::auto(device),
+            Precision::F32 => crate::model::Precision::F32,
             Precision::Bf16 => crate::model::Precision::Bf16,
         }
     }

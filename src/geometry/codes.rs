@@ -1,7 +1,7 @@
 //! The 8-bit codes of unit normals that the normal PNG stores: made by the post-processing
 //! in place of the float map when only the PNG is wanted, and by the PNG writer otherwise.
 
-use crate::model::cpu::isa;
+use crate::simd::isa;
 
 /// `round((n + 1) / 2 · 255)` per component (half away from zero, as `f32::round`, through a
 /// truncating conversion that vectorises); masked normals are zero vectors → 128.
@@ -21,7 +21,7 @@ pub fn normal_code(c: f32) -> u8 {
     (i + i32::from(x - i as f32 >= 0.5)) as u8
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     fn normal_codes / normal_codes_baseline(n: &[f32]) -> Vec<u8> {
         n.iter().map(|&c| normal_code(c)).collect()
     }

@@ -13,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-use crate::model::cpu::isa::{self, Isa};
+use crate::simd::isa::{self, Isa};
 
 /// glibc's `__exp2f_data.tab`: the bits of 2^(i/32), less i << 47 (added back with k).
 const T: [u64; 32] = [
@@ -80,7 +80,7 @@ fn fast(x: f32) -> f32 {
 /// path's range can be redone by `f32::exp` after the branch-free, vectorised pass.
 const BLOCK: usize = 64;
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     fn exp_blocks / exp_blocks_baseline(v: &mut [f32]) {
         let mut keep = [0f32; BLOCK];
         for block in v.chunks_mut(BLOCK) {

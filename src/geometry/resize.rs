@@ -117,7 +117,7 @@ impl<'a> BilinearRows<'a> {
         let s = usize::from(keep.is_some() && self.held[0] == keep);
         let src = &self.plane[y * self.w..(y + 1) * self.w];
         let t = self.xs;
-        lerp_taps(crate::model::cpu::isa::current(), src, &t.x0, &t.x1, &t.w0, &t.w1, &mut self.rows[s]);
+        lerp_taps(crate::simd::isa::current(), src, &t.x0, &t.x1, &t.w0, &t.w1, &mut self.rows[s]);
         self.held[s] = Some(y);
         s
     }
@@ -139,16 +139,16 @@ mod avx2;
 /// Whether `level` takes the `avx2` routes here (AVX2 and AVX-512 levels, never above what
 /// the CPU has: `usable`).
 #[cfg(target_arch = "x86_64")]
-fn avx2_route(level: crate::model::cpu::isa::Isa) -> bool {
-    use crate::model::cpu::isa::{usable, Isa};
-    matches!(crate::model::cpu::math::route(usable(level)), Isa::Avx2 | Isa::Avx512)
+fn avx2_route(level: crate::simd::isa::Isa) -> bool {
+    use crate::simd::isa::{usable, Isa};
+    matches!(crate::simd::route(usable(level)), Isa::Avx2 | Isa::Avx512)
 }
 
 /// out[i] = src[x0[i]]·w0[i] + src[x1[i]]·w1[i] (the post-processing runs it once per source
 /// row of each map): on AVX2 and above by in-register permutes where a block of columns allows
 /// (`avx2`), else the portable loop compiled for the widest vectors the CPU has (gathers). The
 /// same arithmetic on every route, so every level gives the same bits.
-fn lerp_taps(level: crate::model::cpu::isa::Isa, src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
+fn lerp_taps(level: crate::simd::isa::Isa, src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx2_route(level) {
         // SAFETY: `avx2_route` holds only where the CPU has AVX2.
@@ -157,7 +157,7 @@ fn lerp_taps(level: crate::model::cpu::isa::Isa, src: &[f32], x0: &[u32], x1: &[
     lerp_taps_gather(level, src, x0, x1, w0, w1, out)
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// [`lerp_taps`] as one loop that vectorises with gathers.
     fn lerp_taps_gather / lerp_taps_baseline(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
         // The clamp never changes a tap of `bilinear_axis(src.len(), _)`; it keeps every read
@@ -216,7 +216,7 @@ pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: 
             *t = acc;
         }
     }
-    vertical_antialias(crate::model::cpu::isa::current(), &tmp, c, h, ow, oh)
+    vertical_antialias(crate::simd::isa::current(), &tmp, c, h, ow, oh)
 }
 
 /// [`resize_bilinear_antialias`] of an interleaved 8-bit RGB image whose float values are
@@ -230,7 +230,7 @@ pub fn resize_bilinear_antialias(src: &[f32], c: usize, h: usize, w: usize, oh: 
 /// and the x-filtered image (10 MB) are never made.
 pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     assert_eq!(rgb.len(), 3 * h * w);
-    let level = crate::model::cpu::isa::current();
+    let level = crate::simd::isa::current();
     let (xs, ys) = (antialias_axis(w, ow), antialias_axis(h, oh));
     // The taps as a table of `width` weights per output column, zero past each column's own
     // (a zero weight adds +0.0 to a sum of non-negative terms: no change to it).
@@ -283,7 +283,7 @@ pub fn resize_rgb8_antialias(rgb: &[u8], h: usize, w: usize, oh: usize, ow: usiz
 const LANES: usize = 8;
 
 /// Channel `c` of `LANES` rows of planes (`[row][channel][x]`, rows of `w`) as `[x][row]`.
-fn rows_to_lanes(level: crate::model::cpu::isa::Isa, planes: &[f32], c: usize, w: usize, lanes: &mut [f32]) {
+fn rows_to_lanes(level: crate::simd::isa::Isa, planes: &[f32], c: usize, w: usize, lanes: &mut [f32]) {
     let row = |r: usize| &planes[(r * 3 + c) * w..][..w];
     let rows: [&[f32]; LANES] = std::array::from_fn(row);
     #[cfg(target_arch = "x86_64")]
@@ -301,7 +301,7 @@ fn rows_to_lanes(level: crate::model::cpu::isa::Isa, planes: &[f32], c: usize, w
 
 /// `[i][row]` lanes back into rows of `ow`: `ring[at[r] + i] = lanes[i * LANES + r]` for the
 /// rows given (distinct rows of the ring).
-fn lanes_to_rows(level: crate::model::cpu::isa::Isa, lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
+fn lanes_to_rows(level: crate::simd::isa::Isa, lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
     assert!(lanes.len() >= ow * LANES && at.len() <= LANES && at.iter().all(|&a| a + ow <= ring.len()));
     #[cfg(target_arch = "x86_64")]
     if at.len() == LANES && avx2_route(level) {
@@ -317,7 +317,7 @@ fn lanes_to_rows(level: crate::model::cpu::isa::Isa, lanes: &[f32], ring: &mut [
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// One row of 8-bit RGB as three planar float rows of v / 255.
     fn rgb8_planes / rgb8_planes_baseline(src: &[u8], planes: &mut [f32]) {
         let w = src.len() / 3;
@@ -329,7 +329,7 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// out[i][r] = Σ_k src[starts[i] + k][r] · weights[k][i] for the `LANES` rows r side by
     /// side, summed in k order from 0 (the order of PyTorch's kernel): a product per tap of
     /// whole vectors, where filtering one row at a time needs a gather per tap.
@@ -360,7 +360,7 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// row = src · wv (the first tap) or row += src · wv: one tap of the vertical pass.
     fn weighted_row / weighted_row_baseline(src: &[f32], wv: f32, first: bool, row: &mut [f32]) {
         if first {
@@ -371,7 +371,7 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// The vertical pass of the antialiased resize over `c` planes of `h` x `ow`.
     fn vertical_antialias / vertical_antialias_baseline(tmp: &[f32], c: usize, h: usize, ow: usize, oh: usize) -> Vec<f32> {
         let ys = antialias_axis(h, oh);
@@ -454,7 +454,7 @@ pub fn resize_bicubic_scaled(src: &[f32], c: usize, h: usize, w: usize, oh: usiz
 #[cfg(test)]
 mod rows_tests {
     use super::*;
-    use crate::model::cpu::isa;
+    use crate::simd::isa;
 
     /// `resize_rgb8_antialias` divides in float32 where numpy divides in float64 and casts: the
     /// same value for every byte.

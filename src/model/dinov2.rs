@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use super::cpu::attention::AttentionOp;
 use super::cpu::bf16::PackedB;
-use super::cpu::isa::{self, Isa};
 use super::cpu::linear::{Epilogue, F32Weight, LinearOp, ScaledResidualOp};
-use super::cpu::sgemm::Panels;
 use super::weights::Weights;
+use crate::simd::isa::{self, Isa};
+use crate::simd::sgemm::Panels;
 
 pub const PATCH_SIZE: usize = 14;
 /// Position embeddings are trained for a 37x37 grid (518 / 14).

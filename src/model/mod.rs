@@ -28,6 +28,19 @@ pub enum Precision {
     Bf16,
 }
 
+impl Precision {
+    /// What `--precision auto` takes on `device`: bf16 products (f32 accumulation, f32 between
+    /// products) on a GPU and on a CPU whose route computes bf16 products natively (not under
+    /// `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32 (`cpu::bf16::pays`), else f32.
+    pub fn auto(device: &candle_core::Device) -> Precision {
+        if !device.is_cpu() || cpu::bf16::pays() {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        }
+    }
+}
+
 /// The generic path's matrix product of f32 activations (either side may be a weight already
 /// in `dtype`), with an f32 result. In bf16 both inputs are rounded to bf16 and the product is
 /// accumulated in f32 and rounded to bf16 once (cuBLAS's bf16 product, as under PyTorch's

@@ -107,7 +107,7 @@ impl DepthStats {
     pub fn of(p: &Prediction) -> Self {
         let len = p.depth.len().min(p.mask.len());
         let (depth, mask) = (&p.depth[..len], &p.mask[..len]);
-        let level = crate::model::cpu::isa::current();
+        let level = crate::simd::isa::current();
         let mut hists = vec![0u32; 4 << 16];
         let Lanes { n, sums, mins, maxs } = depth_lanes(level, depth, mask, &mut hists);
         let min = mins.into_iter().fold(f32::INFINITY, |a, b| if b < a { b } else { a });
@@ -157,7 +157,7 @@ struct Lanes {
     maxs: [f32; LANES],
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// The count of valid, finite depths and, per lane (pixel i goes to lane i % 8), their sum,
     /// minimum and maximum, and a histogram of their 16 high order bits (`hists`: 4 x 2^16,
     /// pixel i counted in table i % 4 or, in a run of 16 in one bin, the run's table; the others
@@ -234,7 +234,7 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// The valid depths whose 16 high order bits (in `order_key`) are `bin`, a bin of finite
     /// values: it holds no infinity or NaN (their high bits are outside every finite value's),
     /// so the bin test alone says finite. The test is branch-free over blocks of 64 pixels (it

@@ -10,7 +10,7 @@ use image::ExtendedColorType;
 
 use super::write_atomic;
 use crate::infer::Prediction;
-use crate::model::cpu::isa;
+use crate::simd::isa;
 
 /// The depth code of one pixel and whether it saturated (see [`encode_depth`]): `round(d /
 /// scale)` half away from zero, clamped to 1..=65535, as `trunc(clamp(q + 0.5, 1, 65535))`
@@ -48,7 +48,7 @@ pub fn encode_depth(p: &Prediction, scale: f32) -> (Vec<u16>, usize) {
 
 // The per-pixel loops below, compiled for the widest vectors the CPU has (the baseline target
 // only has SSE2, without a vector f64 -> u32 conversion); the same arithmetic in every build.
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     fn depth_codes / depth_codes_baseline(depth: &[f32], mask: &[bool], scale: f32, codes: &mut [u16]) -> usize {
         let mut saturated = 0;
         for ((c, &d), &m) in codes.iter_mut().zip(depth).zip(mask) {
@@ -60,7 +60,7 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     fn saturated_count / saturated_count_baseline(depth: &[f32], mask: &[bool], scale: f32) -> usize {
         depth.iter().zip(mask).map(|(&d, &m)| usize::from(depth_code(d, m, scale).1)).sum()
     }

@@ -233,7 +233,7 @@ pub fn check_against_reference(name: &str, model: &Model, z: &mut Npz, img: &ima
 /// (which the other tests cover), with the model built and run inside: the fallback routes are
 /// then checked on any machine, not only on those that need them.
 pub fn at_lower_levels(what: &str, f: impl Fn()) {
-    use moge::model::cpu::isa;
+    use moge::simd::isa;
     for level in isa::levels().filter(|&l| l < isa::max()) {
         let t = std::time::Instant::now();
         isa::with_isa(level, &f);

@@ -6,14 +6,13 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
 use rayon::prelude::*;
 
-use super::math::softmax_row;
-use super::SendPtr;
+use crate::simd::isa::{self, Isa};
+use crate::simd::math::{softmax_columns, softmax_row};
+use crate::simd::sgemm::{self, Micro, Panels};
+use crate::simd::SendPtr;
 
 use super::bf16::{gemm_bf16, PackedB};
-use super::isa::{self, Isa};
-use super::math::softmax_columns;
 use super::planes::Pointwise;
-use super::sgemm::{self, Micro, Panels};
 
 pub struct AttentionOp {
     pub num_heads: usize,
@@ -259,7 +258,7 @@ mod tests {
     fn f32_attention_matches_reference_at_every_level() {
         let mut seed = 0x853c_49e6_748f_ea9bu64;
         for &(n, d, heads) in &[(37, 128, 2), (70, 64, 1), (19, 48, 2)] {
-            let qkv: Vec<f32> = crate::model::cpu::test_values(&mut seed, n * 3 * d).iter().map(|v| 2.0 * v).collect();
+            let qkv: Vec<f32> = crate::simd::test_values(&mut seed, n * 3 * d).iter().map(|v| 2.0 * v).collect();
             let want = reference(&qkv, n, d, heads);
             for level in isa::levels() {
                 let got = isa::with_isa(level, || AttentionOp { num_heads: heads, bf16: false, isa: level }.run(&qkv, n, d));

@@ -27,7 +27,7 @@
 
 use rayon::prelude::*;
 
-use super::isa::{self, Isa};
+use crate::simd::isa::{self, Isa};
 
 /// Microkernel rows (broadcast operand). 12 rows × 2 zmm = 24 accumulators, + 2 B vectors +
 /// a broadcast register = 27 of the 32 zmm: no spills, and 24 independent `vdpbf16ps` chains
@@ -583,7 +583,7 @@ mod tests {
     fn auto_is_bf16_only_where_it_pays() {
         for level in isa::levels() {
             isa::with_isa(level, || {
-                let auto = crate::cli::Precision::Auto.resolve(&crate::Device::Cpu);
+                let auto = crate::model::Precision::auto(&candle_core::Device::Cpu);
                 let bf16 = level == Isa::Avx512Bf16 && !isa::intel();
                 assert_eq!(pays(), bf16, "{level}");
                 assert_eq!(auto == crate::model::Precision::Bf16, bf16, "{level}: auto is {auto:?}");

@@ -21,9 +21,12 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use crate::simd::avx2;
+use crate::simd::isa::{self, Isa};
+use crate::simd::SendPtr;
+
 use super::bf16::{gemm_bf16_packed_a, PackedA};
-use super::isa::{self, Isa};
-use super::SendPtr;
 
 /// The direct route's instruction set at `level`, or `None` where the im2col route runs
 /// (portable, and bf16 products without AVX512-BF16: their GEMM rounds its inputs).
@@ -376,7 +379,7 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // In the AVX2 kernel's row tiles, each tile's weights interleaved (`avx2::packed_index`).
-        let b = super::sgemm::Micro::Avx2.row_tiles(cout);
+        let b = crate::simd::sgemm::Micro::Avx2.row_tiles(cout);
         for tile in b.windows(2) {
             let (o0, rows) = (tile[0], tile[1] - tile[0]);
             let block = &mut words[o0 * 9 * kc..][..rows * 9 * kc];
@@ -540,7 +543,7 @@ unsafe fn direct_tile(
         // pixels at a time.
         let avx2 = d.isa == Isa::Avx2;
         let blocks: Vec<Vec<(usize, usize)>> = if avx2 {
-            let b = super::sgemm::Micro::Avx2.row_tiles(cout);
+            let b = crate::simd::sgemm::Micro::Avx2.row_tiles(cout);
             let tiles = b.len() - 1;
             let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
             (0..nb).map(|blk| (tiles * blk / nb..tiles * (blk + 1) / nb).map(|t| (b[t], b[t + 1])).collect()).collect()
@@ -588,8 +591,6 @@ unsafe fn direct_tile(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512;
 
@@ -648,7 +649,7 @@ mod tests {
     use crate::model::cpu::bf16::round_bf16;
     use candle_core::{Device, Tensor};
 
-    use crate::model::cpu::test_values as rand;
+    use crate::simd::test_values as rand;
 
     /// torch's bilinear 2x (align_corners=False) in f64, straight from its source-index formula.
     fn upsample_ref(x: &[f32], c: usize, h: usize, w: usize) -> Vec<f32> {

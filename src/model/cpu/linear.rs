@@ -8,9 +8,10 @@ use super::contiguous;
 
 use std::sync::Arc;
 
+use crate::simd::isa::Isa;
+use crate::simd::sgemm::{self, Panels};
+
 use super::bf16::{gemm_bf16, PackedB};
-use super::isa::Isa;
-use super::sgemm::{self, Panels};
 
 /// What follows the GEMM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,7 +82,7 @@ impl CustomOp1 for LinearOp {
             }
         };
         if self.epilogue == Epilogue::BiasGelu {
-            y.par_chunks_mut(4096).for_each(|c| super::math::gelu_in_place(self.isa, c));
+            y.par_chunks_mut(4096).for_each(|c| crate::simd::math::gelu_in_place(self.isa, c));
         }
         Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))))
     }
@@ -101,7 +102,7 @@ impl LinearOp {
                 r.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
             }
             if self.epilogue == Epilogue::BiasGelu {
-                super::math::gelu_in_place(self.isa, c);
+                crate::simd::math::gelu_in_place(self.isa, c);
             }
         });
         y
@@ -172,7 +173,7 @@ impl CustomOp2 for ScaledResidualOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cpu::{isa, test_values};
+    use crate::simd::{isa, test_values};
     use candle_core::{Device, Tensor};
 
     /// Both f32 weights (the tensor for the `gemm` crate, the one-tap kernel's panels where

@@ -1,17 +1,18 @@
 //! Hand-written CPU kernels for the layers where candle's generic CPU ops are slow (the
 //! convolutional decoder at high resolution with few channels, the ViT's attention and
 //! epilogues). Each is a candle `CustomOp`, so models stay device-generic: other devices take
-//! candle's own ops. Which instruction set they use is chosen in [`isa`] only.
+//! candle's own ops. Which instruction set they use is chosen in [`crate::simd::isa`] only;
+//! the kernels they share with each other (the f32 products, the elementwise maths) are in
+//! [`crate::simd`].
 
 pub mod attention;
 pub mod bf16;
 pub mod conv3x3;
-pub mod isa;
 pub mod linear;
-pub mod math;
 pub mod planes;
-pub mod sgemm;
 pub mod winograd;
+
+use crate::simd::{isa, sgemm};
 
 /// The kernels are on unless `MOGE_GENERIC_OPS=1` asks for candle's generic ops (to measure
 /// what each kernel gains, side by side in one run).
@@ -80,7 +81,7 @@ pub fn route(precision: super::Precision) -> Route {
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
         },
         attention: "fused",
-        softmax_gelu: math::route(level).name(),
+        softmax_gelu: crate::simd::route(level).name(),
     });
     Route { isa: level.name(), detected: isa::detected().name(), max_cpu_isa, max_cpu_isa_ignored, precision: if bf16 { "bf16" } else { "f32" }, kernels }
 }
@@ -119,67 +120,9 @@ pub fn with_f32<R>(t: &candle_core::Tensor, f: impl FnOnce(&[f32]) -> R) -> cand
     }
 }
 
-/// One cache line of floats: the unit of [`Lines`].
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([f32; 16]);
-
-/// Zeroed f32 storage that starts on a cache line. A packed operand's rows are read as whole
-/// vectors; from a plain `Vec` (16 bytes past a line, as glibc's large blocks are), every
-/// 64-byte row straddled two lines, two loads for one on Intel's cores.
-pub(crate) struct Lines {
-    lines: Vec<Line>,
-    len: usize,
-}
-
-impl Lines {
-    pub(crate) fn zeros(len: usize) -> Self {
-        Self { lines: vec![Line([0.0; 16]); len.div_ceil(16)], len }
-    }
-}
-
-impl std::ops::Deref for Lines {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        // Safety: `lines` holds at least `len` contiguous floats (`Line` is 16 of them, no padding).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const f32, self.len) }
-    }
-}
-
-impl std::ops::DerefMut for Lines {
-    fn deref_mut(&mut self) -> &mut [f32] {
-        // Safety: as `deref`, and borrowed mutably.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut f32, self.len) }
-    }
-}
-
-/// A raw output pointer shared by parallel tasks that write disjoint parts of one buffer.
-pub(crate) struct SendPtr(pub(crate) *mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    /// A method (not field access) so closures capture the whole `Sync` wrapper.
-    pub(crate) fn get(&self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// The contiguous f32 data of a kernel input.
 pub(crate) fn contiguous<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::Layout, what: &str) -> candle_core::Result<&'a [f32]> {
     let candle_core::CpuStorage::F32(v) = s else { candle_core::bail!("{what}: only f32 is supported") };
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what}: input must be contiguous") };
     Ok(&v[a..b])
-}
-
-/// `n` values in [-1, 1) from a xorshift64 state: the kernels' tests' inputs.
-#[cfg(test)]
-pub(crate) fn test_values(seed: &mut u64, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }

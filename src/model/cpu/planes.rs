@@ -11,10 +11,11 @@ use rayon::prelude::*;
 
 use super::contiguous;
 
+use crate::simd::isa::{self, Isa};
+use crate::simd::sgemm::Micro;
+use crate::simd::SendPtr;
+
 use super::bf16::{gemm_bf16_packed_a, PackedA};
-use super::isa::{self, Isa};
-use super::sgemm::Micro;
-use super::SendPtr;
 
 /// out (m × n) += w (m × k) · x (k × n), all row-major, on the rayon pool.
 pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usize, n: usize) {
@@ -52,9 +53,9 @@ fn weights_times(out: &mut [f32], w: &[f32], packed: Option<&PackedA>, x: &[f32]
     }
 }
 
-/// A (m × k) f32 weight packed for a one-tap register-tile kernel ([`Micro`]: the AVX2 direct
-/// kernel, `conv3x3::avx2`, or its AVX-512F twin): rows in its row tiles, each tile's weights
-/// interleaved, so a product streams them in one pass.
+/// A (m × k) f32 weight packed for a one-tap register-tile kernel ([`Micro`]: the AVX2 kernel of
+/// the direct 3x3 route, `crate::simd::avx2`, or its AVX-512F twin): rows in its row tiles, each
+/// tile's weights interleaved, so a product streams them in one pass.
 pub struct Pointwise {
     words: Vec<f32>,
     m: usize,
@@ -340,7 +341,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
 
-    use crate::model::cpu::test_values as rand;
+    use crate::simd::test_values as rand;
 
     /// `got` against an f64 value and the sum of |terms| behind it (the f32 accumulation's scale).
     fn close(got: f32, want: f64, mag: f64) -> bool {

@@ -15,10 +15,11 @@
 
 use rayon::prelude::*;
 
-use super::isa;
+use crate::simd::isa;
+use crate::simd::sgemm::Micro;
+use crate::simd::SendPtr;
+
 use super::planes::Pointwise;
-use super::sgemm::Micro;
-use super::SendPtr;
 
 /// The 16 transform positions ξ = 4i + j of a tile.
 const XI: usize = 16;
@@ -214,7 +215,7 @@ struct Scratch {
     y: Vec<f32>,
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// V[ξ][c][t] for the tiles tx0..tx0 + np of tile row ty of one channel's (h, w) plane
     /// (those past the map's edge are clamped copies, computed and never kept), written at
     /// `v[ξ · xi_stride + at + t]`.
@@ -283,7 +284,7 @@ fn transform_in(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, x
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// Y = Aᵀ M A + bias for every output channel over np tiles (a multiple of 8), Aᵀ = [[1, 1,
     /// 1, 0], [0, 1, -1, -1]], into y[o][a][2t + b] (rows of 2 · np); M[ξ] starts at ξ ·
     /// `xi_stride`.
@@ -316,7 +317,7 @@ crate::model::cpu::math::dispatch! {
     }
 }
 
-crate::model::cpu::math::dispatch! {
+crate::simd::dispatch! {
     /// dst = src [+ residual].
     fn store_row / store_row_baseline(src: &[f32], residual: Option<&[f32]>, dst: &mut [f32]) {
         match residual {

@@ -2,7 +2,8 @@
 //!
 //! # Safety
 //! Every function here needs a CPU with AVX-512F, BW, VL and BF16: call them only on the
-//! `Isa::Avx512Bf16` route (`super::route`), which `isa` gives only where the CPU has it.
+//! `Isa::Avx512Bf16` route (`super::route`), which `crate::simd::isa` gives only where the CPU
+//! has it.
 
 use super::NR;
 use core::arch::x86_64::*;

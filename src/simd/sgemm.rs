@@ -1,7 +1,7 @@
 //! f32 products C (m × n) = A (m × k) · B (k × n) on a one-tap register-tile kernel
-//! ([`Micro`]: the direct route's AVX2 kernel, `conv3x3::avx2`, 6 rows × 16 columns, or its
-//! AVX-512F twin, `conv3x3::avx512::one_tap`, 14 rows × 32 columns), for the encoder's linears
-//! and attention. B is packed once into column panels of the kernel's width (a linear's Wᵀ at
+//! ([`Micro`]: the AVX2 kernel, `super::avx2`, 6 rows × 16 columns, which the 3x3 convolution's
+//! direct route runs with nine taps, or its AVX-512F twin, `super::avx512::one_tap`, 14 rows ×
+//! 32 columns), for the encoder's linears and attention. B is packed once into column panels of the kernel's width (a linear's Wᵀ at
 //! load; attention's v once per head); A is packed per task, KC values of the inner dimension
 //! at a time, into the kernel's row tiles. A panel's slice (KC × width floats) stays in L1
 //! while every row tile of the task reads it, the task's packed A (≤ MC rows × KC) in L2: the
@@ -32,9 +32,9 @@ static ZEROS: [f32; 16] = [0.0; 16];
 /// kept beside them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Micro {
-    /// AVX2 + FMA, 6 rows × 16 columns (`conv3x3::avx2::kernel` with one tap).
+    /// AVX2 + FMA, 6 rows × 16 columns (`super::avx2::kernel` with one tap).
     Avx2,
-    /// AVX-512F, 14 rows × 32 columns (`conv3x3::avx512::one_tap`).
+    /// AVX-512F, 14 rows × 32 columns (`super::avx512::one_tap`).
     Avx512,
 }
 
@@ -52,8 +52,8 @@ impl Micro {
     pub fn rows(self) -> usize {
         #[cfg(target_arch = "x86_64")]
         match self {
-            Micro::Avx2 => super::conv3x3::avx2::ROWS,
-            Micro::Avx512 => super::conv3x3::avx512::ONE_TAP_ROWS,
+            Micro::Avx2 => super::avx2::ROWS,
+            Micro::Avx512 => super::avx512::ONE_TAP_ROWS,
         }
         // No kernel off x86-64 (`Micro::at` gives none): any height packs and is never read.
         #[cfg(not(target_arch = "x86_64"))]
@@ -89,7 +89,7 @@ impl Micro {
     /// only those); every pointer covers what it says.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(in crate::model::cpu) unsafe fn kernel(
+    pub(crate) unsafe fn kernel(
         self,
         mv: usize,
         a: *const f32,
@@ -107,8 +107,8 @@ impl Micro {
     ) {
         #[cfg(target_arch = "x86_64")]
         match self {
-            Micro::Avx2 => super::conv3x3::avx2::kernel(mv, a, lda, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
-            Micro::Avx512 => super::conv3x3::avx512::one_tap(mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),
+            Micro::Avx2 => super::avx2::kernel(mv, a, lda, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
+            Micro::Avx512 => super::avx512::one_tap(mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf);
@@ -121,13 +121,13 @@ impl Micro {
     ///
     /// # Safety
     /// `a` holds every (r, c) for r < rows, c < kc; `dst` has rows · kc floats.
-    pub(in crate::model::cpu) unsafe fn pack(self, rows: usize, a: *const f32, (rs, cs): (usize, usize), kc: usize, dst: &mut [f32]) {
+    pub(crate) unsafe fn pack(self, rows: usize, a: *const f32, (rs, cs): (usize, usize), kc: usize, dst: &mut [f32]) {
         assert!(dst.len() >= rows * kc, "sgemm: a tile of {rows} x {kc} in {}", dst.len());
         #[cfg(target_arch = "x86_64")]
         if self == Micro::Avx512 && cs == 1 && rs.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
             // Safety: a `Micro::Avx512` exists only where the CPU has AVX-512F; rows ≤ 14 and
             // the offsets within an i32.
-            super::conv3x3::avx512::pack_rows(rows, a, rs, kc, dst.as_mut_ptr());
+            super::avx512::pack_rows(rows, a, rs, kc, dst.as_mut_ptr());
             return;
         }
         for r in 0..rows {
@@ -306,7 +306,7 @@ pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32], gelu: Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cpu::{isa, test_values};
+    use crate::simd::{isa, test_values};
 
     /// Products against f64 with every kernel this machine has: m not a multiple of the tiles,
     /// n not of the panels, k below, at and past a slice (and with two slices' remainder), B

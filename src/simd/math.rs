@@ -1,64 +1,10 @@
 //! Elementwise maths of the encoder (softmax's exp, GELU's erf), written branch-free so LLVM
-//! vectorises it, and compiled again for AVX2 and for AVX-512: the baseline x86-64 target only
-//! allows 4-lane SSE, and a released binary must still run on CPUs without either.
+//! vectorises it, and compiled again for AVX2 and for AVX-512 by `super::dispatch!`: the
+//! baseline x86-64 target only allows 4-lane SSE, and a released binary must still run on CPUs
+//! without either. GELU is here, beside the kernels, because `super::sgemm` applies it to each
+//! finished tile.
 
-use super::isa::Isa;
-
-/// The code path of this module's loops at `level`: the AVX-512F build, the AVX2 one, or the
-/// baseline.
-pub fn route(level: Isa) -> Isa {
-    match level {
-        Isa::Avx512 | Isa::Avx512Bf16 => Isa::Avx512,
-        Isa::Avx2 => Isa::Avx2,
-        Isa::Portable => Isa::Portable,
-    }
-}
-
-/// `fn $name(level, args)` that runs `$body` compiled for the [`route`] of `level` (lowered to
-/// what the CPU has), and `fn $base(args)` that always runs it for the baseline target. The
-/// code is the same, so every build gives the same bits (no contraction into FMA happens
-/// without fast-math; an explicit `mul_add` is fused in every build, as one instruction where
-/// the build has FMA, which the AVX2 level requires). The level is an argument, not read here,
-/// because these run inside rayon tasks, where [`super::isa::with_isa`] does not reach. The one
-/// dispatch of the host's vector loops as well (`geometry::exp`, `geometry::resize`).
-macro_rules! dispatch {
-    // A function without a result: the same, returning `()`.
-    ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) $body:block) => {
-        $crate::model::cpu::math::dispatch! { $(#[$m])* $vis fn $name / $base($($a: $t),*) -> () $body }
-    };
-    ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) -> $r:ty $body:block) => {
-        #[inline(always)]
-        #[allow(dead_code, clippy::too_many_arguments)]
-        $vis fn $base($($a: $t),*) -> $r $body
-
-        $(#[$m])*
-        $vis fn $name(level: $crate::model::cpu::isa::Isa, $($a: $t),*) -> $r {
-            use $crate::model::cpu::isa::{usable, Isa};
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f,fma")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn wide($($a: $t),*) -> $r {
-                $base($($a),*)
-            }
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn half($($a: $t),*) -> $r {
-                $base($($a),*)
-            }
-            match $crate::model::cpu::math::route(usable(level)) {
-                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F (AVX2 and
-                // FMA, which the avx2 level requires).
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => unsafe { wide($($a),*) },
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { half($($a),*) },
-                _ => $base($($a),*),
-            }
-        }
-    };
-}
-pub(crate) use dispatch;
+use super::dispatch;
 
 /// e^x for x ≤ 0 (softmax after max subtraction): 2^n · p(r) with r = x − n·ln2, |r| ≤ ln2/2,
 /// and a degree-6 polynomial (relative error < 2e-7). Written branch-free with float→int by the
@@ -189,7 +135,7 @@ fn columns_softmax<const W: usize>(s: &mut [f32], cols: usize, c0: usize, scale:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cpu::isa;
+    use crate::simd::isa;
 
     #[test]
     fn exp_neg_is_accurate_over_the_softmax_range() {
@@ -278,10 +224,5 @@ mod tests {
             softmax_columns(level, &mut got, cols, 0.125, &mut sums);
             assert_eq!((got, sums), (base.clone(), base_sums.clone()), "at {level}");
         }
-    }
-
-    #[test]
-    fn the_route_follows_the_level() {
-        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512]);
     }
 }

@@ -1,24 +1,24 @@
-//! The direct route's f32 kernel for AVX2 + FMA: the AVX-512F kernel's arithmetic (bias, then
-//! one FMA per tap and input channel in the same order, then the residual), so the two
-//! routes give the same bits, on a register tile that fits 16 ymm registers.
-//!
-//! A 1x1 convolution is the same product with one tap: `planes` runs its f32 route through
-//! this kernel too.
+//! The f32 register-tile kernel for AVX2 + FMA, over any number of taps: the 3x3 convolution's
+//! direct route at AVX2 (nine taps, `crate::model::cpu::conv3x3`) and the one-tap products of
+//! `super::sgemm::Micro::Avx2` (linears, attention, 1x1 and transposed convolutions,
+//! Winograd). It does the AVX-512F kernels' arithmetic (bias, then one FMA per tap and input
+//! channel in the same order, then the residual), so the routes give the same bits, on a
+//! register tile that fits 16 ymm registers.
 //!
 //! # Safety
-//! Call only on the `Isa::Avx2` direct route (`super::route`), which `isa` gives only where
-//! the CPU has AVX2 and FMA.
+//! Call only at `Isa::Avx2` or above (the direct route's `Isa::Avx2`, or a `Micro::Avx2`),
+//! which `super::isa` gives only where the CPU has AVX2 and FMA.
 
 use core::arch::x86_64::*;
 
 /// Rows (output channels) of one register tile: 6 x 2 ymm accumulators, two slab vectors and
 /// a broadcast weight: 15 of the 16 registers (`sgemm::Micro::row_tiles` cuts rows in these).
-pub(in crate::model::cpu) const ROWS: usize = 6;
+pub(crate) const ROWS: usize = 6;
 
 /// Where weight (row r of a tile of `rows` rows, tap t, channel c) sits in a tile's packed
 /// block: the tile's weights for one (tap, channel) side by side, read in one stream.
 #[inline(always)]
-pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
+pub(crate) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
     (t * cin + c) * rows + r
 }
 
@@ -31,7 +31,7 @@ pub(in crate::model::cpu) fn packed_index(rows: usize, cin: usize, r: usize, t: 
 /// none for the convolutions).
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(in crate::model::cpu) unsafe fn kernel(
+pub(crate) unsafe fn kernel(
     mv: usize,
     a: *const f32,
     lda: usize,

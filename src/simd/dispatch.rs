@@ -1,0 +1,71 @@
+//! [`dispatch!`]: one loop body compiled three times (the baseline target, AVX2, AVX-512F), the
+//! build chosen on each call by a level from [`super::isa`].
+
+use super::isa::Isa;
+
+/// The code path of `dispatch!`'s functions at `level`: the AVX-512F build, the AVX2 one, or
+/// the baseline.
+pub fn route(level: Isa) -> Isa {
+    match level {
+        Isa::Avx512 | Isa::Avx512Bf16 => Isa::Avx512,
+        Isa::Avx2 => Isa::Avx2,
+        Isa::Portable => Isa::Portable,
+    }
+}
+
+/// `fn $name(level, args)` that runs `$body` compiled for the [`route`] of `level` (lowered to
+/// what the CPU has), and `fn $base(args)` that always runs it for the baseline target. The
+/// code is the same, so every build gives the same bits (no contraction into FMA happens
+/// without fast-math; an explicit `mul_add` is fused in every build, as one instruction where
+/// the build has FMA, which the AVX2 level requires). The level is an argument, not read here,
+/// because these run inside rayon tasks, where [`super::isa::with_isa`] does not reach. The one
+/// dispatch of the model's elementwise loops and of the host's (resizes, post-processing,
+/// output encoding).
+macro_rules! dispatch {
+    // A function without a result: the same, returning `()`.
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) $body:block) => {
+        $crate::simd::dispatch! { $(#[$m])* $vis fn $name / $base($($a: $t),*) -> () $body }
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) -> $r:ty $body:block) => {
+        #[inline(always)]
+        #[allow(dead_code, clippy::too_many_arguments)]
+        $vis fn $base($($a: $t),*) -> $r $body
+
+        $(#[$m])*
+        $vis fn $name(level: $crate::simd::isa::Isa, $($a: $t),*) -> $r {
+            use $crate::simd::isa::{usable, Isa};
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn wide($($a: $t),*) -> $r {
+                $base($($a),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn half($($a: $t),*) -> $r {
+                $base($($a),*)
+            }
+            match $crate::simd::route(usable(level)) {
+                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F (AVX2 and
+                // FMA, which the avx2 level requires).
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => unsafe { wide($($a),*) },
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { half($($a),*) },
+                _ => $base($($a),*),
+            }
+        }
+    };
+}
+pub(crate) use dispatch;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_route_follows_the_level() {
+        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512]);
+    }
+}

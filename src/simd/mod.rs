@@ -1,0 +1,85 @@
+//! The SIMD layer: the bottom of the crate, importing nothing from the modules above it (its
+//! one warning line goes through `console`'s `crate::errln!`).
+//!
+//! - [`isa`]: the instruction-set level, detected once, capped by `MOGE_MAX_CPU_ISA`, and
+//!   overridden per thread by `isa::with_isa`; every kernel and vector loop takes its route from
+//!   here.
+//! - `dispatch!`: a loop body compiled for the baseline, AVX2 and AVX-512F, called by level
+//!   (the model's elementwise maths, and the host's resizes, post-processing and encoders).
+//! - [`math`]: exp, GELU and softmax, written to vectorise.
+//! - [`sgemm`]: f32 products on the one-tap register-tile kernels, one file per instruction set
+//!   (`avx2`, `avx512`), shared by the linears, attention, the 1x1 and transposed convolutions
+//!   and Winograd; the AVX2 kernel also runs the 3x3 convolution's direct route.
+//!
+//! Kernels of one layer stay beside it (`model::cpu`: the direct 3x3 convolution's AVX-512
+//! kernels, Winograd's transforms, the bf16 products).
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+mod dispatch;
+pub mod isa;
+pub mod math;
+pub mod sgemm;
+
+pub(crate) use dispatch::dispatch;
+pub use dispatch::route;
+
+/// One cache line of floats: the unit of [`Lines`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// Zeroed f32 storage that starts on a cache line. A packed operand's rows are read as whole
+/// vectors; from a plain `Vec` (16 bytes past a line, as glibc's large blocks are), every
+/// 64-byte row straddled two lines, two loads for one on Intel's cores.
+pub(crate) struct Lines {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl Lines {
+    pub(crate) fn zeros(len: usize) -> Self {
+        Self { lines: vec![Line([0.0; 16]); len.div_ceil(16)], len }
+    }
+}
+
+impl std::ops::Deref for Lines {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        // Safety: `lines` holds at least `len` contiguous floats (`Line` is 16 of them, no padding).
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const f32, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Lines {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // Safety: as `deref`, and borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut f32, self.len) }
+    }
+}
+
+/// A raw output pointer shared by parallel tasks that write disjoint parts of one buffer.
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    /// A method (not field access) so closures capture the whole `Sync` wrapper.
+    pub(crate) fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `n` values in [-1, 1) from a xorshift64 state: the kernels' tests' inputs.
+#[cfg(test)]
+pub(crate) fn test_values(seed: &mut u64, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
