@@ -8,6 +8,7 @@
 //! - [`image_io`]: reading photos as the upstream CLI reads them.
 //! - [`outputs`]: writing predictions (npz, ...).
 //! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
+//! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
 //! - [`cli`]: the `moge` command line.
@@ -31,6 +32,7 @@ pub mod infer;
 pub mod model;
 pub mod outputs;
 pub mod pipeline;
+pub mod protocol;
 pub mod remote;
 pub mod server;
 

@@ -43,7 +43,7 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
     let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("'{s}' is not WxH"))?;
     let w: u32 = w.parse().map_err(|_| format!("'{s}' is not WxH"))?;
     let h: u32 = h.parse().map_err(|_| format!("'{s}' is not WxH"))?;
-    if w < crate::image_io::MIN_SIDE || h < crate::image_io::MIN_SIDE || (w as u64 * h as u64) > crate::image_io::MAX_PIXELS {
+    if !crate::image_io::is_supported_size(w, h) {
         return Err(format!("{w}x{h} is outside the supported image sizes"));
     }
     Ok((w, h))

@@ -62,11 +62,39 @@ pub struct OutputArgs {
     #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::default())]
     pub npz_compression: crate::outputs::npz::Compression,
     /// Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it.
-    #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::outputs::npz::NormalDtype::default())]
-    pub npz_normal_dtype: crate::outputs::npz::NormalDtype,
+    #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::outputs::npz::NormalDtype::default().into())]
+    pub npz_normal_dtype: NormalDtypeArg,
     /// Same as --npz-compression none.
     #[arg(long, hide = true, conflicts_with = "npz_compression")]
     pub no_compress: bool,
+}
+
+/// `--npz-normal-dtype`, in the command line's order.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormalDtypeArg {
+    /// As upstream `infer()` returns it.
+    Float32,
+    /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the Tenstorrent
+    /// server's layout, half the bytes (unit normals keep ~3 decimal digits).
+    Float16,
+}
+
+impl From<NormalDtypeArg> for crate::outputs::npz::NormalDtype {
+    fn from(a: NormalDtypeArg) -> Self {
+        match a {
+            NormalDtypeArg::Float32 => Self::Float32,
+            NormalDtypeArg::Float16 => Self::Float16,
+        }
+    }
+}
+
+impl From<crate::outputs::npz::NormalDtype> for NormalDtypeArg {
+    fn from(d: crate::outputs::npz::NormalDtype) -> Self {
+        match d {
+            crate::outputs::npz::NormalDtype::Float32 => Self::Float32,
+            crate::outputs::npz::NormalDtype::Float16 => Self::Float16,
+        }
+    }
 }
 
 fn parse_positive(s: &str) -> Result<f32, String> {
@@ -85,7 +113,7 @@ impl OutputArgs {
             depth_png_scale: self.depth_scale,
             edge_rtol: self.edge_rtol,
             npz_compression: if self.no_compress { crate::outputs::npz::Compression::None } else { self.npz_compression },
-            npz_normal: self.npz_normal_dtype,
+            npz_normal: self.npz_normal_dtype.into(),
         }
     }
 }
@@ -223,10 +251,10 @@ impl Precision {
 #[derive(Args, Debug, Clone)]
 pub struct InferArgs {
     /// Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500.
-    #[arg(long, value_name = "N", default_value_t = crate::infer::DEFAULT_NUM_TOKENS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", default_value_t = crate::infer::DEFAULT_NUM_TOKENS, value_parser = parse_num_tokens)]
     pub num_tokens: u32,
     /// Upstream's resolution level 0..9 (1200..3600 tokens); replaces --num-tokens.
-    #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(0..=30))]
+    #[arg(long, value_name = "L", value_parser = parse_resolution_level)]
     pub resolution_level: Option<u32>,
     /// Known horizontal field of view in degrees (otherwise it is recovered).
     #[arg(long, value_name = "DEG", value_parser = parse_fov)]
@@ -241,11 +269,21 @@ pub struct InferArgs {
 
 fn parse_fov(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if v > 0.0 && v < 180.0 {
-        Ok(v)
-    } else {
-        Err(format!("{v} is not a field of view in (0, 180) degrees"))
-    }
+    crate::infer::check_fov_x(v)
+}
+
+/// A whole number within `bounds`, in clap's words for a number out of its range.
+fn parse_within(s: &str, bounds: crate::infer::Bounds) -> Result<u32, String> {
+    let v: u64 = s.parse().map_err(|e: std::num::ParseIntError| e.to_string())?;
+    bounds.check(v)
+}
+
+pub(crate) fn parse_num_tokens(s: &str) -> Result<u32, String> {
+    parse_within(s, crate::infer::NUM_TOKENS)
+}
+
+fn parse_resolution_level(s: &str) -> Result<u32, String> {
+    parse_within(s, crate::infer::RESOLUTION_LEVELS)
 }
 
 impl InferArgs {

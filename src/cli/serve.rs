@@ -36,7 +36,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_body_mb: u32,
     /// Largest num_tokens a request may ask for (memory and time grow with it).
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = super::parse_num_tokens)]
     pub max_tokens: u32,
     /// The canvas of fit: pad and fit: stretch.
     #[arg(long, value_name = "WxH", default_value = "1920x1080")]

@@ -36,15 +36,17 @@ pub enum Compression {
     Small,
 }
 
-/// The element type of `normal` in the npz.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+/// The element type of `normal` in the npz; on the wire (`npz_normal_dtype`) by its lowercase
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NormalDtype {
-    /// As upstream `infer()` returns it.
-    #[default]
-    Float32,
     /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the Tenstorrent
     /// server's layout, half the bytes (unit normals keep ~3 decimal digits).
     Float16,
+    /// As upstream `infer()` returns it.
+    #[default]
+    Float32,
 }
 
 impl Compression {

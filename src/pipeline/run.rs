@@ -422,17 +422,12 @@ fn yield_to_device(engine: &Engine) {
 
 /// The options sent with each photo: only those that differ from the defaults that moge serve
 /// and tt-MoGe share, since a server may refuse a field it does not know.
-fn remote_request(cfg: &Config) -> crate::remote::Request {
-    use crate::remote::Fit;
-    let mut r = crate::remote::Request::from_options(&cfg.infer);
+fn remote_request(cfg: &Config) -> crate::protocol::PredictOptions {
+    let mut r = crate::protocol::PredictOptions::from_options(&cfg.infer);
     if r.num_tokens == Some(crate::infer::DEFAULT_NUM_TOKENS) {
         r.num_tokens = None;
     }
-    r.fit = match cfg.fit {
-        FitMode::Exact => None,
-        FitMode::Pad => Some(Fit::Pad),
-        FitMode::Stretch => Some(Fit::Stretch),
-    };
+    r.fit = (cfg.fit != FitMode::Exact).then_some(cfg.fit);
     r
 }
 
@@ -490,7 +485,7 @@ impl Middle {
                 // local run; tt-MoGe sends float16.
                 let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
                 if dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")) {
-                    request.npz_normal_dtype = Some("float32");
+                    request.npz_normal_dtype = Some(crate::outputs::npz::NormalDtype::Float32);
                 }
                 let threads = (0..n)
                     .map(|_| {

@@ -30,8 +30,8 @@ use crate::pipeline::fit::Canvas;
 use crate::pipeline::guard::catch;
 use crate::pipeline::stages::{self, ms, Plan, Staged};
 use crate::pipeline::worker::{DeviceWorker, Forward, Refused, Work};
+use crate::protocol::OutputFormat;
 use crate::Model;
-use request::OutputFormat;
 use response::{Meta, JSON_MAX_PIXELS};
 
 /// What is fixed for the server's life.
