@@ -103,6 +103,18 @@ pub fn open(req: DeviceRequest) -> Result<Opened, Unavailable> {
     }
 }
 
+/// The arithmetic that suits `device` (`--precision auto`): bf16 products (f32 accumulation,
+/// f32 between products) on a GPU and on a CPU whose route computes bf16 products natively (not
+/// under `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32
+/// ([`crate::model::cpu::bf16::pays`]), else f32.
+pub fn auto_precision(device: &Device) -> crate::model::Precision {
+    if !device.is_cpu() || crate::model::cpu::bf16::pays() {
+        crate::model::Precision::Bf16
+    } else {
+        crate::model::Precision::F32
+    }
+}
+
 /// `cpu` or `cuda:N`, for a device already open.
 pub fn name_of(device: &Device) -> String {
     match device {

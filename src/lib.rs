@@ -11,7 +11,9 @@
 //! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
-//! - [`cli`]: the `moge` command line.
+//! - [`names`]: the names of the choices above (formats, fits, ...), parsed and shown.
+//!
+//! The `moge` command line is the binary's (`src/main.rs`, `src/cli/`), over this library.
 //!
 //! ```no_run
 //! use moge::{Model, InferOptions};
@@ -22,7 +24,6 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
-pub mod cli;
 pub mod console;
 pub mod device;
 pub mod geometry;
@@ -30,6 +31,7 @@ pub mod hub;
 pub mod image_io;
 pub mod infer;
 pub mod model;
+pub mod names;
 pub mod outputs;
 pub mod pipeline;
 pub mod protocol;
@@ -39,3 +41,20 @@ pub mod server;
 pub use candle_core::Device;
 pub use infer::{InferOptions, Prediction};
 pub use model::{Model, RawOutput};
+
+/// `--precision auto`, under the name a unit test of the bf16 kernels (src/model/cpu/bf16.rs)
+/// gives it, from when the command line was part of the library.
+#[cfg(test)]
+mod cli {
+    pub enum Precision {
+        Auto,
+    }
+
+    impl Precision {
+        pub fn resolve(self, device: &crate::Device) -> crate::model::Precision {
+            match self {
+                Precision::Auto => crate::device::auto_precision(device),
+            }
+        }
+    }
+}

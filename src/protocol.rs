@@ -30,6 +30,8 @@ pub enum OutputFormat {
     NpzBinary,
 }
 
+crate::names::names!(OutputFormat, "output_format", { Npz => "npz", Png => "png", Json => "json", NpzBinary => "npz_binary" });
+
 /// The element type of the npz normal a server sends when none is asked for (tt-MoGe's layout).
 pub const DEFAULT_NORMAL_DTYPE: NormalDtype = NormalDtype::Float16;
 

@@ -16,7 +16,7 @@ use image::RgbImage;
 use crate::infer::{InferOptions, Prediction};
 
 /// How a photo meets the network; on the wire (`fit`) by its lowercase name.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FitMode {
     /// Each photo at its own aspect (upstream behaviour).
@@ -27,15 +27,7 @@ pub enum FitMode {
     Stretch,
 }
 
-impl FitMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            FitMode::Exact => "exact",
-            FitMode::Pad => "pad",
-            FitMode::Stretch => "stretch",
-        }
-    }
-}
+crate::names::names!(FitMode, "fit", { Exact => "exact", Pad => "pad", Stretch => "stretch" });
 
 /// `WxH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -222,10 +222,10 @@ impl Client {
         // A server that lists its formats spares the guess (and a second upload of an image
         // it refuses).
         if let Some(formats) = client.info.get("output_formats").and_then(Value::as_array) {
-            let has = |f: &str| formats.iter().any(|v| v.as_str() == Some(f));
-            if has("npz_binary") {
+            let has = |f: OutputFormat| formats.iter().any(|v| v.as_str() == Some(f.name()));
+            if has(OutputFormat::NpzBinary) {
                 client.format = AtomicU8::new(FORMAT_BINARY);
-            } else if has("npz") {
+            } else if has(OutputFormat::Npz) {
                 client.format = AtomicU8::new(FORMAT_JSON);
             }
         }

@@ -172,7 +172,7 @@ async fn info(State(st): State<Arc<Shared>>) -> Response {
     axum::Json(json!({
         "server": "moge",
         "output_formats": ["npz_binary", "npz", "png", "json"],
-        "npz_normal_dtypes": ["float16", "float32"],
+        "npz_normal_dtypes": crate::outputs::npz::NormalDtype::NAMES,
         "model": st.cfg.model_id,
         "variant": m.config.encoder.backbone,
         "precision": format!("{:?}", m.precision).to_lowercase(),
