@@ -12,6 +12,56 @@ use crate::model::{Model, RawOutput};
 /// tt-MoGe (whose fixed 1920x1080 canvas is 1800 tokens) agree on it.
 pub const DEFAULT_NUM_TOKENS: u32 = 1800;
 
+/// Base ViT tokens an image may be run at (`num_tokens`): the command line and `moge serve`
+/// refuse others.
+pub const NUM_TOKENS: Bounds = Bounds { min: 1, max: 100_000 };
+
+/// Resolution levels: upstream's 0..=9 span the checkpoint's `num_tokens_range`, and the
+/// levels above extrapolate it.
+pub const RESOLUTION_LEVELS: Bounds = Bounds { min: 0, max: 30 };
+
+/// A known horizontal field of view lies strictly between these, in degrees.
+pub const FOV_X_DEGREES: (f32, f32) = (0.0, 180.0);
+
+/// The whole numbers from `min` to `max`, both included; shown as `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Bounds {
+    pub fn contains(self, v: u64) -> bool {
+        (self.min as u64..=self.max as u64).contains(&v)
+    }
+
+    /// `v` when it is within, else why not: `0 is not in 1..=100000`.
+    pub fn check(self, v: u64) -> Result<u32, String> {
+        if self.contains(v) {
+            Ok(v as u32)
+        } else {
+            Err(format!("{v} is not in {self}"))
+        }
+    }
+}
+
+impl std::fmt::Display for Bounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}..={}", self.min, self.max)
+    }
+}
+
+/// `deg` when it is a field of view ([`FOV_X_DEGREES`]), else why not:
+/// `200 is not a field of view in (0, 180) degrees`.
+pub fn check_fov_x(deg: f32) -> Result<f32, String> {
+    let (lo, hi) = FOV_X_DEGREES;
+    if deg > lo && deg < hi {
+        Ok(deg)
+    } else {
+        Err(format!("{deg} is not a field of view in ({lo}, {hi}) degrees"))
+    }
+}
+
 /// The options of `infer()` (and of `moge predict`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InferOptions {
@@ -42,20 +92,17 @@ impl Default for InferOptions {
 }
 
 impl InferOptions {
-    /// The ranges the command line enforces, for options that arrive another way (HTTP).
+    /// Every option within its range ([`NUM_TOKENS`], [`RESOLUTION_LEVELS`], [`FOV_X_DEGREES`]),
+    /// or the first that is not, named: `num_tokens 0 is outside 1..=100000`.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(n) = self.num_tokens {
-            if !(1..=100_000).contains(&n) {
-                return Err(format!("num_tokens {n} is outside 1..=100000"));
-            }
+        if let Some(n) = self.num_tokens.filter(|&n| !NUM_TOKENS.contains(n.into())) {
+            return Err(format!("num_tokens {n} is outside {NUM_TOKENS}"));
         }
-        if self.resolution_level > 30 {
-            return Err(format!("resolution_level {} is outside 0..=30", self.resolution_level));
+        if !RESOLUTION_LEVELS.contains(self.resolution_level.into()) {
+            return Err(format!("resolution_level {} is outside {RESOLUTION_LEVELS}", self.resolution_level));
         }
         if let Some(f) = self.fov_x {
-            if !(f > 0.0 && f < 180.0) {
-                return Err(format!("fov_x {f} is not a field of view in (0, 180) degrees"));
-            }
+            check_fov_x(f).map_err(|why| format!("fov_x {why}"))?;
         }
         Ok(())
     }
@@ -630,5 +677,21 @@ mod tests {
             let want = if keep { v } else { other };
             assert_eq!(select_bits(keep, v, other).to_bits(), want.to_bits());
         }
+    }
+
+    /// The limits in the words the command line and moge serve give them.
+    #[test]
+    fn limits_name_the_value_and_the_range() {
+        assert_eq!(NUM_TOKENS.check(0), Err("0 is not in 1..=100000".into()));
+        assert_eq!(NUM_TOKENS.check(100_000), Ok(100_000));
+        assert_eq!(RESOLUTION_LEVELS.check(u64::MAX), Err(format!("{} is not in 0..=30", u64::MAX)));
+        assert_eq!(check_fov_x(180.0), Err("180 is not a field of view in (0, 180) degrees".into()));
+        assert_eq!(check_fov_x(0.5), Ok(0.5));
+        let bad = |o: InferOptions| o.validate().unwrap_err();
+        let d = InferOptions::default();
+        assert_eq!(bad(InferOptions { num_tokens: Some(100_001), ..d.clone() }), "num_tokens 100001 is outside 1..=100000");
+        assert_eq!(bad(InferOptions { resolution_level: 31, ..d.clone() }), "resolution_level 31 is outside 0..=30");
+        assert_eq!(bad(InferOptions { fov_x: Some(f32::NAN), ..d.clone() }), "fov_x NaN is not a field of view in (0, 180) degrees");
+        assert_eq!(d.validate(), Ok(()));
     }
 }

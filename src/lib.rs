@@ -8,10 +8,13 @@
 //! - [`image_io`]: reading photos as the upstream CLI reads them.
 //! - [`outputs`]: writing predictions (npz, ...).
 //! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
+//! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
-//! - [`cli`]: the `moge` command line.
+//! - [`names`]: the names of the choices above (formats, fits, ...), parsed and shown.
 //! - [`simd`]: beneath them all, the instruction-set level and the kernels the layers share.
+//!
+//! The `moge` command line is the binary's (`src/main.rs`, `src/cli/`), over this library.
 //!
 //! ```no_run
 //! use moge::{Model, InferOptions};
@@ -22,7 +25,6 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
-pub mod cli;
 pub mod console;
 pub mod device;
 pub mod geometry;
@@ -30,8 +32,10 @@ pub mod hub;
 pub mod image_io;
 pub mod infer;
 pub mod model;
+pub mod names;
 pub mod outputs;
 pub mod pipeline;
+pub mod protocol;
 pub mod remote;
 pub mod server;
 pub mod simd;

@@ -1,11 +1,15 @@
+//! The `moge` command line ([`cli`]) over the `moge` library.
+
+mod cli;
+
 fn main() {
     keep_freed_memory();
-    std::process::exit(moge::cli::main());
+    std::process::exit(cli::main());
 }
 
 /// glibc returns every large buffer to the kernel with munmap, so each forward re-faults its
-/// tens of megabytes of temporaries page by page (runtime.md §2.2: 632 → 495 ms per ViT-L block
-/// when this is off). Keep freed memory in the process instead.
+/// tens of megabytes of temporaries page by page (632 → 495 ms per ViT-L block when this is
+/// off). Keep freed memory in the process instead.
 ///
 /// One arena: a thread other than main (the pipeline's device worker) otherwise gets its own
 /// arena, whose heaps are capped at 64 MiB, so the largest activations still go through

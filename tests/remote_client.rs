@@ -17,7 +17,8 @@ use axum::Router;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use moge::outputs::npz::{encode, Compression, NormalDtype};
-use moge::remote::{image_for_server, read_prediction, Client, ClientOptions, Fit, RemoteError, Request};
+use moge::protocol::{FitMode as Fit, PredictOptions as Request};
+use moge::remote::{image_for_server, read_prediction, Client, ClientOptions, RemoteError};
 use moge::Prediction;
 use serde_json::{json, Value};
 

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 
+use super::values::FitArg;
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
-use crate::pipeline::fit::{Canvas, FitMode};
-use crate::pipeline::inputs::{self, Shard};
-use crate::pipeline::report;
-use crate::pipeline::run::{self, Config};
+use moge::pipeline::fit::{Canvas, FitMode};
+use moge::pipeline::inputs::{self, Shard};
+use moge::pipeline::report;
+use moge::pipeline::run::{self, Config};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal error, 130 interrupted.")]
@@ -40,8 +41,8 @@ pub struct BatchArgs {
     pub remote: RemoteArgs,
     /// How photos meet the network: at their own aspect, or padded / stretched onto --canvas
     /// (one token grid for every photo); outputs always have the photo's size.
-    #[arg(long, value_enum, default_value_t = FitMode::Exact)]
-    pub fit: FitMode,
+    #[arg(long, value_enum, default_value_t = FitMode::Exact.into())]
+    pub fit: FitArg,
     /// The canvas of --fit pad / stretch.
     #[arg(long, value_name = "WxH", default_value = "1920x1080")]
     pub canvas: Canvas,
@@ -71,7 +72,7 @@ pub struct BatchArgs {
 fn install_signals(stop: Arc<AtomicBool>) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-        crate::errln!("moge: warning: cannot install the Ctrl-C handler");
+        moge::errln!("moge: warning: cannot install the Ctrl-C handler");
         return;
     };
     let count = AtomicUsize::new(0);
@@ -79,10 +80,10 @@ fn install_signals(stop: Arc<AtomicBool>) {
         for _ in signals.forever() {
             if count.fetch_add(1, Ordering::SeqCst) == 0 {
                 stop.store(true, Ordering::SeqCst);
-                crate::errln!("moge: interrupted: finishing the photos in progress (press Ctrl-C again to abandon them)");
+                moge::errln!("moge: interrupted: finishing the photos in progress (press Ctrl-C again to abandon them)");
             } else {
-                crate::outputs::remove_pending_temp_files();
-                crate::errln!("moge: interrupted");
+                moge::outputs::remove_pending_temp_files();
+                moge::errln!("moge: interrupted");
                 std::process::exit(EXIT_INTERRUPTED);
             }
         }
@@ -109,7 +110,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     if inputs.is_empty() {
         if !args.quiet {
             let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
-            crate::errln!("moge: {s} has none of the {total} images");
+            moge::errln!("moge: {s} has none of the {total} images");
         }
         return Ok(EXIT_OK);
     }
@@ -117,7 +118,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     let (weights, engine) = args.remote.engine(&args.model)?;
     let cfg = Config {
         in_flight: args.remote.in_flight as usize,
-        fit: args.fit,
+        fit: args.fit.into(),
         canvas: args.canvas,
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(default_jobs),
         skip_existing: args.skip_existing,
@@ -131,14 +132,14 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     install_signals(stop.clone());
     let summary = run::run(engine, inputs, &cfg, &stop, |_| {});
     if !args.quiet || args.stats {
-        crate::errln!("{}", report::report(&summary, &cfg));
+        moge::errln!("{}", report::report(&summary, &cfg));
     }
     if let Some(f) = &summary.fatal {
-        crate::errln!("moge: stopped: {f}");
+        moge::errln!("moge: stopped: {f}");
         return Ok(EXIT_FATAL);
     }
     if summary.interrupted {
-        crate::errln!("moge: interrupted; run again with --skip-existing to do the rest");
+        moge::errln!("moge: interrupted; run again with --skip-existing to do the rest");
         return Ok(EXIT_INTERRUPTED);
     }
     Ok(if summary.failed > 0 { EXIT_SOME_FAILED } else { EXIT_OK })

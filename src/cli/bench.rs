@@ -43,7 +43,7 @@ pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
     let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("'{s}' is not WxH"))?;
     let w: u32 = w.parse().map_err(|_| format!("'{s}' is not WxH"))?;
     let h: u32 = h.parse().map_err(|_| format!("'{s}' is not WxH"))?;
-    if w < crate::image_io::MIN_SIDE || h < crate::image_io::MIN_SIDE || (w as u64 * h as u64) > crate::image_io::MAX_PIXELS {
+    if !moge::image_io::is_supported_size(w, h) {
         return Err(format!("{w}x{h} is outside the supported image sizes"));
     }
     Ok((w, h))
@@ -123,7 +123,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     let t0 = Instant::now();
     let model = args.model.load_on(&weights, &device.device)?;
     // The device worker's way of running the forward (graph replay on CUDA).
-    let runner = crate::model::Runner::new(std::sync::Arc::new(model));
+    let runner = moge::model::Runner::new(std::sync::Arc::new(model));
     let model = runner.model().clone();
     let cold = t0.elapsed();
     let opts = args.infer.options();
@@ -145,7 +145,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             laps.push((name, now - t));
             t = now;
         };
-        let img = crate::image_io::load_rgb(&input, true)?;
+        let img = moge::image_io::load_rgb(&input, true)?;
         lap("decode", &mut laps);
         let (w, h) = (img.width() as usize, img.height() as usize);
         let prep = model.prepare(img.as_raw(), w, h, tokens);
@@ -161,7 +161,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             t = now;
         };
         lap2("postprocess", &mut laps);
-        crate::outputs::npz::write(&tmp.join("out.npz"), &pred, out_opts.npz_compression, out_opts.npz_normal)?;
+        moge::outputs::npz::write(&tmp.join("out.npz"), &pred, out_opts.npz_compression, out_opts.npz_normal)?;
         lap2("write npz", &mut laps);
         let total = start.elapsed();
         // The model call as the device worker makes it (upload, network, download). On the CPU
@@ -207,7 +207,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         "cpu_because": device.cpu_because.as_ref().map(|e| e.to_string()),
         "threads": threads(),
         "cpu": cpu_name(),
-        "cpu_route": model.device.is_cpu().then(|| crate::model::cpu::route(model.precision)),
+        "cpu_route": model.device.is_cpu().then(|| moge::model::cpu::route(model.precision)),
         "cuda_graphs": runner.cuda_graphs(),
         "runs": args.runs,
         "warmup": args.warmup,
@@ -225,10 +225,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             "stages": st,
             "peak_rss_bytes": peak,
         });
-        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
+        moge::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(EXIT_OK);
     }
-    crate::outln!(
+    moge::outln!(
         "moge bench: {} ({}), {} tokens (grid {}x{}), {} {}x{}, {}, {}, {} threads, {}",
         model.config.encoder.backbone,
         weights.display(),
@@ -244,13 +244,13 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         cpu_name()
     );
     if model.device.is_cpu() {
-        crate::outln!("{}", crate::model::cpu::route_description(model.precision));
+        moge::outln!("{}", moge::model::cpu::route_description(model.precision));
     }
     if let Some(g) = runner.cuda_graphs() {
-        crate::outln!("CUDA graphs (the model call): {g}");
+        moge::outln!("CUDA graphs (the model call): {g}");
     }
-    crate::outln!("cold start (load weights): {:.3} s", cold.as_secs_f64());
-    crate::outln!(
+    moge::outln!("cold start (load weights): {:.3} s", cold.as_secs_f64());
+    moge::outln!(
         "per image, warm, {} runs after {} warm-up: median {:.3} s, p90 {:.3} s, min {:.3} s",
         args.runs,
         args.warmup,
@@ -258,19 +258,19 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         totals.p90(),
         totals.min()
     );
-    crate::outln!("model call (upload, network, download): median {:.4} s, min {:.4} s", calls.median(), calls.min());
+    moge::outln!("model call (upload, network, download): median {:.4} s, min {:.4} s", calls.median(), calls.min());
     let sum: f64 = stages.iter().map(|(_, s)| s.median()).sum();
-    crate::outln!("{:<24} {:>10} {:>10} {:>7}", "stage", "median s", "min s", "share");
+    moge::outln!("{:<24} {:>10} {:>10} {:>7}", "stage", "median s", "min s", "share");
     for (name, s) in &stages {
-        crate::outln!("{:<24} {:>10.4} {:>10.4} {:>6.1}%", name, s.median(), s.min(), 100.0 * s.median() / sum);
+        moge::outln!("{:<24} {:>10.4} {:>10.4} {:>6.1}%", name, s.median(), s.min(), 100.0 * s.median() / sum);
     }
     if let Some(p) = peak {
-        crate::outln!("peak memory (RSS high-water mark): {:.0} MiB", p as f64 / (1024.0 * 1024.0));
+        moge::outln!("peak memory (RSS high-water mark): {:.0} MiB", p as f64 / (1024.0 * 1024.0));
     }
     Ok(EXIT_OK)
 }
 
-/// The laps of [`crate::Model::forward_stages`].
+/// The laps of [`moge::Model::forward_stages`].
 const NETWORK: [&str; 6] = ["encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head"];
 
 /// A scratch folder deleted when dropped, so that a bench which fails half-way leaves nothing behind.
@@ -281,14 +281,14 @@ fn tempdir() -> Result<tempfile::TempDir> {
 
 /// `--host-only`: per-stage busy time of the host work for one photo, in milliseconds.
 fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -> Result<i32> {
-    use crate::pipeline::{inputs, run};
+    use moge::pipeline::{inputs, run};
     let (weights, model) = args.model.load()?;
     let cfg = super::pipeline_config(&tmp.join("out"), &args.model, weights, &args.infer, &args.out, &Default::default());
     std::fs::create_dir_all(&cfg.output)?;
     let photo = inputs::file_input(input);
     let timings = run::host_only(std::sync::Arc::new(model), &cfg, &photo, args.warmup as usize, args.runs as usize)?;
     let (w, h) = image::image_dimensions(input).unwrap_or((0, 0));
-    let ms = |f: &dyn Fn(&crate::outputs::json::Timings) -> f64| Samples(timings.iter().map(|t| Duration::from_secs_f64(f(t) / 1e3)).collect());
+    let ms = |f: &dyn Fn(&moge::outputs::json::Timings) -> f64| Samples(timings.iter().map(|t| Duration::from_secs_f64(f(t) / 1e3)).collect());
     let stages: Vec<(&str, Samples)> = vec![
         ("decode", ms(&|t| t.decode)),
         ("prepare", ms(&|t| t.prepare)),
@@ -300,14 +300,14 @@ fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -
     if args.json {
         let st: serde_json::Map<String, serde_json::Value> =
             stages.iter().map(|(n, s)| (n.to_string(), json!({"median_ms": s.median() * 1e3, "min_ms": s.min() * 1e3, "p90_ms": s.p90() * 1e3}))).collect();
-        crate::outln!(
+        moge::outln!(
             "{}",
             json!({"mode": "host-only", "image_size": [w, h], "formats": formats, "npz_compression": format!("{:?}", cfg.outputs.npz_compression).to_lowercase(),
                    "runs": args.runs, "threads": 1, "cpu": cpu_name(), "stages": st})
         );
         return Ok(EXIT_OK);
     }
-    crate::outln!(
+    moge::outln!(
         "host stages only, one thread, {w}x{h}, --format {} (npz {:?}), {} runs after {} warm-up ({}):",
         formats.join(","),
         cfg.outputs.npz_compression,
@@ -315,9 +315,9 @@ fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -
         args.warmup,
         cpu_name()
     );
-    crate::outln!("{:<12} {:>10} {:>10} {:>10}", "stage", "median ms", "min ms", "p90 ms");
+    moge::outln!("{:<12} {:>10} {:>10} {:>10}", "stage", "median ms", "min ms", "p90 ms");
     for (name, s) in &stages {
-        crate::outln!("{:<12} {:>10.1} {:>10.1} {:>10.1}", name, s.median() * 1e3, s.min() * 1e3, s.p90() * 1e3);
+        moge::outln!("{:<12} {:>10.1} {:>10.1} {:>10.1}", name, s.median() * 1e3, s.min() * 1e3, s.p90() * 1e3);
     }
     Ok(EXIT_OK)
 }

@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::{model_names, EXIT_FATAL, EXIT_OK};
-use crate::hub::{Cached, ErrorKind, Hub, HubError, Target, DEFAULT_MODEL, DEFAULT_REVISION};
+use moge::hub::{Cached, ErrorKind, Hub, HubError, Target, DEFAULT_MODEL, DEFAULT_REVISION};
 
 #[derive(Args, Debug)]
 pub struct DownloadArgs {
@@ -32,11 +32,11 @@ pub fn run(args: DownloadArgs) -> Result<i32> {
         let target = Target::new(name, &args.revision)?;
         match get(&hub, &target) {
             Ok((c, how)) => {
-                crate::outln!("{name}: {} ({}, sha256 {}, {how})", c.path.display(), indicatif::HumanBytes(c.size), c.sha256.as_deref().unwrap_or("unknown"))
+                moge::outln!("{name}: {} ({}, sha256 {}, {how})", c.path.display(), indicatif::HumanBytes(c.size), c.sha256.as_deref().unwrap_or("unknown"))
             }
             Err(e) => {
                 failed += 1;
-                crate::errln!("moge: {e}");
+                moge::errln!("moge: {e}");
             }
         }
     }
@@ -53,7 +53,7 @@ fn get(hub: &Hub, target: &Target) -> Result<(Cached, &'static str), HubError> {
         // A copy we have is still usable when the hub cannot be asked whether it is the latest.
         Err(e) if e.kind == ErrorKind::Unreachable => match hub.cached(target) {
             Some(c) => {
-                crate::errln!(
+                moge::errln!(
                     "moge: warning: cannot reach the hub at {}; keeping the cached {} from commit {}, which may not be the latest",
                     hub.endpoint,
                     target.name,

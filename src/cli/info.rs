@@ -5,7 +5,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{EXIT_OK, EXIT_SOME_FAILED};
-use crate::hub::{sha256_file, Hub, Target, DEFAULT_REVISION, MODELS};
+use moge::hub::{sha256_file, Hub, Target, DEFAULT_REVISION, MODELS};
 
 #[derive(Args, Debug)]
 pub struct InfoArgs {
@@ -65,7 +65,7 @@ pub fn run(args: InfoArgs) -> Result<i32> {
         });
     }
     if args.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&entries)?);
+        moge::outln!("{}", serde_json::to_string_pretty(&entries)?);
     } else {
         print_text(&hub, &entries);
     }
@@ -73,28 +73,28 @@ pub fn run(args: InfoArgs) -> Result<i32> {
 }
 
 fn print_text(hub: &Hub, entries: &[Entry]) {
-    crate::outln!("Hugging Face cache: {}", hub.cache_dir.display());
+    moge::outln!("Hugging Face cache: {}", hub.cache_dir.display());
     let offline = if hub.offline { " (not used: HF_HUB_OFFLINE is set)" } else { "" };
-    crate::outln!("hub: {}{offline}", hub.endpoint);
+    moge::outln!("hub: {}{offline}", hub.endpoint);
     // What `--device auto` takes on this machine (and why not the GPU, where it does not).
-    let device = match crate::device::open(crate::device::DeviceRequest::Auto) {
+    let device = match moge::device::open(moge::device::DeviceRequest::Auto) {
         Ok(d) => match &d.cpu_because {
             Some(why) => format!("{} ({why})", d.name),
             None => d.describe(),
         },
         Err(e) => format!("cpu ({e})"),
     };
-    crate::outln!("device (--device auto): {device}");
+    moge::outln!("device (--device auto): {device}");
     // The CPU kernels' route, at the precision `--precision auto` takes on the CPU.
-    crate::outln!("{}", crate::model::cpu::route_description(super::Precision::Auto.resolve(&crate::Device::Cpu)));
-    crate::outln!();
+    moge::outln!("{}", moge::model::cpu::route_description(super::Precision::Auto.resolve(&moge::Device::Cpu)));
+    moge::outln!();
     for e in entries {
         let head = format!("{:<12}{:<29}", e.name, e.repo);
         match (&e.path, e.size) {
             (Some(path), Some(size)) => {
                 let commit = e.commit.as_deref().unwrap_or("");
-                crate::outln!("{head}cached, {}, commit {}", indicatif::HumanBytes(size), &commit[..commit.len().min(12)]);
-                crate::outln!("    path    {path}");
+                moge::outln!("{head}cached, {}, commit {}", indicatif::HumanBytes(size), &commit[..commit.len().min(12)]);
+                moge::outln!("    path    {path}");
                 let check = match e.verified {
                     Some(true) => "  (verified)".to_string(),
                     Some(false) => {
@@ -103,9 +103,9 @@ fn print_text(hub: &Hub, entries: &[Entry]) {
                     }
                     None => String::new(),
                 };
-                crate::outln!("    sha256  {}{check}", e.sha256.as_deref().unwrap_or("unknown"));
+                moge::outln!("    sha256  {}{check}", e.sha256.as_deref().unwrap_or("unknown"));
             }
-            _ => crate::outln!("{head}not cached (revision {}): moge download --model {}", e.revision, e.name),
+            _ => moge::outln!("{head}not cached (revision {}): moge download --model {}", e.revision, e.name),
         }
     }
 }

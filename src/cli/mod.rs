@@ -8,10 +8,12 @@ mod download;
 mod info;
 mod predict;
 mod serve;
+mod values;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use values::{CompressionArg, FormatArg, NormalDtypeArg};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_SOME_FAILED: i32 = 1;
@@ -50,7 +52,7 @@ pub enum Command {
 pub struct OutputArgs {
     /// Output formats, a comma list.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "npz")]
-    pub format: Vec<crate::outputs::Format>,
+    pub format: Vec<FormatArg>,
     /// Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate).
     #[arg(long, value_name = "M", default_value_t = 0.001, value_parser = parse_positive)]
     pub depth_scale: f32,
@@ -59,11 +61,11 @@ pub struct OutputArgs {
     pub edge_rtol: f32,
     /// How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller,
     /// several times slower to write), small (deflate level 9).
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::default())]
-    pub npz_compression: crate::outputs::npz::Compression,
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = moge::outputs::npz::Compression::default().into())]
+    pub npz_compression: CompressionArg,
     /// Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it.
-    #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::outputs::npz::NormalDtype::default())]
-    pub npz_normal_dtype: crate::outputs::npz::NormalDtype,
+    #[arg(long, value_enum, value_name = "TYPE", default_value_t = moge::outputs::npz::NormalDtype::default().into())]
+    pub npz_normal_dtype: NormalDtypeArg,
     /// Same as --npz-compression none.
     #[arg(long, hide = true, conflicts_with = "npz_compression")]
     pub no_compress: bool,
@@ -79,13 +81,13 @@ fn parse_positive(s: &str) -> Result<f32, String> {
 }
 
 impl OutputArgs {
-    pub fn options(&self) -> crate::outputs::OutputOptions {
-        crate::outputs::OutputOptions {
-            formats: self.format.clone(),
+    pub fn options(&self) -> moge::outputs::OutputOptions {
+        moge::outputs::OutputOptions {
+            formats: self.format.iter().map(|&f| f.into()).collect(),
             depth_png_scale: self.depth_scale,
             edge_rtol: self.edge_rtol,
-            npz_compression: if self.no_compress { crate::outputs::npz::Compression::None } else { self.npz_compression },
-            npz_normal: self.npz_normal_dtype,
+            npz_compression: if self.no_compress { moge::outputs::npz::Compression::None } else { self.npz_compression.into() },
+            npz_normal: self.npz_normal_dtype.into(),
         }
     }
 }
@@ -98,7 +100,7 @@ pub struct InputArgs {
     pub no_exif: bool,
     /// Refuse images larger than this, from their header, before decoding (a small damaged or
     /// hostile file can claim any size).
-    #[arg(long, value_name = "MP", default_value_t = crate::image_io::MAX_PIXELS as f32 / 1e6, value_parser = parse_positive)]
+    #[arg(long, value_name = "MP", default_value_t = moge::image_io::MAX_PIXELS as f32 / 1e6, value_parser = parse_positive)]
     pub max_megapixels: f32,
     /// Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the
     /// decoder), with a warning for each, instead of failing them.
@@ -109,13 +111,13 @@ pub struct InputArgs {
 impl Default for InputArgs {
     /// The command line's defaults.
     fn default() -> Self {
-        Self { no_exif: false, max_megapixels: crate::image_io::MAX_PIXELS as f32 / 1e6, allow_truncated: false }
+        Self { no_exif: false, max_megapixels: moge::image_io::MAX_PIXELS as f32 / 1e6, allow_truncated: false }
     }
 }
 
 impl InputArgs {
-    pub fn options(&self) -> crate::image_io::DecodeOptions {
-        crate::image_io::DecodeOptions {
+    pub fn options(&self) -> moge::image_io::DecodeOptions {
+        moge::image_io::DecodeOptions {
             apply_exif: !self.no_exif,
             max_pixels: (self.max_megapixels as f64 * 1e6).round() as u64,
             allow_truncated: self.allow_truncated,
@@ -144,17 +146,17 @@ pub struct RemoteArgs {
 
 impl RemoteArgs {
     /// The engine: the server, checked to answer, or the model loaded here.
-    pub fn engine(&self, model: &ModelArgs) -> anyhow::Result<(PathBuf, crate::pipeline::run::Engine)> {
-        use crate::pipeline::run::Engine;
+    pub fn engine(&self, model: &ModelArgs) -> anyhow::Result<(PathBuf, moge::pipeline::run::Engine)> {
+        use moge::pipeline::run::Engine;
         match &self.server {
             Some(url) => {
-                let opts = crate::remote::ClientOptions {
+                let opts = moge::remote::ClientOptions {
                     timeout: std::time::Duration::from_secs(self.server_timeout as u64),
                     retries: self.server_retries,
                     in_flight: self.in_flight as usize,
                     ..Default::default()
                 };
-                let client = crate::remote::Client::connect(url, opts)?;
+                let client = moge::remote::Client::connect(url, opts)?;
                 Ok((PathBuf::new(), Engine::Remote(std::sync::Arc::new(client))))
             }
             None => {
@@ -172,10 +174,10 @@ pub struct ModelArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "model")]
     pub weights: Option<PathBuf>,
     /// A published model, fetched from the Hugging Face hub on first use.
-    #[arg(long, value_name = "NAME", default_value = crate::hub::DEFAULT_MODEL, value_parser = model_names())]
+    #[arg(long, value_name = "NAME", default_value = moge::hub::DEFAULT_MODEL, value_parser = model_names())]
     pub model: String,
     /// Branch, tag or commit of the published model's repo.
-    #[arg(long, value_name = "REV", default_value = crate::hub::DEFAULT_REVISION, conflicts_with = "weights")]
+    #[arg(long, value_name = "REV", default_value = moge::hub::DEFAULT_REVISION, conflicts_with = "weights")]
     pub revision: String,
     /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats
     /// f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32;
@@ -185,15 +187,15 @@ pub struct ModelArgs {
     /// Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees
     /// one, else the CPU), cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device)]
-    pub device: crate::device::DeviceRequest,
+    pub device: moge::device::DeviceRequest,
 }
 
-fn parse_device(s: &str) -> Result<crate::device::DeviceRequest, String> {
+fn parse_device(s: &str) -> Result<moge::device::DeviceRequest, String> {
     s.parse()
 }
 
 fn model_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(crate::hub::MODELS.iter().map(|(n, _)| *n))
+    clap::builder::PossibleValuesParser::new(moge::hub::MODELS.iter().map(|(n, _)| *n))
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,12 +209,12 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The arithmetic on `device` (auto: [`crate::model::Precision::auto`]).
-    pub fn resolve(self, device: &crate::Device) -> crate::model::Precision {
+    /// The arithmetic on `device` (auto: [`moge::model::Precision::auto`]).
+    pub fn resolve(self, device: &moge::Device) -> moge::model::Precision {
         match self {
-            Precision::Auto => crate::model::Precision::auto(device),
-            Precision::F32 => crate::model::Precision::F32,
-            Precision::Bf16 => crate::model::Precision::Bf16,
+            Precision::Auto => moge::model::Precision::auto(device),
+            Precision::F32 => moge::model::Precision::F32,
+            Precision::Bf16 => moge::model::Precision::Bf16,
         }
     }
 }
@@ -221,10 +223,10 @@ impl Precision {
 #[derive(Args, Debug, Clone)]
 pub struct InferArgs {
     /// Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500.
-    #[arg(long, value_name = "N", default_value_t = crate::infer::DEFAULT_NUM_TOKENS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", default_value_t = moge::infer::DEFAULT_NUM_TOKENS, value_parser = parse_num_tokens)]
     pub num_tokens: u32,
     /// Upstream's resolution level 0..9 (1200..3600 tokens); replaces --num-tokens.
-    #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(0..=30))]
+    #[arg(long, value_name = "L", value_parser = parse_resolution_level)]
     pub resolution_level: Option<u32>,
     /// Known horizontal field of view in degrees (otherwise it is recovered).
     #[arg(long, value_name = "DEG", value_parser = parse_fov)]
@@ -239,16 +241,26 @@ pub struct InferArgs {
 
 fn parse_fov(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if v > 0.0 && v < 180.0 {
-        Ok(v)
-    } else {
-        Err(format!("{v} is not a field of view in (0, 180) degrees"))
-    }
+    moge::infer::check_fov_x(v)
+}
+
+/// A whole number within `bounds`, in clap's words for a number out of its range.
+fn parse_within(s: &str, bounds: moge::infer::Bounds) -> Result<u32, String> {
+    let v: u64 = s.parse().map_err(|e: std::num::ParseIntError| e.to_string())?;
+    bounds.check(v)
+}
+
+pub(crate) fn parse_num_tokens(s: &str) -> Result<u32, String> {
+    parse_within(s, moge::infer::NUM_TOKENS)
+}
+
+fn parse_resolution_level(s: &str) -> Result<u32, String> {
+    parse_within(s, moge::infer::RESOLUTION_LEVELS)
 }
 
 impl InferArgs {
-    pub fn options(&self) -> crate::InferOptions {
-        crate::InferOptions {
+    pub fn options(&self) -> moge::InferOptions {
+        moge::InferOptions {
             num_tokens: if self.resolution_level.is_some() { None } else { Some(self.num_tokens) },
             resolution_level: self.resolution_level.unwrap_or(9),
             fov_x: self.fov_x,
@@ -265,7 +277,7 @@ impl ModelArgs {
     pub fn checkpoint(&self) -> anyhow::Result<PathBuf> {
         match &self.weights {
             Some(p) => Ok(p.clone()),
-            None => crate::hub::resolve_revision(&self.model, &self.revision),
+            None => moge::hub::resolve_revision(&self.model, &self.revision),
         }
     }
 
@@ -280,7 +292,7 @@ impl ModelArgs {
     /// The checkpoint and the model loaded from it on `--device` at the resolved precision:
     /// every command that runs the model loads it here, so the same options give the same
     /// numbers everywhere. The device is opened first, so a missing GPU is said before a download.
-    pub fn load(&self) -> anyhow::Result<(PathBuf, crate::Model)> {
+    pub fn load(&self) -> anyhow::Result<(PathBuf, moge::Model)> {
         let device = self.open_device()?;
         let path = self.checkpoint()?;
         let model = self.load_on(&path, &device.device)?;
@@ -288,14 +300,14 @@ impl ModelArgs {
     }
 
     /// `--device`, opened; an impossible request is one line naming what is missing.
-    pub fn open_device(&self) -> anyhow::Result<crate::device::Opened> {
-        crate::device::open(self.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))
+    pub fn open_device(&self) -> anyhow::Result<moge::device::Opened> {
+        moge::device::open(self.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))
     }
 
     /// [`ModelArgs::load`] of a checkpoint already resolved on a device already open (`bench`
     /// times this part alone).
-    pub fn load_on(&self, path: &std::path::Path, device: &crate::Device) -> anyhow::Result<crate::Model> {
-        crate::Model::load_with(path, device, self.precision.resolve(device))
+    pub fn load_on(&self, path: &std::path::Path, device: &moge::Device) -> anyhow::Result<moge::Model> {
+        moge::Model::load_with(path, device, self.precision.resolve(device))
     }
 }
 
@@ -308,13 +320,13 @@ pub fn pipeline_config(
     infer: &InferArgs,
     out: &OutputArgs,
     input: &InputArgs,
-) -> crate::pipeline::run::Config {
-    crate::pipeline::run::Config {
+) -> moge::pipeline::run::Config {
+    moge::pipeline::run::Config {
         output: output.to_owned(),
         outputs: out.options(),
         infer: infer.options(),
-        fit: crate::pipeline::fit::FitMode::Exact,
-        canvas: crate::pipeline::fit::Canvas { width: 1920, height: 1080 },
+        fit: moge::pipeline::fit::FitMode::Exact,
+        canvas: moge::pipeline::fit::Canvas { width: 1920, height: 1080 },
         decode: input.options(),
         jobs: 1,
         skip_existing: false,
@@ -343,7 +355,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            crate::errln!("moge: {e:#}");
+            moge::errln!("moge: {e:#}");
             EXIT_FATAL
         }
     }

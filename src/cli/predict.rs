@@ -8,9 +8,9 @@ use anyhow::Result;
 use clap::Args;
 
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_OK, EXIT_SOME_FAILED};
-use crate::pipeline::inputs;
-use crate::pipeline::record::Status;
-use crate::pipeline::run;
+use moge::pipeline::inputs;
+use moge::pipeline::record::Status;
+use moge::pipeline::run;
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
@@ -34,7 +34,7 @@ pub struct PredictArgs {
 
 pub fn run(args: PredictArgs) -> Result<i32> {
     let (weights, engine) = args.remote.engine(&args.model)?;
-    let cfg = crate::pipeline::run::Config {
+    let cfg = moge::pipeline::run::Config {
         in_flight: args.remote.in_flight as usize,
         ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)
     };
@@ -46,11 +46,11 @@ pub fn run(args: PredictArgs) -> Result<i32> {
     let summary = run::run(engine, list, &cfg, &Arc::new(AtomicBool::new(false)), |rec| {
         if rec.status == Status::Ok {
             let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
-            crate::outln!("{}: {} -> {}", rec.input.display(), rec.summary.clone().unwrap_or_default(), outs.join(", "));
+            moge::outln!("{}: {} -> {}", rec.input.display(), rec.summary.clone().unwrap_or_default(), outs.join(", "));
         }
     });
     if let Some(f) = &summary.fatal {
-        crate::errln!("moge: stopped: {f}");
+        moge::errln!("moge: stopped: {f}");
         return Ok(EXIT_FATAL);
     }
     Ok(if summary.failed == 0 { EXIT_OK } else { EXIT_SOME_FAILED })

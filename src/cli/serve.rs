@@ -1,4 +1,4 @@
-//! `moge serve`: the model loaded once, answering HTTP (see [`crate::server`]).
+//! `moge serve`: the model loaded once, answering HTTP (see [`moge::server`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::{InputArgs, ModelArgs, EXIT_OK};
-use crate::pipeline::fit::Canvas;
-use crate::server::{self, Shared};
+use moge::pipeline::fit::Canvas;
+use moge::server::{self, Shared};
 
 #[derive(Args, Debug)]
 #[command(after_help = "The API is that of the Tenstorrent MoGe-2 server (tt-MoGe): POST /predict with JSON {\"image\": base64, \
@@ -36,7 +36,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_body_mb: u32,
     /// Largest num_tokens a request may ask for (memory and time grow with it).
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = super::parse_num_tokens)]
     pub max_tokens: u32,
     /// The canvas of fit: pad and fit: stretch.
     #[arg(long, value_name = "WxH", default_value = "1920x1080")]
@@ -45,8 +45,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "M", default_value_t = 0.001, value_parser = super::parse_positive)]
     pub depth_scale: f32,
     /// How the npz arrays are stored (see `moge batch --help`).
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::outputs::npz::Compression::default())]
-    pub npz_compression: crate::outputs::npz::Compression,
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = moge::outputs::npz::Compression::default().into())]
+    pub npz_compression: super::values::CompressionArg,
     #[command(flatten)]
     pub input: InputArgs,
 }
@@ -60,7 +60,7 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         decode: args.input.options(),
         canvas: args.canvas,
         depth_png_scale: args.depth_scale,
-        npz_compression: args.npz_compression,
+        npz_compression: args.npz_compression.into(),
         jobs,
         queue: args.queue as usize,
         max_body: args.max_body_mb as usize * 1_000_000,
@@ -75,17 +75,17 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         .build()
         .context("cannot start the HTTP runtime")?;
     let model = Arc::new(model);
-    let summary = format!("{} ({}, {:?}, {})", cfg.model_id, model.config.encoder.backbone, model.precision, crate::device::name_of(&model.device));
+    let summary = format!("{} ({}, {:?}, {})", cfg.model_id, model.config.encoder.backbone, model.precision, moge::device::name_of(&model.device));
     let state = Shared::new(model, cfg);
     runtime.block_on(async {
         let listener = server::bind(&args.host, args.port).await?;
         let addr = listener.local_addr()?;
-        crate::errln!("moge: serving {summary}; Ctrl-C stops");
+        moge::errln!("moge: serving {summary}; Ctrl-C stops");
         // The one line scripts wait for.
-        crate::outln!("moge: listening on http://{addr}");
+        moge::outln!("moge: listening on http://{addr}");
         server::serve(listener, state.clone()).await
     })?;
     state.close();
-    crate::errln!("moge: stopped");
+    moge::errln!("moge: stopped");
     Ok(EXIT_OK)
 }

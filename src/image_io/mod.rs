@@ -15,6 +15,12 @@ pub const MIN_SIDE: u32 = 8;
 /// 1.3-gigapixel image would need >15 GB of outputs (`--max-megapixels` raises it).
 pub const MAX_PIXELS: u64 = 250_000_000;
 
+/// Whether `width` x `height` is a size the model's images may have ([`MIN_SIDE`] and
+/// [`MAX_PIXELS`]): a canvas, or a test picture made to size.
+pub fn is_supported_size(width: u32, height: u32) -> bool {
+    width >= MIN_SIDE && height >= MIN_SIDE && width as u64 * height as u64 <= MAX_PIXELS
+}
+
 /// How photos are read.
 #[derive(Debug, Clone)]
 pub struct DecodeOptions {

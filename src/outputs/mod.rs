@@ -26,7 +26,7 @@ use image::RgbImage;
 use crate::infer::Prediction;
 
 /// An output format of `moge batch` / `moge predict` (`--format`, a comma list).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Format {
     /// `x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...
     Npz,
@@ -43,6 +43,10 @@ pub enum Format {
     /// `x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at.
     Vis,
 }
+
+crate::names::names!(Format, "output format", {
+    Npz => "npz", Png => "png", Json => "json", Exr => "exr", Ply => "ply", Glb => "glb", Vis => "vis",
+});
 
 /// How the formats are written; fixed for a run.
 #[derive(Debug, Clone)]

@@ -24,7 +24,7 @@ use crate::infer::Prediction;
 /// The default is `none`: at 1920x1080, deflate's fastest level spends ~380 ms of a core per
 /// image on the 60 MB of float maps (to make them 36 MB), several times the rest of the host
 /// work together, and would cap a fast device's throughput (PERFORMANCE.md, "Host stages").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
     /// Stored as they are (`np.savez`): the fastest to write and to read, the largest.
     #[default]
@@ -36,16 +36,22 @@ pub enum Compression {
     Small,
 }
 
-/// The element type of `normal` in the npz.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+/// The element type of `normal` in the npz; on the wire (`npz_normal_dtype`) by its lowercase
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NormalDtype {
-    /// As upstream `infer()` returns it.
-    #[default]
-    Float32,
     /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the Tenstorrent
     /// server's layout, half the bytes (unit normals keep ~3 decimal digits).
     Float16,
+    /// As upstream `infer()` returns it.
+    #[default]
+    Float32,
 }
+
+crate::names::names!(Compression, "npz compression", { None => "none", Fast => "fast", Small => "small" });
+
+crate::names::names!(NormalDtype, "normal element type", { Float16 => "float16", Float32 => "float32" });
 
 impl Compression {
     fn zip_options(self) -> SimpleFileOptions {

@@ -15,7 +15,9 @@ use image::RgbImage;
 
 use crate::infer::{InferOptions, Prediction};
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+/// How a photo meets the network; on the wire (`fit`) by its lowercase name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FitMode {
     /// Each photo at its own aspect (upstream behaviour).
     Exact,
@@ -25,15 +27,7 @@ pub enum FitMode {
     Stretch,
 }
 
-impl FitMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            FitMode::Exact => "exact",
-            FitMode::Pad => "pad",
-            FitMode::Stretch => "stretch",
-        }
-    }
-}
+crate::names::names!(FitMode, "fit", { Exact => "exact", Pad => "pad", Stretch => "stretch" });
 
 /// `WxH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +42,7 @@ impl std::str::FromStr for Canvas {
         let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("'{s}' is not WxH (e.g. 1920x1080)"))?;
         let width: u32 = w.trim().parse().map_err(|_| format!("'{w}' is not a width"))?;
         let height: u32 = h.trim().parse().map_err(|_| format!("'{h}' is not a height"))?;
-        if width < crate::image_io::MIN_SIDE || height < crate::image_io::MIN_SIDE || (width as u64 * height as u64) > crate::image_io::MAX_PIXELS {
+        if !crate::image_io::is_supported_size(width, height) {
             return Err(format!("canvas {width}x{height} is out of range"));
         }
         Ok(Canvas { width, height })

@@ -14,11 +14,12 @@ use super::inputs::Input;
 use super::stages::{ms, Plan};
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
-use crate::remote::{Client, RemoteError, Request, Response};
+use crate::protocol::{NormalDtype, PredictOptions};
+use crate::remote::{Client, RemoteError, Response};
 
 pub struct RemoteBackend {
     client: Arc<Client>,
-    request: Request,
+    request: PredictOptions,
     in_flight: usize,
 }
 
@@ -30,7 +31,7 @@ impl RemoteBackend {
         // local run; tt-MoGe sends float16.
         let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
         if dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")) {
-            request.npz_normal_dtype = Some("float32");
+            request.npz_normal_dtype = Some(NormalDtype::Float32);
         }
         Self { client, request, in_flight: in_flight.max(1) }
     }
@@ -38,17 +39,12 @@ impl RemoteBackend {
 
 /// The options sent with each photo: only those that differ from the defaults that moge serve
 /// and tt-MoGe share, since a server may refuse a field it does not know.
-fn remote_request(infer: &InferOptions, fit: FitMode) -> Request {
-    use crate::remote::Fit;
-    let mut r = Request::from_options(infer);
+fn remote_request(infer: &InferOptions, fit: FitMode) -> PredictOptions {
+    let mut r = PredictOptions::from_options(infer);
     if r.num_tokens == Some(crate::infer::DEFAULT_NUM_TOKENS) {
         r.num_tokens = None;
     }
-    r.fit = match fit {
-        FitMode::Exact => None,
-        FitMode::Pad => Some(Fit::Pad),
-        FitMode::Stretch => Some(Fit::Stretch),
-    };
+    r.fit = (fit != FitMode::Exact).then_some(fit);
     r
 }
 

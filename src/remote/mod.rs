@@ -10,10 +10,11 @@
 //! once that succeeded.
 //!
 //! ```no_run
-//! use moge::remote::{Client, ClientOptions, Request};
+//! use moge::protocol::PredictOptions;
+//! use moge::remote::{Client, ClientOptions};
 //! let client = Client::connect("127.0.0.1:20000", ClientOptions::default())?;
 //! let bytes = std::fs::read("photo.jpg")?;
-//! let answer = client.predict(&bytes, &Request::default())?;
+//! let answer = client.predict(&bytes, &PredictOptions::default())?;
 //! println!("{}", answer.pred.summary());
 //! # Ok::<(), anyhow::Error>(())
 //! ```
@@ -35,7 +36,8 @@ use serde_json::Value;
 pub use npz::read_prediction;
 
 use crate::image_io::Source;
-use crate::infer::{InferOptions, Prediction};
+use crate::infer::Prediction;
+use crate::protocol::{OutputFormat, PredictOptions};
 
 /// The longest wait between two attempts that the client chooses itself, and the longest
 /// `Retry-After` it honours.
@@ -65,48 +67,6 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         Self { timeout: Duration::from_secs(60), retries: 3, in_flight: 4, backoff: Duration::from_millis(250), max_response_bytes: 2 << 30 }
-    }
-}
-
-/// How the server fits the photo to its canvas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Fit {
-    Pad,
-    Stretch,
-    Exact,
-}
-
-/// The options of one prediction; `None` leaves the server's default (and is not sent, as
-/// older servers refuse fields they do not know).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Request {
-    pub fit: Option<Fit>,
-    /// Known horizontal field of view, degrees.
-    pub fov_x: Option<f32>,
-    pub apply_mask: Option<bool>,
-    pub force_projection: Option<bool>,
-    pub num_tokens: Option<u32>,
-    pub resolution_level: Option<u32>,
-    /// `"float32"` asks `moge serve` for the normals as computed (its default, as tt-MoGe's,
-    /// is float16).
-    pub npz_normal_dtype: Option<&'static str>,
-}
-
-impl Request {
-    /// The options of `opts` that differ from upstream `infer()`'s defaults, which servers
-    /// share.
-    pub fn from_options(opts: &InferOptions) -> Request {
-        let d = InferOptions::default();
-        Request {
-            fit: None,
-            fov_x: opts.fov_x,
-            apply_mask: (opts.apply_mask != d.apply_mask).then_some(opts.apply_mask),
-            force_projection: (opts.force_projection != d.force_projection).then_some(opts.force_projection),
-            num_tokens: opts.num_tokens,
-            resolution_level: (opts.num_tokens.is_none() && opts.resolution_level != d.resolution_level).then_some(opts.resolution_level),
-            npz_normal_dtype: None,
-        }
     }
 }
 
@@ -262,10 +222,10 @@ impl Client {
         // A server that lists its formats spares the guess (and a second upload of an image
         // it refuses).
         if let Some(formats) = client.info.get("output_formats").and_then(Value::as_array) {
-            let has = |f: &str| formats.iter().any(|v| v.as_str() == Some(f));
-            if has("npz_binary") {
+            let has = |f: OutputFormat| formats.iter().any(|v| v.as_str() == Some(f.name()));
+            if has(OutputFormat::NpzBinary) {
                 client.format = AtomicU8::new(FORMAT_BINARY);
-            } else if has("npz") {
+            } else if has(OutputFormat::Npz) {
                 client.format = AtomicU8::new(FORMAT_JSON);
             }
         }
@@ -296,14 +256,16 @@ impl Client {
         keys.iter().find_map(|k| self.info.get(k).and_then(Value::as_str))
     }
 
-    /// The geometry of one image file (`image`: its bytes, see [`image_for_server`]).
-    pub fn predict(&self, image: &[u8], req: &Request) -> Result<Response, RemoteError> {
+    /// The geometry of one image file (`image`: its bytes, see [`image_for_server`]) with the
+    /// options `req`. Their `output_format` is the client's to choose (see the module's
+    /// documentation): what `req` says there is not sent.
+    pub fn predict(&self, image: &[u8], req: &PredictOptions) -> Result<Response, RemoteError> {
         let image = BASE64.encode(image);
         let known = self.format.load(Ordering::Relaxed);
         if known == FORMAT_JSON {
-            return self.predict_as(&image, req, "npz");
+            return self.predict_as(&image, req, OutputFormat::Npz);
         }
-        match self.predict_as(&image, req, "npz_binary") {
+        match self.predict_as(&image, req, OutputFormat::NpzBinary) {
             Ok(r) => {
                 self.format.store(FORMAT_BINARY, Ordering::Relaxed);
                 Ok(r)
@@ -312,7 +274,7 @@ impl Client {
             // 422); the image may be what it refused, so the fallback is remembered only
             // once the JSON answer came.
             Err(RemoteError::Rejected { status: 400 | 422, .. }) if known == FORMAT_UNKNOWN => {
-                let mut r = self.predict_as(&image, req, "npz")?;
+                let mut r = self.predict_as(&image, req, OutputFormat::Npz)?;
                 self.format.store(FORMAT_JSON, Ordering::Relaxed);
                 r.attempts += 1;
                 Ok(r)
@@ -321,37 +283,16 @@ impl Client {
         }
     }
 
-    fn predict_as(&self, image: &str, req: &Request, output_format: &str) -> Result<Response, RemoteError> {
+    fn predict_as(&self, image: &str, req: &PredictOptions, output_format: OutputFormat) -> Result<Response, RemoteError> {
+        /// The JSON body: the image, then the options.
         #[derive(Serialize)]
         struct Body<'a> {
             image: &'a str,
-            output_format: &'a str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            fit: Option<Fit>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            fov_x: Option<f32>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            apply_mask: Option<bool>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            force_projection: Option<bool>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            num_tokens: Option<u32>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            resolution_level: Option<u32>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            npz_normal_dtype: Option<&'a str>,
+            #[serde(flatten)]
+            options: &'a PredictOptions,
         }
-        let body = Body {
-            image,
-            output_format,
-            fit: req.fit,
-            fov_x: req.fov_x,
-            apply_mask: req.apply_mask,
-            force_projection: req.force_projection,
-            num_tokens: req.num_tokens,
-            resolution_level: req.resolution_level,
-            npz_normal_dtype: req.npz_normal_dtype,
-        };
+        let options = PredictOptions { output_format: Some(output_format), ..req.clone() };
+        let body = Body { image, options: &options };
         let body = serde_json::to_vec(&body).expect("the request serialises");
         let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, true);
         let url = self.endpoint("/predict");

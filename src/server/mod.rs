@@ -31,8 +31,8 @@ use crate::pipeline::fit::Canvas;
 use crate::pipeline::guard::catch;
 use crate::pipeline::stages::{self, ms, Plan, Staged};
 use crate::pipeline::worker::{self, Refused, Worker};
+use crate::protocol::OutputFormat;
 use crate::Model;
-use request::OutputFormat;
 use response::{Meta, JSON_MAX_PIXELS};
 
 /// What is fixed for the server's life.
@@ -166,7 +166,7 @@ async fn info(State(st): State<Arc<Shared>>) -> Response {
     axum::Json(json!({
         "server": "moge",
         "output_formats": ["npz_binary", "npz", "png", "json"],
-        "npz_normal_dtypes": ["float16", "float32"],
+        "npz_normal_dtypes": crate::outputs::npz::NormalDtype::NAMES,
         "model": st.cfg.model_id,
         "variant": m.config.encoder.backbone,
         "precision": format!("{:?}", m.precision).to_lowercase(),

@@ -2,58 +2,10 @@
 //! base64 image, or the image itself as the body with the same options in the query string.
 
 use base64::Engine;
-use serde::Deserialize;
 
 use super::ApiError;
 use crate::infer::InferOptions;
-use crate::outputs::npz::NormalDtype;
-use crate::pipeline::fit::FitMode;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OutputFormat {
-    /// base64 of the npz inside the JSON.
-    #[default]
-    Npz,
-    /// `depth_png16`, `normal_png`, `mask_png`, base64 inside the JSON.
-    Png,
-    /// Nested lists (small images only).
-    Json,
-    /// The npz as the body, the JSON fields in `X-MoGe-Meta`.
-    NpzBinary,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fit {
-    Exact,
-    Pad,
-    Stretch,
-}
-
-/// Every option; unset ones take the server's defaults. Unknown names are refused, so that a
-/// misspelt option is an error instead of being ignored.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Options {
-    pub output_format: Option<OutputFormat>,
-    pub fit: Option<Fit>,
-    pub fov_x: Option<f32>,
-    pub apply_mask: Option<bool>,
-    pub force_projection: Option<bool>,
-    pub include_depth_png: Option<bool>,
-    pub num_tokens: Option<u32>,
-    pub resolution_level: Option<u32>,
-    /// `float16` (the tt-MoGe layout, the default here) or `float32`.
-    pub npz_normal_dtype: Option<NormalDtypeName>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NormalDtypeName {
-    Float16,
-    Float32,
-}
+use crate::protocol::{FitMode, NormalDtype, OutputFormat, PredictOptions, DEFAULT_NORMAL_DTYPE};
 
 /// A request, parsed and checked.
 #[derive(Debug)]
@@ -81,13 +33,13 @@ pub fn parse(content_type: Option<&str>, query: Option<&str>, body: &[u8], max_t
             Some(_) => return Err(ApiError::bad_request("\"image\" must be a base64 string")),
             None => return Err(ApiError::bad_request("missing \"image\" (base64 of a PNG or JPEG file)")),
         };
-        let opts: Options = serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("bad option: {e}")))?;
+        let opts: PredictOptions = serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("bad option: {e}")))?;
         (image, opts)
     } else {
         if body.is_empty() {
             return Err(ApiError::bad_request("empty body: send JSON {\"image\": base64} or the image file itself"));
         }
-        let opts: Options =
+        let opts: PredictOptions =
             serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| ApiError::bad_request(format!("bad option in the query string: {e}")))?;
         (body.to_vec(), opts)
     };
@@ -104,37 +56,18 @@ fn decode_base64(s: &str) -> Result<Vec<u8>, ApiError> {
     base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map_err(|e| ApiError::bad_request(format!("\"image\" is not valid base64: {e}")))
 }
 
-fn build(image: Vec<u8>, o: Options, max_tokens: u32) -> Result<Request, ApiError> {
-    let infer = InferOptions {
-        num_tokens: if o.resolution_level.is_some() { None } else { Some(o.num_tokens.unwrap_or(crate::infer::DEFAULT_NUM_TOKENS)) },
-        resolution_level: o.resolution_level.unwrap_or(9),
-        fov_x: o.fov_x,
-        force_projection: o.force_projection.unwrap_or(true),
-        apply_mask: o.apply_mask.unwrap_or(true),
-        point_map: true,
-        normal_map: true,
-    };
-    if o.num_tokens.is_some() && o.resolution_level.is_some() {
-        return Err(ApiError::bad_request("give num_tokens or resolution_level, not both"));
-    }
-    infer.validate().map_err(ApiError::bad_request)?;
+fn build(image: Vec<u8>, o: PredictOptions, max_tokens: u32) -> Result<Request, ApiError> {
+    let infer = o.infer_options().map_err(ApiError::bad_request)?;
     if let Some(n) = infer.num_tokens.filter(|&n| n > max_tokens) {
         return Err(ApiError::bad_request(format!("num_tokens {n} is over this server's limit of {max_tokens} (moge serve --max-tokens)")));
     }
     Ok(Request {
         image,
         format: o.output_format.unwrap_or_default(),
-        fit: match o.fit.unwrap_or(Fit::Exact) {
-            Fit::Exact => FitMode::Exact,
-            Fit::Pad => FitMode::Pad,
-            Fit::Stretch => FitMode::Stretch,
-        },
+        fit: o.fit.unwrap_or(FitMode::Exact),
         infer,
         include_depth_png: o.include_depth_png.unwrap_or(false),
-        normal_dtype: match o.npz_normal_dtype.unwrap_or(NormalDtypeName::Float16) {
-            NormalDtypeName::Float16 => NormalDtype::Float16,
-            NormalDtypeName::Float32 => NormalDtype::Float32,
-        },
+        normal_dtype: o.npz_normal_dtype.unwrap_or(DEFAULT_NORMAL_DTYPE),
     })
 }
 

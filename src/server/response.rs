@@ -8,12 +8,13 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
 
-use super::request::{OutputFormat, Request};
+use super::request::Request;
 use super::ApiError;
 use crate::infer::Prediction;
 use crate::outputs::json::DepthStats;
 use crate::outputs::npz::{self, Compression};
 use crate::outputs::png;
+use crate::protocol::OutputFormat;
 
 /// The largest image (in pixels) whose maps are sent as nested JSON lists, as tt-MoGe.
 pub const JSON_MAX_PIXELS: usize = 512 * 512;
