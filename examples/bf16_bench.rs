@@ -13,7 +13,8 @@
 //! f32 im2col (≈ 255 / 135). The run-to-run spread on the shared VM is large: look at ratios.
 
 mod common;
-use common::{median, rand_vec};
+use common::median;
+use common::rng::Rng;
 use moge::model::cpu::bf16::{self, PackedA, PackedB};
 use std::time::Instant;
 
@@ -77,8 +78,8 @@ fn main() {
     // What bf16 inputs cost in accuracy (vs the exact product of the f32 inputs), U(-1,1) data.
     {
         let (m, k, n) = (64, 1024, 256);
-        let a = rand_vec(m * k, &mut 12345u64.clone());
-        let b = rand_vec(k * n, &mut 67890u64.clone());
+        let a = Rng::new(12345).units(m * k);
+        let b = Rng::new(67890).units(k * n);
         let mut c = vec![0f32; m * n];
         bf16::gemm_bf16(&a, m, k, k, &PackedB::from_f32_kn(&b, k, n), &mut c, n, false, 1);
         let (mut emax, mut e2, mut r2, mut rmax) = (0f64, 0f64, 0f64, 0f64);
@@ -98,15 +99,15 @@ fn main() {
         "{:>15} {:>3} | {:>8} {:>8} {:>6} | {:>8} {:>8} {:>6} | {:>6} | {:>7}",
         "M×K×N", "thr", "bf16 med", "best", "core", "f32 med", "best", "core", "ratio", "pack ms"
     );
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     for &(m, k, n, conv) in shapes {
         if !format!("{m}×{k}×{n}").contains(&filter) {
             continue;
         }
-        let a = rand_vec(m * k, &mut seed);
+        let a = rng.units(m * k);
         // ViT: b is a Linear weight (out = N, in = K) → `PackedB::from_f32_nk`; conv: b is the
         // K×N im2col.
-        let b = rand_vec(k * n, &mut seed);
+        let b = rng.units(k * n);
         let (b_cs, b_rs) = if conv { (1, n) } else { (k, 1) };
         let mut c = vec![0f32; m * n];
         let flop = 2.0 * (m * n * k) as f64;

@@ -7,7 +7,7 @@
 
 mod common;
 use candle_core::{Device, Tensor};
-use common::rand_vec;
+use common::rng::Rng;
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
 use moge::simd::isa::{self, Isa};
 use std::time::Instant;
@@ -20,12 +20,12 @@ fn main() -> candle_core::Result<()> {
         return Ok(());
     };
     println!("direct {direct} vs im2col + gemm, {} threads, median of {reps}", rayon::current_num_threads());
-    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut rng = Rng::new(0x1234_5678_9abc_def1);
     // (cin, cout, h, w): the stacks' channel widths at the resolutions they run at.
     for (cin, cout, h, w) in [(256, 256, 60, 80), (128, 128, 120, 160), (64, 64, 240, 320), (32, 32, 480, 640)] {
-        let wt = Tensor::from_vec(rand_vec(cout * cin * 9, &mut seed), (cout, cin, 3, 3), &Device::Cpu)?;
-        let bias = rand_vec(cout, &mut seed);
-        let x = Tensor::from_vec(rand_vec(cin * h * w, &mut seed), (cin, h, w), &Device::Cpu)?;
+        let wt = Tensor::from_vec(rng.units(cout * cin * 9), (cout, cin, 3, 3), &Device::Cpu)?;
+        let bias = rng.units(cout);
+        let x = Tensor::from_vec(rng.units(cin * h * w), (cin, h, w), &Device::Cpu)?;
         let op = isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?;
         let winograd = op.winograd();
         let ops = [

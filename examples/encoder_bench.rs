@@ -8,7 +8,8 @@
 
 mod common;
 use candle_core::{Device, Tensor};
-use common::{keep_freed_memory, median, rand_vec};
+use common::rng::Rng;
+use common::{keep_freed_memory, median};
 use moge::model::cpu::attention::AttentionOp;
 use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp};
 use moge::simd::isa;
@@ -20,7 +21,7 @@ fn main() -> candle_core::Result<()> {
     keep_freed_memory();
     let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(5);
     let which = std::env::args().nth(2).unwrap_or_else(|| "sl".into());
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let n = 1800;
     for (name, d, heads) in [("vits", 384usize, 6usize), ("vitl", 1024, 16)] {
         if !which.contains(&name[3..4]) {
@@ -29,25 +30,23 @@ fn main() -> candle_core::Result<()> {
         // Each linear twice: through the `gemm` crate and, where the level has a one-tap kernel,
         // through `sgemm`'s panels.
         let panels = Panels::available(isa::current());
-        let lin = |d_in: usize, d_out: usize, epilogue, seed: &mut u64| -> candle_core::Result<[LinearOp; 2]> {
-            let wv: Vec<f32> = rand_vec(d_in * d_out, seed).iter().map(|v| v * 0.05).collect();
-            let bias = rand_vec(d_out, seed);
+        let lin = |d_in: usize, d_out: usize, epilogue, rng: &mut Rng| -> candle_core::Result<[LinearOp; 2]> {
+            let wv: Vec<f32> = rng.units(d_in * d_out).iter().map(|v| v * 0.05).collect();
+            let bias = rng.units(d_out);
             let tensor = F32Weight::Tensor(Tensor::from_vec(wv.clone(), (d_out, d_in), &Device::Cpu)?);
             let packed = if panels { F32Weight::Panels(Arc::new(Panels::new(&wv, d_in, d_out, 1, d_in))) } else { tensor.clone() };
             let op = |weight| LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue, packed: None, isa: isa::current() };
             Ok([op(tensor), op(packed)])
         };
         let ops = [
-            ("qkv", lin(d, 3 * d, Epilogue::Bias, &mut seed)?),
-            ("proj", lin(d, d, Epilogue::Bias, &mut seed)?),
-            ("fc1", lin(d, 4 * d, Epilogue::BiasGelu, &mut seed)?),
-            ("fc2", lin(4 * d, d, Epilogue::Bias, &mut seed)?),
+            ("qkv", lin(d, 3 * d, Epilogue::Bias, &mut rng)?),
+            ("proj", lin(d, d, Epilogue::Bias, &mut rng)?),
+            ("fc1", lin(d, 4 * d, Epilogue::BiasGelu, &mut rng)?),
+            ("fc2", lin(4 * d, d, Epilogue::Bias, &mut rng)?),
         ];
-        let inputs: Vec<Tensor> = ops
-            .iter()
-            .map(|(_, op)| Tensor::from_vec(rand_vec(n * op[0].d_in, &mut seed), (n, op[0].d_in), &Device::Cpu))
-            .collect::<candle_core::Result<_>>()?;
-        let qkv = rand_vec(n * 3 * d, &mut seed);
+        let inputs: Vec<Tensor> =
+            ops.iter().map(|(_, op)| Tensor::from_vec(rng.units(n * op[0].d_in), (n, op[0].d_in), &Device::Cpu)).collect::<candle_core::Result<_>>()?;
+        let qkv = rng.units(n * 3 * d);
         let att = AttentionOp { num_heads: heads, bf16: false, isa: isa::current() };
         let mut times = vec![Vec::new(); 2 * ops.len() + 1];
         let only_attention = which.contains('a');

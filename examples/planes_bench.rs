@@ -8,14 +8,15 @@
 
 mod common;
 use candle_core::{Device, Tensor};
-use common::{keep_freed_memory, median, rand_vec};
+use common::rng::Rng;
+use common::{keep_freed_memory, median};
 use moge::model::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
 use std::time::Instant;
 
 fn main() -> candle_core::Result<()> {
     keep_freed_memory();
     let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(7);
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     if Pointwise::new(&[0.0], 1, 1).is_none() {
         println!("no AVX2 direct route at this level: nothing to compare");
         return Ok(());
@@ -36,10 +37,10 @@ fn main() -> candle_core::Result<()> {
     let (mut sum_pw, mut sum_gemm) = (0.0, 0.0);
     for (kind, cin, cout, h, w) in shapes {
         let rows = if kind == 2 { 4 * cout } else { cout };
-        let wt = rand_vec(rows * cin, &mut seed);
-        let bias = rand_vec(cout, &mut seed);
-        let x = Tensor::from_vec(rand_vec(cin * h * w, &mut seed), (cin, h, w), &Device::Cpu)?;
-        let res = Tensor::from_vec(rand_vec(cout * h * w, &mut seed), (cout, h, w), &Device::Cpu)?;
+        let wt = rng.units(rows * cin);
+        let bias = rng.units(cout);
+        let x = Tensor::from_vec(rng.units(cin * h * w), (cin, h, w), &Device::Cpu)?;
+        let res = Tensor::from_vec(rng.units(cout * h * w), (cout, h, w), &Device::Cpu)?;
         let weight = Tensor::from_vec(wt.clone(), (rows, cin), &Device::Cpu)?;
         let mut t = [vec![], vec![]];
         for rep in 0..=reps {

@@ -117,7 +117,7 @@ say "built $bin (${size} MB) in $(( $(date +%s) - start )) s"
 
 if [ "$run_tests" = 1 ]; then
     say "parity tests with --features $features"
-    cargo test --release -j"$jobs" --features "$features" --target-dir "$target" --config "$patch_cfg" --test parity --test generic_ops --test bench_cli --test predict
+    cargo test --release -j"$jobs" --features "$features" --target-dir "$target" --config "$patch_cfg" --test it -- parity:: generic_ops:: bench_cli:: predict::
     say "tests passed"
 fi
 say "done in $(( $(date +%s) - start )) s"

@@ -30,7 +30,7 @@ What it writes (all CPU, fp32, ``model.eval()``, ``torch.set_num_threads(2)``):
 * ``fixtures/stages/<checkpoint>.npz``: per-layer intermediate tensors (forward hooks), num_tokens 40 on rgb_64x48.
 * ``fixtures/numerics.npz``: pos-embed bicubic interpolation (first 16 channels only), antialiased/plain
   bilinear, linspace, nearest (the 700x900 arange source of ``nn_big_out`` is not stored: value = row*900 + col).
-* ``fixtures/synth_check.json``: values of the synthetic-weight rule for the Rust twin (``tests/common/synth.rs``).
+* ``fixtures/synth_check.json``: values of the synthetic-weight rule for the Rust twin (``tests/it/support/synth.rs``).
 * ``fuzz/corpus/{decode,checkpoint_pt,checkpoint_pickle,checkpoint_safetensors}/``: small photos in every format and variant
   (Pillow) and small checkpoints in every form torch writes, seeds of the fuzz targets.
 

@@ -1,6 +1,6 @@
 """Full-size published MoGe-2 architectures with synthetic weights: reference outputs of upstream ``infer``.
 
-Run from the repository root with the Python reference venv active (set-up as in spec section 9)::
+Run from the repository root with the Python reference venv active::
 
     python3 -m venv venv && . venv/bin/activate
     pip install -U pip wheel
@@ -12,14 +12,14 @@ Run from the repository root with the Python reference venv active (set-up as in
     OMP_NUM_THREADS=2 python tests/make_fullsize_reference.py vits-normal --save-checkpoint /work/scratch
 
 For each variant (``vits-normal``, ``vitb-normal``, ``vitl-normal``, ``vitl``) it builds ``MoGeModel(**cfg)`` with the
-exact published ``model_config`` (spec section 1.2), loads ``synth_state_dict(cfg, seed=7)`` (shaped geometry, see
+exact ``model_config`` of the published checkpoint (``published_config`` below), loads ``synth_state_dict(cfg, seed=7)`` (shaped geometry, see
 ``synth_weights.py``), runs ``infer`` on ``tests/fixtures/images/rgb_64x48.png`` with num_tokens 1800 (fp32, CPU,
 2 threads) and writes ``tests/fixtures/fullsize/<variant>.npz`` with the keys of a case file (see make_fixtures.py)
 plus ``cls_token`` (1, D) and ``metric_scale_raw`` (1, 1) (scale-head output before exp).
 
 The checkpoints are NOT written into the repository (ViT-L is 1.3 GB); ``--save-checkpoint DIR`` writes
 ``DIR/<variant>.pt`` in the published format ``{'model_config': cfg, 'model': state_dict}``. The Rust side can also
-regenerate the weights bit-for-bit with ``tests/common/synth.rs``.
+regenerate the weights bit-for-bit with ``tests/it/support/synth.rs``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Write tests/fixtures/remote/numpy_prediction.npz: a prediction as a Python server writes it
-with numpy alone, for tests/remote_client.rs (which recomputes every value below).
+with numpy alone, for tests/it/remote_client.rs (which recomputes every value below).
 
 Run from the repository root with any Python that has numpy::
 

@@ -1,6 +1,6 @@
 """Deterministic synthetic MoGe-2 weights, defined so that Rust can regenerate them bit-for-bit.
 
-The Rust twin is ``tests/common/synth.rs``; ``tests/fixtures/synth_check.json`` pins a few values.
+The Rust twin is ``tests/it/support/synth.rs``; ``tests/fixtures/synth_check.json`` pins a few values.
 
 Usage (Python reference venv, see below)::
 

@@ -1,19 +1,11 @@
-//! What the benchmark examples share: deterministic inputs, the median, and the allocator
-//! settings of the `moge` binary (`keep_freed_memory` in `src/main.rs`), so that freed buffers
-//! are reused as in a forward.
+//! What the benchmark examples share: deterministic inputs (the tests' generator), the median,
+//! and the allocator settings of the `moge` binary (`keep_freed_memory` in `src/main.rs`), so
+//! that freed buffers are reused as in a forward.
 #![allow(dead_code)]
 
-/// `n` values in [-1, 1) from a xorshift generator: the same inputs every run.
-pub fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+/// The tests' seeded generator: the same inputs every run.
+#[path = "../../tests/it/support/rng.rs"]
+pub mod rng;
 
 pub fn median(t: &mut [f64]) -> f64 {
     t.sort_by(f64::total_cmp);

@@ -1,5 +1,5 @@
 // The entry points shared by the cargo-fuzz targets (tests/fuzz/fuzz_targets/) and the CI replay
-// test (tests/fuzz_replay.rs): each takes arbitrary bytes the way the program takes them from a
+// test (tests/it/fuzz_replay.rs): each takes arbitrary bytes the way the program takes them from a
 // file or a server, and must answer with a value or an error: never a panic, a hang or an
 // allocation out of proportion to its input.
 

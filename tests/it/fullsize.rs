@@ -1,24 +1,18 @@
 //! The published full-size architectures with synthetic weights (regenerated here bit-for-bit
-//! by `tests/common/synth.rs`, so no 1.3 GB checkpoint is committed) against upstream's outputs
+//! by `support/synth.rs`, so no 1.3 GB checkpoint is committed) against upstream's outputs
 //! in `tests/fixtures/fullsize/` (made by `tests/make_fullsize_reference.py`), 1800 tokens.
 //! ViT-L with normals runs in CI; the other three with `-- --include-ignored`.
-mod common;
-mod support;
 
-use std::collections::HashMap;
-
-use candle_core::{Device, Tensor};
-use moge::model::config::ModelConfig;
 use moge::{InferOptions, Model};
-use support::*;
+
+use crate::support::npz::Npz;
+use crate::support::own_process::own_process;
+use crate::support::paths::fixtures;
+use crate::support::reference::{check_against_reference, fullsize_weights, REDUCED, STRICT};
 
 fn build(variant: &str) -> Model {
-    let configs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
-    let config: ModelConfig = serde_json::from_value(configs[variant].clone()).unwrap();
-    let shapes = Model::state_dict_shapes(&config).unwrap();
-    let sd = common::synth::synth_state_dict(&shapes, 7, true);
-    let tensors: HashMap<String, Tensor> = sd.into_iter().map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &Device::Cpu).unwrap())).collect();
-    Model::build(config, tensors, &Device::Cpu).unwrap()
+    let (config, tensors) = fullsize_weights(variant);
+    Model::build(config, tensors, &moge::Device::Cpu).unwrap()
 }
 
 fn check(variant: &str) {
@@ -53,18 +47,17 @@ fn fullsize_vitl_1800_tokens() {
 }
 
 /// ViT-L with the CUDA device's default arithmetic (candle's generic ops with bf16 products,
-/// here on the CPU) against upstream fp32: 24 blocks of bf16 products keep the reduced-precision
-/// gates.
+/// here on the CPU, in a process of its own with `MOGE_GENERIC_OPS=1`) against upstream fp32:
+/// 24 blocks of bf16 products keep the reduced-precision gates.
 #[test]
 #[ignore = "slow: run with --include-ignored"]
 fn fullsize_vitl_normal_bf16_products() {
-    std::env::set_var("MOGE_GENERIC_OPS", "1");
-    let configs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
-    let config: ModelConfig = serde_json::from_value(configs["vitl-normal"].clone()).unwrap();
-    let shapes = Model::state_dict_shapes(&config).unwrap();
-    let tensors: HashMap<String, Tensor> =
-        common::synth::synth_state_dict(&shapes, 7, true).into_iter().map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &Device::Cpu).unwrap())).collect();
-    let model = Model::build_with_dtype(config, tensors, &Device::Cpu, moge::model::Precision::Bf16, candle_core::DType::BF16).unwrap();
+    if !own_process("fullsize::fullsize_vitl_normal_bf16_products", &[("MOGE_GENERIC_OPS", "1")]) {
+        return;
+    }
+    assert!(!moge::model::cpu::enabled());
+    let (config, tensors) = fullsize_weights("vitl-normal");
+    let model = Model::build_with_dtype(config, tensors, &candle_core::Device::Cpu, moge::model::Precision::Bf16, candle_core::DType::BF16).unwrap();
     let mut z = Npz::open(&fixtures().join("fullsize/vitl-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(1800), ..Default::default() };

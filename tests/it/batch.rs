@@ -2,19 +2,19 @@
 //! files, every output format decoded back and compared with the npz, exit statuses,
 //! interruption and resume, shards, lists, and the pad / stretch fits.
 
-mod common_model;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use common_model::{write_tiny, TinySpec};
 use image::{GenericImageView, Rgb, RgbImage};
 use ndarray::{Array2, Array3};
 use ndarray_npy::NpzReader;
 use serde_json::Value;
+
+use crate::support::cli::{moge, run};
+use crate::support::tiny_model::{write_tiny, TinySpec};
 
 /// Few tokens keep the tiny model's forward at tens of milliseconds.
 const TOKENS: &str = "64";
@@ -38,10 +38,6 @@ fn models() -> &'static Models {
         let plain = write_tiny(dir.path(), "plain", TinySpec { normal: false, ..Default::default() });
         Models { _dir: dir, normal, mixed, plain }
     })
-}
-
-fn moge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_moge")).args(args).output().expect("run moge")
 }
 
 fn s(p: &Path) -> &str {
@@ -103,9 +99,9 @@ fn read_npz(path: &Path) -> Npz {
 // ---------------------------------------------------------------------------------------------
 // Independent readers and reference computations for the formats.
 
-/// The surface of upstream `moge infer` (spec §5.4), computed here from the npz: pixels kept
-/// after edge removal and used by a fully valid 2x2 block, in row-major order, and the
-/// triangles over those pixels.
+/// The surface upstream's `moge infer` writes as PLY and GLB, computed here from the npz: the
+/// pixels kept after edge removal (depth range over the 3x3 neighbourhood within `rtol` of the
+/// depth) and used by a fully valid 2x2 block, in row-major order, and the triangles over them.
 fn reference_surface(n: &Npz, rtol: f32) -> (Vec<usize>, Vec<[usize; 3]>) {
     let (h, w) = n.depth.dim();
     let d = |y: usize, x: usize| n.depth[[y, x]];
@@ -476,7 +472,7 @@ fn batch_every_format_on_a_tree_with_bad_files() {
     let tmp = tempfile::tempdir().unwrap();
     let (input, out) = (tmp.path().join("in"), tmp.path().join("out"));
     let (good, bad) = build_tree(&input);
-    let o = moge(&[
+    let o = run(&[
         "batch",
         s(&input),
         "-o",
@@ -560,7 +556,7 @@ fn model_without_normals_saturation_and_skip_existing() {
         "0.00001",
         "--json",
     ];
-    let o = moge(&args);
+    let o = run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let files = tree(&out);
     for st in ["x", "y"] {
@@ -586,13 +582,13 @@ fn model_without_normals_saturation_and_skip_existing() {
     let before = std::fs::metadata(out.join("x.glb")).unwrap().modified().unwrap();
     let mut again = args.to_vec();
     again.push("--skip-existing");
-    let o = moge(&again);
+    let o = run(&again);
     assert_eq!(o.status.code(), Some(0));
     assert!(json_lines(&o).iter().all(|l| l["status"] == "skipped"));
     assert_eq!(std::fs::metadata(out.join("x.glb")).unwrap().modified().unwrap(), before);
     // Asking for one more format processes them again.
     std::fs::remove_file(out.join("y.mask.png")).unwrap();
-    let o = moge(&again);
+    let o = run(&again);
     let st: BTreeMap<String, String> =
         json_lines(&o).iter().map(|l| (l["input"].as_str().unwrap().to_owned(), l["status"].as_str().unwrap().to_owned())).collect();
     assert_eq!(st[s(&input.join("x.png"))], "skipped");
@@ -609,7 +605,7 @@ fn an_output_directory_inside_the_input_tree_is_not_searched() {
     photo(24, 20, 1).save(input.join("p.png")).unwrap();
     let out = input.join("out");
     for round in 0..2 {
-        let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--format", "png", "--json"]);
+        let o = run(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--format", "png", "--json"]);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         let l = json_lines(&o);
         assert_eq!(l.len(), 1, "round {round}: only the photo, not last round's PNG outputs: {l:?}");
@@ -629,7 +625,7 @@ fn exit_statuses_for_usage_and_fatal_errors() {
         v.extend_from_slice(extra);
         v.iter().map(|x| x.to_string()).collect::<Vec<_>>()
     };
-    let run = |args: Vec<String>| Command::new(env!("CARGO_BIN_EXE_moge")).args(&args).output().unwrap();
+    let run = |args: Vec<String>| moge().args(&args).output().unwrap();
 
     let o = run(base(&["--weights", s(&m.normal)]));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -685,7 +681,7 @@ fn shards_partition_and_lists_mirror_their_paths() {
     let mut total = 0;
     for k in 0..3 {
         let shard = format!("{k}/3");
-        let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--shard", &shard, "--json"]);
+        let o = run(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--shard", &shard, "--json"]);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         for l in json_lines(&o) {
             assert!(seen.insert(l["input"].as_str().unwrap().to_owned()), "an input in two shards");
@@ -698,7 +694,7 @@ fn shards_partition_and_lists_mirror_their_paths() {
     // A list on stdin: relative paths keep their directories under OUT; comments skipped; a
     // listed file that is missing fails on its own.
     let out2 = tmp.path().join("out2");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_moge"))
+    let mut child = moge()
         .current_dir(&input)
         .args(["batch", "--from-list", "-", "-o", s(&out2), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--json"])
         .stdin(Stdio::piped())
@@ -722,7 +718,7 @@ fn predict_writes_the_requested_formats() {
     let bad = tmp.path().join("bad.png");
     std::fs::write(&bad, b"nope").unwrap();
     let out = tmp.path().join("out");
-    let o = moge(&["predict", s(&a), s(&bad), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--format", "npz,png,exr"]);
+    let o = run(&["predict", s(&a), s(&bad), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--format", "npz,png,exr"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stdout).contains("MoGeOutput(30x20"), "{}", text(&o.stdout));
     assert!(text(&o.stderr).contains(s(&bad)));
@@ -763,7 +759,7 @@ fn exif_orientation_is_applied_unless_no_exif() {
         let out = tmp.path().join(format!("out{}", flag.is_some()));
         let mut a = vec!["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS];
         a.extend(flag);
-        let o = moge(&a);
+        let o = run(&a);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         assert_eq!(read_npz(&out.join("r.npz")).depth.dim(), dims, "{flag:?}");
     }
@@ -807,7 +803,7 @@ fn fit_pad_and_stretch_cut_outputs_back_to_the_photo() {
     let mut depth_of = BTreeMap::new();
     for fit in ["exact", "pad", "stretch"] {
         let out = tmp.path().join(fit);
-        let o = moge(&[
+        let o = run(&[
             "batch",
             s(&input),
             "-o",
@@ -862,7 +858,7 @@ fn outputs_without_the_point_map_are_unchanged() {
     for fit in ["exact", "pad", "stretch"] {
         let run = |formats: &str| {
             let out = tmp.path().join(format!("{fit}-{formats}"));
-            let o = moge(&[
+            let o = run(&[
                 "batch",
                 s(&input),
                 "-o",
@@ -912,7 +908,7 @@ fn interrupt_leaves_no_partial_file_and_resume_completes() {
     }
     let out = tmp.path().join("out");
     let args = ["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--format", "npz,png,glb", "--json", "--jobs", "1"];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_moge")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = moge().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut lines = Vec::new();
     let mut line = String::new();
@@ -958,7 +954,7 @@ fn interrupt_leaves_no_partial_file_and_resume_completes() {
     // Resume: the finished ones are skipped, the rest done.
     let mut again = args.to_vec();
     again.push("--skip-existing");
-    let o = moge(&again);
+    let o = run(&again);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let l = json_lines(&o);
     let skipped: BTreeSet<String> = l.iter().filter(|v| v["status"] == "skipped").map(|v| v["input"].as_str().unwrap().to_owned()).collect();
@@ -989,7 +985,7 @@ fn a_refused_write_leaves_nothing_behind_and_the_batch_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
     let input = photos_40x30(tmp.path(), 2);
     let out = tmp.path().join("out");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_moge"));
+    let mut cmd = moge();
     cmd.args(["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--no-compress", "--json"]);
     // Files may not grow past 4 KiB (an npz of 40x30 maps is ~35 KiB); the process ignores
     // SIGXFSZ, so the write fails with EFBIG instead of killing it.
@@ -1044,7 +1040,7 @@ fn a_full_disk_stops_the_batch_and_leaves_only_whole_files() {
         }
     }
     let _guard = Unmount(&out);
-    let o = moge(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--npz-compression", "none", "--jobs", "1"]);
+    let o = run(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--npz-compression", "none", "--jobs", "1"]);
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("moge: stopped:") && stderr.contains(".npz"), "{stderr}");

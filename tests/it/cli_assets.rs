@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::support::cli::moge;
+use crate::support::paths::repo;
+
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut m = BTreeMap::new();
     for sub in ["man", "completions"] {
@@ -18,12 +21,12 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 #[test]
 fn man_pages_and_completions_are_up_to_date() {
     let tmp = tempfile::tempdir().unwrap();
-    let st = std::process::Command::new(env!("CARGO_BIN_EXE_moge")).arg("generate-assets").arg(tmp.path()).status().unwrap();
+    let st = moge().arg("generate-assets").arg(tmp.path()).status().unwrap();
     assert!(st.success());
     let fresh = files(tmp.path());
     assert!(fresh.contains_key("man/moge.1") && fresh.contains_key("man/moge-batch.1"));
     assert!(fresh.contains_key("completions/moge.bash") && fresh.contains_key("completions/_moge") && fresh.contains_key("completions/moge.fish"));
-    let committed = files(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let committed = files(repo());
     let stale: Vec<&String> = fresh.keys().chain(committed.keys()).filter(|k| fresh.get(*k) != committed.get(*k)).collect();
     assert!(
         stale.is_empty(),

@@ -3,9 +3,10 @@
 //! thousand seeded mutations of it (bit flips, truncations, splices of other files, boundary
 //! integers, inserted and deleted runs). The entry points are those of the cargo-fuzz targets
 //! (tests/fuzz/targets.rs). Each input must give a value or an error: no panic, no input that
-//! takes seconds, no single allocation beyond 1 GiB.
+//! takes seconds, no single allocation beyond 1 GiB. Each target's replay runs in a process of
+//! its own, where no other test's allocations count.
 
-#[path = "fuzz/targets.rs"]
+#[path = "../fuzz/targets.rs"]
 mod targets;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -13,7 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The largest single allocation asked for, process-wide.
+use crate::support::own_process::own_process;
+use crate::support::paths::{corpus, fixtures};
+use crate::support::rng::Rng;
+
+/// The largest single allocation asked for, process-wide (this allocator serves the whole test
+/// binary).
 struct Counting;
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
@@ -40,24 +46,6 @@ static ALLOC: Counting = Counting;
 
 const MAX_ALLOC: usize = 1 << 30;
 const SLOW: Duration = Duration::from_secs(10);
-
-/// xorshift64*, seeded: the same mutations on every run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-}
 
 fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
     let mut v = seed.to_vec();
@@ -87,7 +75,7 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
             }
             4 => {
                 let at = rng.below(n + 1);
-                let byte = if rng.below(2) == 0 { 0xFF } else { rng.next() as u8 };
+                let byte = if rng.below(2) == 0 { 0xFF } else { rng.next_u64() as u8 };
                 let run = 1 + rng.below(64);
                 v.splice(at..at, std::iter::repeat_n(byte, run));
             }
@@ -102,8 +90,9 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
     v
 }
 
-fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus").join(target);
+/// The committed corpus of `target`: (file name, bytes), by name.
+fn read_corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = corpus(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().path()).collect();
     files.sort();
     files.into_iter().map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())).collect()
@@ -113,7 +102,7 @@ fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
 /// failed (saved under the target dir for a rerun).
 fn replay(target: &str, seeds: &[(String, Vec<u8>)], per_seed: usize, f: fn(&[u8])) {
     assert!(!seeds.is_empty(), "{target}: no corpus");
-    let mut rng = Rng(0x6D6F_6765_0000_0001 ^ (target.len() as u64 * 0x9E37_79B9));
+    let mut rng = Rng::new(0x6D6F_6765_0000_0001 ^ (target.len() as u64 * 0x9E37_79B9));
     let mut faults = Vec::new();
     let mut ran = 0usize;
     let check = |name: String, input: Vec<u8>, faults: &mut Vec<String>| {
@@ -155,42 +144,54 @@ fn replay(target: &str, seeds: &[(String, Vec<u8>)], per_seed: usize, f: fn(&[u8
 
 #[test]
 fn decode() {
-    replay("decode", &corpus("decode"), 200, targets::decode);
+    if !own_process("fuzz_replay::decode", &[]) {
+        return;
+    }
+    replay("decode", &read_corpus("decode"), 200, targets::decode);
 }
 
 #[test]
 fn checkpoint_pt() {
-    let mut seeds = corpus("checkpoint_pt");
+    if !own_process("fuzz_replay::checkpoint_pt", &[]) {
+        return;
+    }
+    let mut seeds = read_corpus("checkpoint_pt");
     replay("checkpoint_pt", &seeds, 400, targets::checkpoint_pt);
     // Real fixtures, full size of their kind: fewer mutations, each is a whole archive.
-    seeds = ["random_normal.pt", "tiny_normal_bf16.pt"]
-        .iter()
-        .map(|n| (n.to_string(), std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(n)).unwrap()))
-        .collect();
+    seeds = ["random_normal.pt", "tiny_normal_bf16.pt"].iter().map(|n| (n.to_string(), std::fs::read(fixtures().join(n)).unwrap())).collect();
     replay("checkpoint_pt_fixtures", &seeds, 25, targets::checkpoint_pt);
 }
 
 #[test]
 fn checkpoint_pickle() {
-    replay("checkpoint_pickle", &corpus("checkpoint_pickle"), 800, targets::checkpoint_pickle);
+    if !own_process("fuzz_replay::checkpoint_pickle", &[]) {
+        return;
+    }
+    replay("checkpoint_pickle", &read_corpus("checkpoint_pickle"), 800, targets::checkpoint_pickle);
 }
 
 #[test]
 fn checkpoint_safetensors() {
-    replay("checkpoint_safetensors", &corpus("checkpoint_safetensors"), 1500, targets::checkpoint_safetensors);
+    if !own_process("fuzz_replay::checkpoint_safetensors", &[]) {
+        return;
+    }
+    replay("checkpoint_safetensors", &read_corpus("checkpoint_safetensors"), 1500, targets::checkpoint_safetensors);
 }
 
 #[test]
 fn hub_head() {
-    replay("hub_head", &corpus("hub_head"), 600, targets::hub_head);
+    if !own_process("fuzz_replay::hub_head", &[]) {
+        return;
+    }
+    replay("hub_head", &read_corpus("hub_head"), 600, targets::hub_head);
 }
 
 #[test]
 fn the_mutations_reach_past_the_format_checks() {
     // A replay that only ever hit "not an image" would prove little: some mutated photos
     // must still decode, and some must fail deeper than the format sniffing.
-    let seeds = corpus("decode");
-    let mut rng = Rng(7);
+    let seeds = read_corpus("decode");
+    let mut rng = Rng::new(7);
     let (mut decoded, mut deep_errors) = (0, 0);
     for (_, s) in &seeds {
         for _ in 0..20 {
@@ -206,7 +207,7 @@ fn the_mutations_reach_past_the_format_checks() {
 }
 
 #[test]
-#[should_panic(expected = "inputs failed")]
+#[should_panic(expected = "panicked: a length the mutations reach")]
 fn the_replay_reports_a_target_that_panics() {
     fn fragile(data: &[u8]) {
         assert!(data.len() != 3, "a length the mutations reach");

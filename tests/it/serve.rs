@@ -1,16 +1,17 @@
 //! `moge serve` end to end, over loopback only: each test starts its own server on a free port,
 //! bounds every wait, and stops the server at the end (Drop kills it if a test fails first).
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::Value;
-use support::*;
+
+use crate::support::cli::{moge, run, wait_bounded};
+use crate::support::npz::Npz;
+use crate::support::paths::fixtures;
 
 struct Server {
     child: Child,
@@ -22,7 +23,7 @@ impl Server {
     /// Starts `moge serve` with the tiny fixture model and waits (at most 60 s) for its ready line.
     fn start(extra: &[&str]) -> Server {
         let port = if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_moge"))
+        let mut child = moge()
             .args(["serve", "--precision", "f32", "--weights"])
             .arg(fixtures().join("tiny_normal.pt"))
             .args(port)
@@ -57,14 +58,7 @@ impl Server {
 
     /// The exit status, waiting at most `limit`.
     fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(t.elapsed() < limit, "moge serve did not exit within {limit:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_bounded(&mut self.child, limit, "moge serve")
     }
 }
 
@@ -404,10 +398,6 @@ fn a_taken_port_moves_to_the_next_free_one() {
     assert_eq!(get(&format!("{}/health", b.url)).status, 200);
 }
 
-fn moge(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_moge")).args(args).output().unwrap()
-}
-
 fn files(dir: &std::path::Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir).map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
     v.sort();
@@ -426,12 +416,11 @@ fn batch_with_server_writes_what_a_local_batch_writes() {
     let (local, remote) = (dir.path().join("local"), dir.path().join("remote"));
     let common = ["--num-tokens", "300", "--fov-x", "55", "--format", "npz,png,json"];
     let weights = fixtures().join("tiny_normal.pt");
-    let out = moge(
-        &[&["batch", photos.to_str().unwrap(), "-o", local.to_str().unwrap(), "--precision", "f32", "--weights", weights.to_str().unwrap()][..], &common]
-            .concat(),
-    );
+    let out =
+        run(&[&["batch", photos.to_str().unwrap(), "-o", local.to_str().unwrap(), "--precision", "f32", "--weights", weights.to_str().unwrap()][..], &common]
+            .concat());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = moge(&[&["batch", photos.to_str().unwrap(), "-o", remote.to_str().unwrap(), "--server", &s.url, "--in-flight", "2"][..], &common].concat());
+    let out = run(&[&["batch", photos.to_str().unwrap(), "-o", remote.to_str().unwrap(), "--server", &s.url, "--in-flight", "2"][..], &common].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The cut JPEG fails here, named, before anything is sent; the others are done.
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -458,7 +447,7 @@ fn batch_with_server_writes_what_a_local_batch_writes() {
     // predict goes the same way.
     let one = dir.path().join("one");
     let out =
-        moge(&["predict", photos.join("a.png").to_str().unwrap(), "-o", one.to_str().unwrap(), "--server", &s.addr, "--num-tokens", "300", "--fov-x", "55"]);
+        run(&["predict", photos.join("a.png").to_str().unwrap(), "-o", one.to_str().unwrap(), "--server", &s.addr, "--num-tokens", "300", "--fov-x", "55"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("MoGeOutput(64x48"));
     assert!(std::fs::read(one.join("a.npz")).unwrap() == std::fs::read(local.join("a.npz")).unwrap());
@@ -470,7 +459,7 @@ fn an_unreachable_server_is_one_clear_fatal_error() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.png"), photo_png(64, 48)).unwrap();
     let out_dir = dir.path().join("out");
-    let out = moge(&["batch", dir.path().to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--server", &format!("http://127.0.0.1:{port}")]);
+    let out = run(&["batch", dir.path().to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--server", &format!("http://127.0.0.1:{port}")]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot reach the server at http://127.0.0.1:") && stderr.contains("connection refused"), "{stderr}");
@@ -491,7 +480,7 @@ fn a_server_that_dies_mid_batch_stops_it_with_nothing_half_written() {
         std::fs::write(photos.join(format!("p{i}.png")), photo_png(64 + i, 48)).unwrap();
     }
     let out_dir = dir.path().join("out");
-    let batch = Command::new(env!("CARGO_BIN_EXE_moge"))
+    let batch = moge()
         .args(["batch", photos.to_str().unwrap(), "-o", out_dir.to_str().unwrap(), "--server", &s.url, "--server-retries", "4", "--format", "npz,png"])
         .stderr(Stdio::piped())
         .spawn()

@@ -1,15 +1,25 @@
 //! The model path for non-CPU devices (candle's generic ops, forced here on the CPU with
-//! `MOGE_GENERIC_OPS=1`) against the same upstream fixtures as the CPU kernels.
-mod support;
+//! `MOGE_GENERIC_OPS=1`) against the same upstream fixtures as the CPU kernels. The switch is
+//! read once per process, at the first model call: each test runs in a process of its own.
+
+use crate::support::npz::Npz;
+use crate::support::own_process::own_process;
+use crate::support::paths::fixtures;
+use crate::support::reference::{check_against_reference, check_stages, fixture_case, REDUCED};
+use crate::support::rng::Rng;
+
+/// `MOGE_GENERIC_OPS=1`, for [`own_process`].
+const GENERIC_OPS: [(&str, &str); 1] = [("MOGE_GENERIC_OPS", "1")];
 
 #[test]
 fn generic_ops_match_upstream_stages() {
-    // Set before the first model call of this test binary (the switch is read once).
-    std::env::set_var("MOGE_GENERIC_OPS", "1");
+    if !own_process("generic_ops::generic_ops_match_upstream_stages", &GENERIC_OPS) {
+        return;
+    }
     assert!(!moge::model::cpu::enabled());
     assert_eq!(moge::model::cpu::route(moge::model::Precision::F32).kernels, None, "the route says the kernels are off");
     for ckpt in ["tiny_normal", "tiny_vitl", "random_normal"] {
-        support::check_stages(ckpt);
+        check_stages(ckpt);
     }
 }
 
@@ -18,7 +28,10 @@ fn generic_ops_match_upstream_stages() {
 #[test]
 fn unfolded_conv3x3_matches_conv2d() {
     use candle_core::{DType, Device, Tensor};
-    std::env::set_var("MOGE_GENERIC_OPS", "1");
+    if !own_process("generic_ops::unfolded_conv3x3_matches_conv2d", &GENERIC_OPS) {
+        return;
+    }
+    assert!(!moge::model::cpu::enabled());
     let (cin, cout, h, w) = (5, 7, 6, 9);
     let conv = |weight: &Tensor, bias: &Tensor, dtype| {
         let tensors = [("c.weight".to_string(), weight.clone()), ("c.bias".to_string(), bias.clone())].into();
@@ -27,10 +40,14 @@ fn unfolded_conv3x3_matches_conv2d() {
         ws.finish().unwrap();
         conv
     };
-    let round = |t: Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
-    let weight = round(Tensor::randn(0f32, 1.0, (cout, cin, 3, 3), &Device::Cpu).unwrap());
-    let bias = round(Tensor::randn(0f32, 1.0, (cout,), &Device::Cpu).unwrap());
-    let x = round(Tensor::randn(0f32, 1.0, (cin, h, w), &Device::Cpu).unwrap());
+    let mut rng = Rng::new(0xc0ff_ee33);
+    let mut random = |shape: &[usize]| {
+        let t = Tensor::from_vec(rng.units(shape.iter().product()), shape, &Device::Cpu).unwrap();
+        t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap()
+    };
+    let weight = random(&[cout, cin, 3, 3]);
+    let bias = random(&[cout]);
+    let x = random(&[cin, h, w]);
     let reference = conv(&weight, &bias, DType::F32).forward(&x).unwrap();
     assert_eq!(reference.dims(), &[cout, h, w]);
     let scale = reference.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
@@ -57,8 +74,10 @@ fn bf16_model(ckpt: &std::path::Path) -> moge::Model {
 
 #[test]
 fn bf16_products_match_upstream() {
-    use support::*;
-    std::env::set_var("MOGE_GENERIC_OPS", "1");
+    if !own_process("generic_ops::bf16_products_match_upstream", &GENERIC_OPS) {
+        return;
+    }
+    assert!(!moge::model::cpu::enabled());
     for (name, wp) in [("n_rgb_1200", true), ("n_portrait_1200", true), ("l_rgb_1800", true), ("r_rgb_1200", false)] {
         let (c, opts) = fixture_case(name);
         let model = bf16_model(&fixtures().join(c["checkpoint"].as_str().unwrap()));

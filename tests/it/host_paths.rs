@@ -11,14 +11,13 @@
 //! The fast paths are compiled once per ISA level (AVX-512, AVX2, baseline): each level this
 //! machine has is held to the same bits.
 
-mod common;
-
-use common::rng::Rng;
 use moge::geometry::resize::{resize_bilinear_antialias, resize_rgb8_antialias};
 use moge::infer::{forward_maps, postprocess, postprocess_raw, InferOptions, Prediction};
 use moge::model::config::RemapOutput;
 use moge::model::RawOutput;
 use moge::simd::isa;
+
+use crate::support::rng::Rng;
 
 fn raw(rng: &mut Rng, (h, w): (usize, usize), normal: bool, mask: bool, scale: bool) -> RawOutput {
     let n = h * w;
@@ -65,7 +64,7 @@ fn assert_identical(what: &str, fused: &Prediction, two_step: &Prediction) {
 
 #[test]
 fn one_pass_equals_forward_maps_then_postprocess() {
-    let mut rng = Rng(0x5eed_1234);
+    let mut rng = Rng::new(0x5eed_1234);
     // (head output size, image size): upsampling by non-integer factors, by 1, downsampling,
     // one-pixel-wide maps.
     let sizes = [((16, 32), (61, 97)), ((32, 48), (45, 70)), ((48, 64), (30, 40)), ((16, 16), (16, 16)), ((1, 8), (3, 20)), ((8, 1), (9, 1))];
@@ -123,7 +122,7 @@ fn one_pass_equals_forward_maps_then_postprocess() {
 
 #[test]
 fn resize_from_bytes_equals_resize_of_floats() {
-    let mut rng = Rng(0xa11a5);
+    let mut rng = Rng::new(0xa11a5);
     let lut: [f32; 256] = std::array::from_fn(|v| (v as f64 / 255.0) as f32);
     // (h, w) -> (oh, ow): the photo-to-token-grid downscales, an upscale, same size, one row.
     let cases = [((108, 192), (42, 70)), ((67, 45), (28, 28)), ((30, 40), (56, 70)), ((14, 14), (14, 14)), ((1, 50), (14, 14)), ((301, 7), (14, 28))];
@@ -196,7 +195,7 @@ fn random_map(rng: &mut Rng, (w, h): (usize, usize), invalid_every: usize) -> Pr
 
 #[test]
 fn png_encodings_equal_rounding_by_libm() {
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     // Scales of few significant bits (0.75, 0.25) make exact halves: q = k + 0.5 to the last bit.
     for scale in [0.001f32, 0.0001, 0.01, 1.0 / 3.0, 0.75, 0.25] {
         let mut depth: Vec<f32> = (0..200_000).map(|_| (rng.unit() + 1.0) * 40.0).collect();
@@ -243,7 +242,7 @@ fn png_encodings_equal_rounding_by_libm() {
 fn npz_float16_normals() {
     use moge::outputs::npz::{write, Compression, NormalDtype};
     use std::io::Read;
-    let mut rng = Rng(9);
+    let mut rng = Rng::new(9);
     let (w, h) = (37, 23);
     let mut p = random_map(&mut rng, (w, h), 4);
     let mut n: Vec<f32> = (0..3 * w * h).map(|_| rng.unit()).collect();
@@ -293,7 +292,7 @@ fn npz_float16_normals() {
 #[test]
 fn depth_stats_equal_selection_over_a_copy() {
     use moge::outputs::json::DepthStats;
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let mut cases: Vec<Vec<f32>> = vec![
         (0..100_001).map(|_| 3.0 + 2.0 * rng.unit()).collect(),
         (0..5000).map(|i| (i % 7) as f32).collect(),   // many equal values
@@ -346,7 +345,7 @@ fn depth_stats_equal_selection_over_a_copy() {
 #[test]
 fn npz_file_is_exactly_the_encoded_zip() {
     use moge::outputs::npz::{encode, write, Compression, NormalDtype};
-    let mut rng = Rng(31);
+    let mut rng = Rng::new(31);
     let (w, h) = (641, 97);
     let mut p = random_map(&mut rng, (w, h), 5);
     p.points = (0..3 * w * h).map(|_| rng.unit()).collect();

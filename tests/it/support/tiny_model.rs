@@ -1,7 +1,6 @@
 //! A tiny MoGe-2 checkpoint for tests that run the `moge` binary: a DINOv2 ViT/14 of width
 //! 64 and depth 2 (`dinov2_vitt14`), the MoGe-2 neck and heads at small widths, random
 //! weights from a fixed seed, written as safetensors + JSON config (what `--weights` reads).
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +9,8 @@ use candle_core::{Device, Tensor};
 use moge::model::checkpoint::{write_safetensors, Checkpoint};
 use moge::model::config::{ConvStackConfig, ModelConfig};
 use serde_json::json;
+
+use super::rng::Rng;
 
 /// Options of the test model.
 #[derive(Clone, Copy)]
@@ -54,18 +55,6 @@ pub fn config(spec: &TinySpec) -> ModelConfig {
         cfg["normal_head"] = head(3);
     }
     serde_json::from_value(cfg).expect("a valid model_config")
-}
-
-/// xorshift64*: deterministic values in [-1, 1).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((v >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
 }
 
 /// key → shape for every tensor the architecture binds (mirrors the loaders in src/model).
@@ -153,7 +142,7 @@ pub fn shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
 /// Writes `dir/<name>.safetensors` and `dir/<name>.json`; returns the safetensors path.
 pub fn write_tiny(dir: &Path, name: &str, spec: TinySpec) -> PathBuf {
     let cfg = config(&spec);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ spec.seed.wrapping_mul(0x1234_5678_9ABC_DEF1) | 1);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15 ^ spec.seed.wrapping_mul(0x1234_5678_9ABC_DEF1) | 1);
     let mut tensors = HashMap::new();
     for (key, shape) in shapes(&cfg) {
         let n: usize = shape.iter().product();
@@ -164,11 +153,11 @@ pub fn write_tiny(dir: &Path, name: &str, spec: TinySpec) -> PathBuf {
             k if k.ends_with("mask_token") => vec![0.0; n],
             k if k.ends_with(".weight") && shape.len() >= 2 => {
                 let a = (3.0 / shape[1..].iter().product::<usize>() as f32).sqrt();
-                (0..n).map(|_| rng.next() * a).collect()
+                (0..n).map(|_| rng.unit() * a).collect()
             }
-            k if k.ends_with(".weight") => (0..n).map(|_| 1.0 + 0.1 * rng.next()).collect(),
-            k if k.ends_with("cls_token") || k.ends_with("pos_embed") => (0..n).map(|_| 0.5 * rng.next()).collect(),
-            _ => (0..n).map(|_| 0.1 * rng.next()).collect(),
+            k if k.ends_with(".weight") => (0..n).map(|_| 1.0 + 0.1 * rng.unit()).collect(),
+            k if k.ends_with("cls_token") || k.ends_with("pos_embed") => (0..n).map(|_| 0.5 * rng.unit()).collect(),
+            _ => (0..n).map(|_| 0.1 * rng.unit()).collect(),
         };
         tensors.insert(key, Tensor::from_vec(values, shape, &Device::Cpu).unwrap());
     }

@@ -1,15 +1,14 @@
 //! Weights from the hub, for real but without the internet: the `moge` binary against a fake hub
-//! on 127.0.0.1 (tests/hub_server), with HF_HOME in a temporary folder.
-
-mod hub_server;
+//! on 127.0.0.1 (support/hub_server.rs), with HF_HOME in a temporary folder.
 
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
-use hub_server::{Behaviour, FakeHub, COMMIT};
+use crate::support::cli::{moge, wait_bounded};
+use crate::support::hub_server::{Behaviour, FakeHub, COMMIT};
 
 const MODEL: &str = "vits-normal";
 const REPO: &str = "Ruicheng/moge-2-vits-normal";
@@ -62,7 +61,7 @@ impl Env {
 
     /// As `run`; with `close_stdout`, the reader of stdout goes away at once (`| head -0`).
     fn run_with(&self, endpoint: &str, args: &[&str], vars: &[(&str, &str)], close_stdout: bool) -> Out {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_moge"));
+        let mut cmd = moge();
         for v in [
             "HF_HOME",
             "HF_HUB_CACHE",
@@ -99,17 +98,7 @@ impl Env {
             drain(Box::new(stdout))
         };
         let stderr = drain(Box::new(child.stderr.take().unwrap()));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("moge {args:?} did not finish within 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = wait_bounded(&mut child, Duration::from_secs(60), &format!("moge {args:?}"));
         Out { code: status.code().unwrap_or(-1), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
     }
 }

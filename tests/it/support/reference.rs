@@ -1,45 +1,17 @@
-//! Fixture reading and parity metrics shared by the parity tests.
-#![allow(dead_code)]
+//! The comparisons with upstream MoGe-2: scale-free error metrics, the gates a precision must
+//! keep, a model's forward and `infer()` outputs against a case file of `tests/make_fixtures.py`,
+//! and every stage of a fixture checkpoint against its per-layer reference.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
 
-use ndarray::{ArrayD, IxDyn};
-use ndarray_npy::NpzReader;
+use candle_core::Tensor;
+use moge::infer::{forward_maps, postprocess};
+use moge::model::config::ModelConfig;
+use moge::{InferOptions, Model};
 
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-pub struct Npz {
-    path: PathBuf,
-    inner: NpzReader<File>,
-}
-
-impl Npz {
-    pub fn open(path: &Path) -> Self {
-        let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        Npz { path: path.to_owned(), inner: NpzReader::new(f).unwrap() }
-    }
-    pub fn has(&mut self, key: &str) -> bool {
-        self.inner.names().unwrap().iter().any(|n| n == key || n == &format!("{key}.npy"))
-    }
-    pub fn f32(&mut self, key: &str) -> ArrayD<f32> {
-        self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
-    }
-    pub fn vec_f32(&mut self, key: &str) -> Vec<f32> {
-        self.f32(key).iter().copied().collect()
-    }
-    pub fn i64(&mut self, key: &str) -> ArrayD<i64> {
-        self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
-    }
-    pub fn u8(&mut self, key: &str) -> ArrayD<u8> {
-        self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
-    }
-    pub fn scalar_f32(&mut self, key: &str) -> f32 {
-        *self.f32(key).iter().next().unwrap()
-    }
-}
+use super::npz::Npz;
+use super::paths::fixtures;
+use super::synth::synth_state_dict;
 
 pub fn tensor_vec(t: &candle_core::Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
@@ -102,18 +74,8 @@ pub fn assert_close(name: &str, got: &[f32], want: &[f32], tol: f64) {
     assert!(e <= tol, "{name}: max|diff|/max|ref| = {e:.3e} > {tol:.1e}");
 }
 
-pub fn dims(a: &ArrayD<f32>) -> Vec<usize> {
-    a.shape().to_vec()
-}
-
-pub fn zeros(shape: &[usize]) -> ArrayD<f32> {
-    ArrayD::zeros(IxDyn(shape))
-}
-
-use moge::infer::{forward_maps, postprocess};
-use moge::{InferOptions, Model};
-
-/// The issue's gates, in f32 against upstream fp32.
+/// What a model's outputs must keep against upstream's (PCC and mask agreement: at least; the
+/// errors: at most).
 pub struct Gates {
     pub pcc: f64,
     pub depth_max_rel: f64,
@@ -125,8 +87,8 @@ pub struct Gates {
 
 /// The engine's gates, f32 against upstream fp32.
 pub const STRICT: Gates = Gates { pcc: 0.99999, depth_max_rel: 1e-3, mask_agreement: 0.999, scalar_rel: 1e-4, fwd_tol: Some(1e-4) };
-/// What a faster precision must keep (issue: PCC >= 0.9999 on every output, mask >= 99.5 %);
-/// depth and scalars are reported, with loose sanity bounds.
+/// What a faster precision must keep: PCC >= 0.9999 on every output, the mask the same on
+/// >= 99.5 % of pixels; depth and scalars are reported, with loose sanity bounds.
 pub const REDUCED: Gates = Gates { pcc: 0.9999, depth_max_rel: 0.05, mask_agreement: 0.995, scalar_rel: 0.02, fwd_tol: None };
 
 /// Runs `model` on `img` and checks forward maps and infer outputs against a reference npz
@@ -298,4 +260,16 @@ pub fn fixture_case(name: &str) -> (serde_json::Value, InferOptions) {
         normal_map: true,
     };
     (c, opts)
+}
+
+/// A published full-size architecture (a key of `tests/fixtures/fullsize/configs.json`:
+/// `vits-normal`, `vitb-normal`, `vitl-normal`, `vitl`) with the synthetic weights upstream's
+/// outputs in `tests/fixtures/fullsize/<variant>.npz` were computed with (seed 7, shaped).
+pub fn fullsize_weights(variant: &str) -> (ModelConfig, HashMap<String, Tensor>) {
+    let configs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
+    let config: ModelConfig = serde_json::from_value(configs[variant].clone()).unwrap();
+    let shapes = Model::state_dict_shapes(&config).unwrap();
+    let tensors =
+        synth_state_dict(&shapes, 7, true).into_iter().map(|(k, (shape, v))| (k, Tensor::from_vec(v, shape, &candle_core::Device::Cpu).unwrap())).collect();
+    (config, tensors)
 }

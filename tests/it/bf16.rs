@@ -1,12 +1,11 @@
 //! `--precision bf16` against upstream fp32: every output keeps PCC >= 0.9999 and the mask
 //! agrees on >= 99.5 % of pixels, on the fixture cases and on the full-size ViT-L.
-mod common;
-mod support;
-
 use moge::model::Precision;
 use moge::{InferOptions, Model};
-use serde_json::Value;
-use support::*;
+
+use crate::support::npz::Npz;
+use crate::support::paths::fixtures;
+use crate::support::reference::{at_lower_levels, check_against_reference, fixture_case, fullsize_weights, REDUCED};
 
 fn case(name: &str, well_posed: bool) {
     let (c, opts) = fixture_case(name);
@@ -57,13 +56,7 @@ fn bf16_differs_from_f32() {
 
 #[test]
 fn bf16_fullsize_vitl_normal() {
-    let configs: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("fullsize/configs.json")).unwrap()).unwrap();
-    let config: moge::model::config::ModelConfig = serde_json::from_value(configs["vitl-normal"].clone()).unwrap();
-    let shapes = Model::state_dict_shapes(&config).unwrap();
-    let tensors = common::synth::synth_state_dict(&shapes, 7, true)
-        .into_iter()
-        .map(|(k, (s, v))| (k, candle_core::Tensor::from_vec(v, s, &candle_core::Device::Cpu).unwrap()))
-        .collect();
+    let (config, tensors) = fullsize_weights("vitl-normal");
     let model = Model::build_with(config, tensors, &moge::Device::Cpu, Precision::Bf16).unwrap();
     let mut z = Npz::open(&fixtures().join("fullsize/vitl-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();

@@ -1,13 +1,13 @@
-//! The Rust synthetic-weight generator (`tests/common/synth.rs`) is bit-identical to `tests/synth_weights.py`:
+//! The Rust synthetic-weight generator (`support/synth.rs`) is bit-identical to `tests/synth_weights.py`:
 //! checked against `tests/fixtures/synth_check.json` (written by `tests/make_fixtures.py`).
-mod common;
 
-use common::synth::{synth_state_dict, synth_tensor};
 use serde_json::Value;
-use std::path::Path;
+
+use crate::support::paths::fixtures;
+use crate::support::synth::{synth_state_dict, synth_tensor};
 
 fn load() -> Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/synth_check.json");
+    let p = fixtures().join("synth_check.json");
     serde_json::from_str(&std::fs::read_to_string(&p).expect("read synth_check.json")).expect("parse")
 }
 

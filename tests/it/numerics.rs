@@ -1,11 +1,12 @@
 //! The host numerics against PyTorch's float32 kernels (fixtures from `tests/make_fixtures.py`):
 //! bicubic position-embedding resize, antialiased and plain bilinear, linspace, legacy nearest.
-mod support;
-
 use moge::geometry::resize::{nearest_axis, resize_bicubic_scaled, resize_bilinear, resize_bilinear_antialias};
 use moge::geometry::uv::linspace;
 use moge::model::dinov2::POS_GRID;
-use support::*;
+
+use crate::support::npz::Npz;
+use crate::support::paths::fixtures;
+use crate::support::reference::{assert_close, rel_to_max, tensor_vec};
 
 fn numerics() -> Npz {
     Npz::open(&fixtures().join("numerics.npz"))
@@ -23,7 +24,8 @@ fn bicubic_position_embedding_matches_torch() {
         let got = got.narrow(1, 0, channels).unwrap();
         let got = tensor_vec(&got);
         let want: Vec<f32> = want.iter().copied().collect();
-        // FMA-faithful float32 bicubic: within a few ulp of torch (spec §4.2).
+        // Float32 bicubic with the fused multiply-adds of torch's compiled kernel: within a few
+        // ulp of torch.
         assert_close(&format!("pos_{h}x{w}"), &got, &want, 2e-6);
     }
 }
@@ -73,8 +75,9 @@ fn linspace_matches_torch_within_an_ulp_of_its_range() {
         let want = n.vec_f32(&format!("lin_{len}"));
         let got = linspace(-0.8, 0.8, len);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            // torch's vectorised kernel counts some elements from the other end (spec §4.4):
-            // allow one ulp of the range's magnitude, not of the element's.
+            // torch's CPU kernel counts the second half of the elements down from the end
+            // (end - step * (len - 1 - i)): allow one ulp of the range's magnitude, not of the
+            // element's.
             assert!((g - w).abs() <= 0.8 * f32::EPSILON, "lin_{len}[{i}]: {g} vs {w}");
         }
     }

@@ -1,8 +1,8 @@
 //! Number-for-number parity with upstream MoGe-2 (`tests/make_fixtures.py` made the fixtures
 //! with the PyPI reference): every stage of the network, then `infer()`'s final maps.
-mod support;
-
-use support::*;
+use crate::support::npz::Npz;
+use crate::support::paths::fixtures;
+use crate::support::reference::{at_lower_levels, check_against_reference, check_stages, fixture_case, load, STRICT};
 
 #[test]
 fn stages_tiny_normal() {

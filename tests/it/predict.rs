@@ -1,14 +1,8 @@
 //! `moge predict` end to end: the npz it writes holds what the library computes, in the
 //! documented layout; bad inputs are reported and skipped; bad weights are fatal (exit 2).
-mod support;
-
-use std::process::Command;
-
-use support::*;
-
-fn moge() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_moge"))
-}
+use crate::support::cli::moge;
+use crate::support::npz::Npz;
+use crate::support::paths::fixtures;
 
 #[test]
 fn writes_the_npz_layout_with_library_values() {

@@ -22,6 +22,9 @@ use moge::remote::{image_for_server, read_prediction, Client, ClientOptions, Rem
 use moge::Prediction;
 use serde_json::{json, Value};
 
+use crate::support::paths::fixtures;
+use crate::support::png::chunk;
+
 // ---------------------------------------------------------------------------------------------
 // Predictions
 
@@ -125,7 +128,7 @@ fn npz_read_back_equals_what_was_encoded() {
 fn npz_as_numpy_writes_it() {
     // tests/make_remote_npz.py: np.savez_compressed, bool mask, float16 normal, float64
     // intrinsics and metric_scale; pixel (1, 2) invalid.
-    let bytes = std::fs::read("tests/fixtures/remote/numpy_prediction.npz").unwrap();
+    let bytes = std::fs::read(fixtures().join("remote/numpy_prediction.npz")).unwrap();
     let p = read_prediction(&bytes).unwrap();
     assert_eq!((p.height, p.width), (4, 5));
     assert_eq!(p.metric_scale, 2.5);
@@ -732,23 +735,7 @@ fn with_exif_orientation(png: &[u8], orientation: u16) -> Vec<u8> {
     let mut exif = b"II*\x00\x08\x00\x00\x00\x01\x00\x12\x01\x03\x00\x01\x00\x00\x00".to_vec();
     exif.extend(orientation.to_le_bytes());
     exif.extend([0, 0, 0, 0, 0, 0]);
-    let mut chunk = (exif.len() as u32).to_be_bytes().to_vec();
-    let mut typed = b"eXIf".to_vec();
-    typed.extend(&exif);
-    chunk.extend(&typed);
-    chunk.extend(crc32(&typed).to_be_bytes());
     // Signature (8) and IHDR (4 length + 4 type + 13 data + 4 CRC).
     let after_ihdr = 8 + 25;
-    [&png[..after_ihdr], &chunk[..], &png[after_ihdr..]].concat()
-}
-
-fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
-        }
-    }
-    !crc
+    [&png[..after_ihdr], &chunk(b"eXIf", &exif)[..], &png[after_ihdr..]].concat()
 }

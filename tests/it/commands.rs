@@ -1,17 +1,17 @@
 //! What every command shares: the model options resolve the same way in each (one photo through
 //! `predict` and `batch` gives byte-identical files at every precision), and no command panics
 //! when the reader of its output goes away (`moge predict a b c | head -1`).
-mod support;
-
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::*;
+use crate::support::cli::{self, wait_bounded};
+use crate::support::paths::fixtures;
 
+/// `moge`, kept off the network.
 fn moge() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_moge"));
+    let mut c = cli::moge();
     c.env("HF_HUB_OFFLINE", "1").env_remove("HF_ENDPOINT");
     c
 }
@@ -65,23 +65,8 @@ fn with_closed_stdout(args: &[&str], keep: usize) -> (i32, String) {
             }
         }
     } // the reader goes away here
-    let status = wait_bounded(&mut child, &format!("moge {args:?}"));
+    let status = wait_bounded(&mut child, Duration::from_secs(120), &format!("moge {args:?}"));
     (status.code().unwrap_or(-1), err.join().unwrap())
-}
-
-/// Waits for `child`, killing it (and failing) after 120 s.
-fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn photos(dir: &Path, n: usize) -> Vec<String> {
@@ -157,7 +142,7 @@ fn a_closed_stderr_does_not_panic_either() {
         .spawn()
         .unwrap();
     drop(child.stderr.take());
-    let status = wait_bounded(&mut child, "batch");
+    let status = wait_bounded(&mut child, Duration::from_secs(120), "batch");
     assert_eq!(status.code(), Some(1), "one bad input: exit 1, not a panic (101)");
     assert!(dir.path().join("o/img0.npz").is_file() && dir.path().join("o/img1.npz").is_file());
 }

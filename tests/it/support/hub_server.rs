@@ -10,22 +10,17 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::rng::Rng;
+
 pub const COMMIT: &str = "5f1e4c2a9b7d3e8f0a6c1b2d4e3f5a7b9c0d1e2f";
-/// A small stand-in for the weights: its bytes do not matter, only that they are checked.
-pub fn payload() -> Vec<u8> {
-    // Not a multiple of any buffer size, so a transfer ends mid-buffer.
-    let mut x: u32 = 0x9e37_79b9;
-    (0..(256 * 1024 + 123))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8
-        })
-        .collect()
+
+/// A small stand-in for the weights (no checkpoint): its bytes do not matter, only that they are
+/// checked. Its length is not a multiple of any buffer size, so a transfer ends mid-buffer.
+fn payload() -> Vec<u8> {
+    Rng::new(0x9e37_79b9).bytes(256 * 1024 + 123)
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+fn sha256_hex(bytes: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -13,7 +13,6 @@
 //! * optional in-place geometry edits ([`shape_geometry`]).
 //!
 //! std only.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 

@@ -1,14 +1,11 @@
 //! Checkpoint reading: both formats, strict key checks, and clear errors on bad files.
-mod common;
-mod support;
-
 use std::collections::HashMap;
-
-use common::torch_zip::{archive, entries_of, Entry};
 
 use moge::model::checkpoint::{write_safetensors, Checkpoint};
 use moge::{Device, InferOptions, Model};
-use support::*;
+
+use crate::support::paths::{corpus, fixtures};
+use crate::support::torch_zip::{archive, entries_of, Entry, Pickle};
 
 fn tiny() -> std::path::PathBuf {
     fixtures().join("tiny_normal.pt")
@@ -124,7 +121,6 @@ fn bad_files_get_a_clear_error_not_a_panic() {
     }
     let msg = err_text(Model::load(&p, &Device::Cpu));
     assert!(msg.contains("other.zip") && msg.contains("no data.pkl"), "{msg}");
-    let _ = HashMap::<u8, u8>::new();
 }
 
 fn pickle_of(path: &std::path::Path) -> Vec<u8> {
@@ -142,7 +138,7 @@ fn bits(t: &candle_core::Tensor) -> Vec<u32> {
 #[test]
 fn state_dict_checkpoints_as_training_code_saves_them() {
     // tests/make_fixtures.py saved these from model.state_dict(): an OrderedDict whose
-    // `_metadata` attribute is pickled as the dict's state (issue 10).
+    // `_metadata` attribute is pickled as the dict's state.
     for name in ["tiny_vitl.pt", "random_normal.pt", "tiny_normal_f16.pt", "tiny_normal_bf16.pt"] {
         let pkl = pickle_of(&fixtures().join(name));
         assert!(pkl.windows(9).any(|w| w == b"_metadata"), "{name} is not a state_dict() pickle");
@@ -191,7 +187,7 @@ fn tiny_config_json() -> serde_json::Value {
 
 #[test]
 fn written_archives_load_like_the_fixture() {
-    // The test writer (tests/common/torch_zip.rs) makes archives the loader reads as torch's.
+    // The test writer (support/torch_zip.rs) makes archives the loader reads as torch's.
     let dir = tempfile::tempdir().unwrap();
     let ck = Checkpoint::read(&tiny()).unwrap();
     for ordered in [false, true] {
@@ -228,7 +224,7 @@ fn a_bare_state_dict_is_told_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     let ck = Checkpoint::read(&tiny()).unwrap();
     // torch.save(model.state_dict(), path): the tensors sit at the top, no model_config.
-    let mut p = common::torch_zip::Pickle::new();
+    let mut p = Pickle::new();
     p.0.extend_from_slice(b"}(");
     for (i, (k, t)) in ck.tensors.iter().take(2).enumerate() {
         p.str(k);
@@ -261,7 +257,7 @@ fn a_data_parallel_prefix_is_removed() {
 }
 
 fn corpus_pt(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus/checkpoint_pt").join(name)
+    corpus("checkpoint_pt").join(name)
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! Writes `torch.save`-style archives without PyTorch, for checkpoints the fixtures do not cover
 //! (a state dict with a non-tensor entry, a bare state dict, ...): the pickle opcodes protocol 2
 //! uses (`torch.serialization` default), storages as `archive/data/<key>`.
-#![allow(dead_code)]
 
 use std::io::Write;
 

@@ -1,13 +1,12 @@
 //! `moge bench` reports what it measured, with the conditions, in both output forms.
-mod support;
-
 use std::process::Command;
 
-use support::fixtures;
+use crate::support::cli::moge;
+use crate::support::paths::{fixtures, repo};
 
 #[test]
 fn bench_json_reports_stages_conditions_and_memory() {
-    let out = Command::new(env!("CARGO_BIN_EXE_moge"))
+    let out = moge()
         .args(["bench", "--runs", "3", "--warmup", "1", "--size", "96x64", "--num-tokens", "200", "--json", "--weights"])
         .arg(fixtures().join("tiny_normal.pt"))
         .output()
@@ -48,7 +47,7 @@ fn bench_json_reports_stages_conditions_and_memory() {
 
 #[test]
 fn bench_table_states_the_conditions() {
-    let out = Command::new(env!("CARGO_BIN_EXE_moge"))
+    let out = moge()
         .args(["bench", "--runs", "1", "--warmup", "0", "--size", "64x48", "--num-tokens", "100", "--weights"])
         .arg(fixtures().join("tiny_vitl.pt"))
         .output()
@@ -64,7 +63,7 @@ fn bench_table_states_the_conditions() {
 #[test]
 fn host_only_times_each_host_stage_of_the_requested_formats() {
     let run = |formats: &str| -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_moge"))
+        let out = moge()
             .args(["bench", "--host-only", "--runs", "3", "--size", "320x240", "--num-tokens", "200", "--json", "--format", formats, "--weights"])
             .arg(fixtures().join("tiny_normal.pt"))
             .output()
@@ -94,7 +93,7 @@ fn host_only_times_each_host_stage_of_the_requested_formats() {
 /// on every command that runs the model; `--device cpu` works everywhere.
 #[test]
 fn device_cuda_without_a_gpu_is_one_clear_line() {
-    let probe = Command::new(env!("CARGO_BIN_EXE_moge")).args(["info"]).output().unwrap();
+    let probe = moge().args(["info"]).output().unwrap();
     let info = String::from_utf8_lossy(&probe.stdout).into_owned();
     let line = info.lines().find(|l| l.starts_with("device (--device auto): ")).unwrap_or_else(|| panic!("{info}"));
     if line.contains("cuda:") {
@@ -115,12 +114,8 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
     ];
     for args in runs {
         for dev in ["cuda", "cuda:1"] {
-            let out = Command::new(env!("CARGO_BIN_EXE_moge"))
-                .env("TMPDIR", tmp.path())
-                .args(&args)
-                .args(["--weights".as_ref(), w.as_os_str(), "--device".as_ref(), dev.as_ref()])
-                .output()
-                .unwrap();
+            let out =
+                moge().env("TMPDIR", tmp.path()).args(&args).args(["--weights".as_ref(), w.as_os_str(), "--device".as_ref(), dev.as_ref()]).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{args:?} {dev}: {err}");
             assert_eq!(err.lines().count(), 1, "{args:?} {dev}: {err}");
@@ -142,7 +137,7 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     assert!(!o.exists() || std::fs::read_dir(&o).unwrap().next().is_none(), "nothing is written when the device cannot be opened");
     // The sidecar names the device the network ran on.
-    let out = Command::new(env!("CARGO_BIN_EXE_moge"))
+    let out = moge()
         .args([
             "predict".as_ref(),
             img.as_os_str(),
@@ -167,7 +162,7 @@ fn device_cuda_without_a_gpu_is_one_clear_line() {
 /// synthetic full-size checkpoint and the upstream timings).
 #[test]
 fn gpu_check_dry_run() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo();
     if Command::new("python3").arg("--version").output().is_err() {
         eprintln!("skipped: no python3 on this machine");
         return;
@@ -259,7 +254,7 @@ fn cuda_build_survives_broken_cuda_setups() {
             return;
         };
         let run = |dev: &str| {
-            Command::new(env!("CARGO_BIN_EXE_moge"))
+            moge()
                 .args(["predict".as_ref(), img.as_os_str(), "--weights".as_ref(), fixtures().join("tiny_normal.pt").as_os_str()])
                 .args(["--device", dev, "-o"])
                 .arg(dir.path().join(format!("out-{name}-{dev}")))

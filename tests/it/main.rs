@@ -1,0 +1,25 @@
+//! The integration tests, one binary: a module per area, what they share in `support`.
+//! `cargo test --test it fullsize::` runs one area, `cargo test --test it -- --exact
+//! fullsize::fullsize_vitl_normal_1800_tokens` one test.
+
+mod support;
+
+mod batch;
+mod bench_cli;
+mod bf16;
+mod checkpoint;
+mod cli_assets;
+mod commands;
+mod damaged_inputs;
+mod degenerate;
+mod fullsize;
+mod fuzz_replay;
+mod generic_ops;
+mod host_paths;
+mod hub;
+mod numerics;
+mod parity;
+mod predict;
+mod remote_client;
+mod serve;
+mod synth;

@@ -1,0 +1,13 @@
+//! What the test modules share.
+
+pub mod cli;
+pub mod hub_server;
+pub mod npz;
+pub mod own_process;
+pub mod paths;
+pub mod png;
+pub mod reference;
+pub mod rng;
+pub mod synth;
+pub mod tiny_model;
+pub mod torch_zip;
