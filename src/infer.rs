@@ -394,6 +394,13 @@ impl Model {
         let raw = self.forward(&prep)?;
         Ok(self.postprocess(&raw, (w, h, prep.grid), opts))
     }
+
+    /// `infer()` on a photo file, read as `moge predict` reads it (EXIF orientation applied,
+    /// damaged files refused with the reason).
+    pub fn infer_file(&self, path: &std::path::Path, opts: &InferOptions) -> anyhow::Result<Prediction> {
+        let photo = crate::image_io::load_rgb_with(path, &crate::image_io::DecodeOptions::default())?.image;
+        self.infer(&photo, opts)
+    }
 }
 
 /// [`forward_maps`] then [`postprocess`] in one pass over the output, with the same numbers

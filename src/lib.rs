@@ -5,6 +5,7 @@
 //! - [`model`]: the network, one module per upstream module (`moge/model/*.py`), over candle.
 //! - [`geometry`]: PyTorch-faithful resizes, the UV plane, the focal/shift solve.
 //! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
+//! - [`loader`]: a model by published name or checkpoint path, on a device, at a precision.
 //! - [`image_io`]: reading photos as the upstream CLI reads them.
 //! - [`outputs`]: writing predictions (npz, ...).
 //! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
@@ -16,12 +17,40 @@
 //!
 //! The `moge` command line is the binary's (`src/main.rs`, `src/cli/`), over this library.
 //!
-//! ```no_run
-//! use moge::{Model, InferOptions};
-//! let model = Model::load("model.pt".as_ref(), &moge::Device::Cpu)?;
-//! let image = moge::image_io::load_rgb("photo.jpg".as_ref(), true)?;
-//! let prediction = model.infer(&image, &InferOptions::default())?;
-//! println!("{}", prediction.summary());
+//! What a program needs is re-exported here: [`load`] a model by name or path ([`LoadOptions`]),
+//! [`Model::infer`] an image in memory or [`Model::infer_file`] a photo with [`InferOptions`],
+//! and [`run`] the pipeline over a list of photos with a callback per result ([`Record`]),
+//! locally ([`Engine::Local`]) or on a server ([`Engine::Remote`]).
+//!
+//! One photo in memory:
+//!
+//! ```
+//! let opts = moge::LoadOptions { device: moge::DeviceRequest::Cpu, ..Default::default() };
+//! let model = moge::load("tests/fixtures/tiny_normal.pt", &opts)?;
+//! let prediction = model.infer_file("tests/fixtures/images/rgb_64x48.png".as_ref(), &moge::InferOptions::default())?;
+//! assert_eq!(prediction.points.len(), 3 * 64 * 48);
+//! assert!(prediction.fov_degrees().0 > 0.0 && prediction.metric_scale > 0.0);
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+//!
+//! A list of photos through the pipeline (decode threads, the device worker, encode threads),
+//! each photo's npz written under the output folder:
+//!
+//! ```
+//! use std::sync::{atomic::AtomicBool, Arc};
+//! let opts = moge::LoadOptions { device: moge::DeviceRequest::Cpu, ..Default::default() };
+//! let model = Arc::new(moge::load("tests/fixtures/tiny_normal.pt", &opts)?);
+//! let photos = ["tests/fixtures/images/rgb_64x48.png", "tests/fixtures/images/missing.png"];
+//! let inputs: Vec<moge::Input> = photos.iter().map(|p| moge::pipeline::inputs::file_input(p.as_ref())).collect();
+//! let out = tempfile::tempdir()?;
+//! let config = moge::Config::new(out.path());
+//! let mut results = Vec::new();
+//! let summary = moge::run(moge::Engine::Local(model), inputs, &config, &Arc::new(AtomicBool::new(false)), |record| {
+//!     results.push((record.input.clone(), record.status, record.error.clone()));
+//! });
+//! assert_eq!((summary.done, summary.failed), (1, 1));
+//! assert!(out.path().join("rgb_64x48.npz").is_file());
+//! assert!(results.iter().any(|(_, status, error)| *status == moge::Status::Failed && error.as_deref().is_some_and(|e| e.contains("missing.png"))));
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
@@ -31,6 +60,7 @@ pub mod geometry;
 pub mod hub;
 pub mod image_io;
 pub mod infer;
+pub mod loader;
 pub mod model;
 pub mod names;
 pub mod outputs;
@@ -41,5 +71,11 @@ pub mod server;
 pub mod simd;
 
 pub use candle_core::Device;
+pub use device::DeviceRequest;
 pub use infer::{InferOptions, Prediction};
-pub use model::{Model, RawOutput};
+pub use loader::{load, LoadOptions};
+pub use model::{Model, Precision, RawOutput};
+pub use pipeline::inputs::Input;
+pub use pipeline::record::{Record, Status};
+pub use pipeline::report::Summary;
+pub use pipeline::run::{run, Config, Engine};

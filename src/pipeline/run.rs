@@ -62,6 +62,28 @@ pub struct Config {
 }
 
 impl Config {
+    /// The command line's defaults (npz outputs, one host thread per core up to 8 per host
+    /// stage, the photo's own size, no reports), writing under `output`.
+    pub fn new(output: impl Into<PathBuf>) -> Self {
+        Self {
+            output: output.into(),
+            outputs: OutputOptions::default(),
+            infer: InferOptions::default(),
+            fit: FitMode::Exact,
+            canvas: Canvas { width: 1920, height: 1080 },
+            decode: crate::image_io::DecodeOptions::default(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8),
+            skip_existing: false,
+            progress: false,
+            quiet: true,
+            json: false,
+            stats: false,
+            model_id: String::new(),
+            weights: PathBuf::new(),
+            in_flight: 4,
+        }
+    }
+
     /// How each photo meets the network: the maps that no output needs are not made.
     fn plan(&self) -> Plan {
         let infer = InferOptions {
