@@ -7,6 +7,7 @@
 //! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
 //! - [`loader`]: a model by published name or checkpoint path, on a device, at a precision.
 //! - [`image_io`]: reading photos as the upstream CLI reads them.
+//! - [`fit`]: `--fit pad|stretch`, every photo onto one canvas aspect and the outputs back.
 //! - [`outputs`]: writing predictions (npz, ...).
 //! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
 //! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
@@ -56,6 +57,7 @@
 
 pub mod console;
 pub mod device;
+pub mod fit;
 pub mod geometry;
 pub mod hub;
 pub mod image_io;

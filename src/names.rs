@@ -63,9 +63,9 @@ pub(crate) use names;
 
 #[cfg(test)]
 mod tests {
+    use crate::fit::FitMode;
     use crate::outputs::npz::{Compression, NormalDtype};
     use crate::outputs::Format;
-    use crate::pipeline::fit::FitMode;
     use crate::protocol::OutputFormat;
 
     /// Every name parses back to its value, and on the wire (serde) the names are the same.

@@ -10,8 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::fit::FitMode;
 pub use crate::outputs::npz::NormalDtype;
-pub use crate::pipeline::fit::FitMode;
 
 use crate::infer::{InferOptions, DEFAULT_NUM_TOKENS};
 

@@ -11,7 +11,7 @@ use clap::Args;
 
 use super::values::FitArg;
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
-use moge::pipeline::fit::{Canvas, FitMode};
+use moge::fit::{Canvas, FitMode};
 use moge::pipeline::inputs::{self, Shard};
 use moge::pipeline::report;
 use moge::pipeline::run::{self, Config};
@@ -132,7 +132,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     install_signals(stop.clone());
     let summary = run::run(engine, inputs, &cfg, &stop, |_| {});
     if !args.quiet || args.stats {
-        moge::errln!("{}", report::report(&summary, &cfg));
+        moge::errln!("{}", report::report(&summary, cfg.jobs, cfg.stats));
     }
     if let Some(f) = &summary.fatal {
         moge::errln!("moge: stopped: {f}");

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::{InputArgs, ModelArgs, EXIT_OK};
-use moge::pipeline::fit::Canvas;
+use moge::fit::Canvas;
 use moge::server::{self, Shared};
 
 #[derive(Args, Debug)]

@@ -2,9 +2,9 @@
 //! order `--help` lists them and with the help each value shows, converted both ways.
 
 use clap::ValueEnum;
+use moge::fit::FitMode;
 use moge::outputs::npz::{Compression, NormalDtype};
 use moge::outputs::Format;
-use moge::pipeline::fit::FitMode;
 
 /// `From` both ways between a command-line value enum and the library's, variant for variant.
 macro_rules! same_variants {

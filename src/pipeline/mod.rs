@@ -1,7 +1,6 @@
 //! The streaming pipeline (decode threads → the middle stage → encode threads).
 //!
 //! - [`inputs`]: discovery (recursive, sorted, hidden skipped), lists, `--shard`.
-//! - [`fit`]: `--fit pad|stretch` onto a fixed canvas and back.
 //! - [`stages`]: each stage's work on one photo with the local model, whatever its source and sink.
 //! - [`backend`]: the middle stage's interface, implemented by [`local`] (the model here) and
 //!   [`remote`] (a MoGe-2 HTTP server).
@@ -12,7 +11,6 @@
 //!   and of itself.
 
 pub mod backend;
-pub mod fit;
 pub mod guard;
 pub mod inputs;
 pub mod local;

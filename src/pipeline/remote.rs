@@ -9,9 +9,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::backend::{Backend, Finished, Staging};
-use super::fit::FitMode;
 use super::inputs::Input;
 use super::stages::{ms, Plan};
+use crate::fit::FitMode;
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
 use crate::protocol::{NormalDtype, PredictOptions};

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::time::Duration;
 
 use super::record::Record;
-use super::run::Config;
 
 /// Busy time per stage, summed over images (seconds).
 #[derive(Debug, Clone, Default)]
@@ -64,9 +63,10 @@ pub(crate) fn json_line(rec: &Record) {
     let _ = writeln!(out, "{line}").and_then(|_| out.flush());
 }
 
-pub(crate) fn progress_bar(cfg: &Config, total: usize) -> indicatif::ProgressBar {
+/// A progress bar on stderr where `show` and stderr is a terminal, else a hidden one.
+pub(crate) fn progress_bar(show: bool, total: usize) -> indicatif::ProgressBar {
     use std::io::IsTerminal;
-    if !cfg.progress || cfg.quiet || !std::io::stderr().is_terminal() {
+    if !show || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
     let pb = indicatif::ProgressBar::with_draw_target(Some(total as u64), indicatif::ProgressDrawTarget::stderr());
@@ -79,8 +79,9 @@ pub(crate) fn progress_bar(cfg: &Config, total: usize) -> indicatif::ProgressBar
     pb
 }
 
-/// The summary and (with `stats`) the per-stage report, for stderr.
-pub fn report(s: &Summary, cfg: &Config) -> String {
+/// The summary and (with `stats`) the per-stage report of a run with `jobs` host threads per
+/// host stage, for stderr.
+pub fn report(s: &Summary, jobs: usize, stats: bool) -> String {
     let wall = s.wall.as_secs_f64();
     let rate = if wall > 0.0 { s.done as f64 / wall } else { 0.0 };
     let mut out = format!(
@@ -95,22 +96,22 @@ pub fn report(s: &Summary, cfg: &Config) -> String {
     if s.depth_png_saturated > 0 {
         out.push_str(&format!("; {} depth PNG values saturated", s.depth_png_saturated));
     }
-    if cfg.stats && s.done > 0 {
-        out.push_str(&stage_report(s, cfg, wall, rate));
+    if stats && s.done > 0 {
+        out.push_str(&stage_report(s, jobs, wall, rate));
     }
     out
 }
 
-fn stage_report(s: &Summary, cfg: &Config, wall: f64, rate: f64) -> String {
+fn stage_report(s: &Summary, jobs: usize, wall: f64, rate: f64) -> String {
     let n = s.done as f64;
     let st = &s.stages;
-    let mut out = format!("\nmoge: stage busy time over {} images, {} host threads per host stage, wall {:.2} s:", s.done, cfg.jobs, wall);
+    let mut out = format!("\nmoge: stage busy time over {} images, {} host threads per host stage, wall {:.2} s:", s.done, jobs, wall);
     for (name, busy, threads) in [
-        ("decode", st.decode, cfg.jobs),
-        ("prepare", st.prepare, cfg.jobs),
+        ("decode", st.decode, jobs),
+        ("prepare", st.prepare, jobs),
         ("forward", st.forward, 1),
-        ("postprocess", st.postprocess, cfg.jobs),
-        ("write", st.write, cfg.jobs),
+        ("postprocess", st.postprocess, jobs),
+        ("write", st.write, jobs),
     ] {
         out.push_str(&format!(
             "\n  {name:<12} {busy:>9.3} s  {:>9.1} ms/image  {:>5.1} % of its threads' wall",

@@ -20,7 +20,6 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use image::RgbImage;
 
 use super::backend::Backend;
-use super::fit::{Canvas, FitMode};
 use super::guard::{guarded, install_panic_hook};
 use super::inputs::Input;
 use super::local::{LocalBackend, LocalForwarded};
@@ -29,6 +28,7 @@ use super::remote::RemoteBackend;
 use super::report::{self, Summary};
 use super::stages::{ms, Plan};
 use super::worker::Worker;
+use crate::fit::{Canvas, FitMode};
 use crate::infer::InferOptions;
 use crate::outputs::json::{DepthStats, InferenceInfo, ModelInfo, Sidecar, Timings};
 use crate::outputs::{self, OutputOptions};
@@ -368,7 +368,7 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
 
 /// The collector (the calling thread): counts, reports and passes on each record.
 fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt: &AtomicBool, on_record: &mut impl FnMut(&Record)) {
-    let pb = report::progress_bar(cfg, summary.total);
+    let pb = report::progress_bar(cfg.progress && !cfg.quiet, summary.total);
     for rec in records {
         match rec.status {
             Status::Ok => summary.done += 1,

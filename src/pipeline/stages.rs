@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use image::RgbImage;
 
-use super::fit::{self, Canvas, FitMode, Placement};
+use crate::fit::{self, Canvas, FitMode, Placement};
 use crate::infer::{InferOptions, Prediction};
 use crate::model::{Prepared, RawOutput};
 use crate::Model;

@@ -23,11 +23,11 @@ use axum::Router;
 use serde_json::json;
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::fit::Canvas;
 use crate::image_io::DecodeOptions;
 use crate::model::{RawOutput, Runner};
 use crate::outputs::json::DepthStats;
 use crate::outputs::npz::Compression;
-use crate::pipeline::fit::Canvas;
 use crate::pipeline::guard::catch;
 use crate::pipeline::stages::{self, ms, Plan, Staged};
 use crate::pipeline::worker::{self, Refused, Worker};

@@ -278,7 +278,8 @@ fn cuda_build_survives_broken_cuda_setups() {
 /// is left as it was.
 #[test]
 fn host_only_rounds_write_new_files_and_leave_nothing() {
-    use moge::pipeline::{fit, inputs, run};
+    use moge::fit;
+    use moge::pipeline::{inputs, run};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();

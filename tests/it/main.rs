@@ -17,6 +17,7 @@ mod fuzz_replay;
 mod generic_ops;
 mod host_paths;
 mod hub;
+mod layers;
 mod numerics;
 mod parity;
 mod predict;
