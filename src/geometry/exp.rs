@@ -1,4 +1,4 @@
-//! `f32::exp` over a slice, vectorised, with libm's bits (issue 14: the `exp` remap of MoGe-2's
+//! `f32::exp` over a slice, vectorised, with libm's bits (the `exp` remap of MoGe-2's
 //! depth runs once per output pixel, 2 M times per 1080p photo, and libm's scalar `expf` was
 //! ~5 ms of the host work).
 //!

@@ -1,5 +1,5 @@
 //! PyTorch CPU interpolation, reproduced in float32 the way PyTorch computes it (coordinates
-//! and weights in float32; a float64 version differs by up to 1e-4, see the spec §4).
+//! and weights in float32; a float64 version differs from PyTorch's by up to 1e-4).
 //! Images are planar: `c` planes of `h·w` row-major floats.
 
 /// One output index of a separable filter: first source index and its weights.
