@@ -28,7 +28,7 @@ complete -c moge -n "__fish_moge_needs_command" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_needs_command" -s V -l version -d 'Print version'
 complete -c moge -n "__fish_moge_needs_command" -f -a "predict" -d 'Predict geometry for image files'
 complete -c moge -n "__fish_moge_needs_command" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
-complete -c moge -n "__fish_moge_needs_command" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests (the API of the Tenstorrent MoGe-2 server, tt-MoGe)'
+complete -c moge -n "__fish_moge_needs_command" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
 complete -c moge -n "__fish_moge_needs_command" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
 complete -c moge -n "__fish_moge_needs_command" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
 complete -c moge -n "__fish_moge_needs_command" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
@@ -62,7 +62,7 @@ complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
-float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l in-flight -d 'Requests in flight at once with --server (so that the server\'s device never waits)' -r
@@ -102,7 +102,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d '
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
-float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l in-flight -d 'Requests in flight at once with --server (so that the server\'s device never waits)' -r
@@ -178,7 +178,7 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d '
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
-float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the Tenstorrent server\'s layout, half the bytes (unit normals keep ~3 decimal digits)'"
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
@@ -202,7 +202,7 @@ complete -c moge -n "__fish_moge_using_subcommand models" -s h -l help -d 'Print
 complete -c moge -n "__fish_moge_using_subcommand generate-assets" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
 complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests (the API of the Tenstorrent MoGe-2 server, tt-MoGe)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
 complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
 complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
 complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'

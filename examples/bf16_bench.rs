@@ -20,9 +20,16 @@ use std::time::Instant;
 
 /// `gemm` crate f32: C = A · B, B read with strides (column `b_cs`, row `b_rs`), as candle does
 /// for a Linear's transposed weight.
+// The shapes and strides as `gemm` takes them, one by one.
 #[allow(clippy::too_many_arguments)]
 fn f32_gemm(a: &[f32], b: &[f32], b_cs: usize, b_rs: usize, c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // What `gemm` reads and writes through its pointers, checked here (it checks nothing).
+    assert!(a.len() >= m * k && c.len() >= m * n);
+    assert!(k == 0 || n == 0 || (k - 1) * b_rs + (n - 1) * b_cs < b.len());
+    // SAFETY: C (m x n, rows of n), A (m x k, rows of k) and B (element (i, j) at i * b_rs +
+    // j * b_cs) lie inside their slices (asserted above); C is the only one written, and it is
+    // borrowed mutably, so nothing else reads it meanwhile.
     unsafe {
         gemm::gemm(
             m,
@@ -52,6 +59,7 @@ fn f32_gemm(a: &[f32], b: &[f32], b_cs: usize, b_rs: usize, c: &mut [f32], m: us
 /// per-core speed whatever share of the cores we were given (rayon's spinning counts against us).
 fn cpu_s() -> f64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for the call to write into.
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }

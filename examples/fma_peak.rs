@@ -5,6 +5,8 @@
 //!
 //! `cargo run --release --example fma_peak`
 
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn chains(iters: usize) -> f32 {
@@ -20,12 +22,15 @@ unsafe fn chains(iters: usize) -> f32 {
     let mut lanes = [0f32; 8];
     acc.iter()
         .map(|&a| {
-            _mm256_storeu_ps(lanes.as_mut_ptr(), a);
+            // SAFETY: `lanes` holds the 8 floats stored.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
             lanes.iter().sum::<f32>()
         })
         .sum()
 }
 
+/// # Safety
+/// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn chains512(iters: usize) -> f32 {

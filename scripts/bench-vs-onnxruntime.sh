@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # moge beside ONNX Runtime (and PyTorch) on the CPU, in one run: forward of the same checkpoint
-# on the same photo at the same token count (issue 13). Outside CI.
+# on the same photo at the same token count. Outside CI.
 #
 #   scripts/bench-vs-onnxruntime.sh VENV CHECKPOINT [TOKENS] [RUNS]
 #

@@ -1,4 +1,4 @@
-"""moge beside ONNX Runtime and PyTorch on the CPU, in one run (issue 13): the same checkpoint,
+"""moge beside ONNX Runtime and PyTorch on the CPU, in one run: the same checkpoint,
 photo and token count; forward only for the Python engines, `moge bench` (its model call and its
 whole image: decode, forward, post-process, write) for moge. ONNX Runtime and moge take turns,
 `--rounds` times: this machine's speed drifts by a third between minutes, so each round's ratio is

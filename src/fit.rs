@@ -271,8 +271,8 @@ mod tests {
                 let u = (x as f32 + 0.5) / p.width as f32;
                 let v = (y as f32 + 0.5) / p.height as f32;
                 let want = [(u - k[0][2]) / k[0][0] * d, (v - k[1][2]) / k[1][1] * d, d];
-                for c in 0..3 {
-                    assert!((p.points[3 * i + c] - want[c]).abs() < 1e-5, "pixel ({x},{y}) channel {c}");
+                for (c, want_c) in want.iter().enumerate() {
+                    assert!((p.points[3 * i + c] - want_c).abs() < 1e-5, "pixel ({x},{y}) channel {c}");
                 }
             }
         }

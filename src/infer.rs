@@ -8,8 +8,8 @@ use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
 use crate::model::{Model, RawOutput};
 
-/// Base ViT tokens when none are asked for: `moge predict`/`batch`, `moge serve` and
-/// tt-MoGe (whose fixed 1920x1080 canvas is 1800 tokens) agree on it.
+/// Base ViT tokens when none are asked for: `moge predict`/`batch`, `moge serve` and the
+/// Tenstorrent MoGe-2 server (tt-MoGe, whose fixed 1920x1080 canvas is 1800 tokens) agree on it.
 pub const DEFAULT_NUM_TOKENS: u32 = 1800;
 
 /// Base ViT tokens an image may be run at (`num_tokens`): the command line and `moge serve`
@@ -404,7 +404,7 @@ impl Model {
 }
 
 /// [`forward_maps`] then [`postprocess`] in one pass over the output, with the same numbers
-/// bit for bit (tests/host_paths.rs holds them side by side): the focal/shift solve reads its
+/// bit for bit (tests/it/host_paths.rs holds them side by side): the focal/shift solve reads its
 /// 64x64 samples computed alone, then each output row is interpolated, remapped, shifted,
 /// projected, scaled and masked while it is in cache, and written once into the maps. No
 /// full-size temporary, and the x and y of the points are not interpolated when the projection

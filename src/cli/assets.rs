@@ -1,6 +1,6 @@
 //! `moge generate-assets DIR` (hidden): the man pages and shell completions, generated from
 //! the clap definition. The committed `man/` and `completions/` are checked against it by
-//! `tests/cli_assets.rs`.
+//! `tests/it/cli_assets.rs`.
 
 use std::path::{Path, PathBuf};
 

@@ -33,7 +33,7 @@ pub enum Command {
     Predict(predict::PredictArgs),
     /// Predict geometry for every photo under directories, streaming, outputs in a mirrored tree.
     Batch(batch::BatchArgs),
-    /// Keep the model loaded and answer HTTP requests (the API of the Tenstorrent MoGe-2 server, tt-MoGe).
+    /// Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe).
     Serve(serve::ServeArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
     Bench(bench::BenchArgs),

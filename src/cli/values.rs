@@ -67,8 +67,8 @@ same_variants!(CompressionArg, Compression, { None, Fast, Small });
 pub enum NormalDtypeArg {
     /// As upstream `infer()` returns it.
     Float32,
-    /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the Tenstorrent
-    /// server's layout, half the bytes (unit normals keep ~3 decimal digits).
+    /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the layout of the
+    /// Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits).
     Float16,
 }
 

@@ -1,7 +1,9 @@
 //! `recover_focal_shift` (`moge/utils/geometry_torch.py`): sample the affine point map on a
 //! 64x64 nearest grid, then find the z-shift s (and, unless given, the focal f) minimising
 //! Σ |f·xy/(z+s) − uv|². Upstream uses SciPy's Levenberg–Marquardt with `ftol=1e-3`; this is
-//! our own 1-D LM with an analytic derivative, iterated to full convergence (spec §3.1).
+//! our own 1-D LM with an analytic derivative, iterated to full convergence (a step under 1e-12
+//! of the shift, or a cost drop under 1e-16 of the cost), so that the shift is the minimum
+//! itself rather than wherever SciPy's tolerance stops.
 //! For a given s the best focal is closed form (variable projection), so the search is 1-D.
 
 use super::resize::nearest_axis;

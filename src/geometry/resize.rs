@@ -1,5 +1,5 @@
 //! PyTorch CPU interpolation, reproduced in float32 the way PyTorch computes it (coordinates
-//! and weights in float32; a float64 version differs by up to 1e-4, see the spec §4).
+//! and weights in float32; a float64 version differs from PyTorch's by up to 1e-4).
 //! Images are planar: `c` planes of `h·w` row-major floats.
 
 /// One output index of a separable filter: first source index and its weights.
@@ -151,7 +151,7 @@ fn avx2_route(level: crate::simd::isa::Isa) -> bool {
 fn lerp_taps(level: crate::simd::isa::Isa, src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx2_route(level) {
-        // SAFETY: `avx2_route` holds only where the CPU has AVX2.
+        // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA.
         return unsafe { avx2::lerp_taps(src, x0, x1, w0, w1, out) };
     }
     lerp_taps_gather(level, src, x0, x1, w0, w1, out)
@@ -288,7 +288,7 @@ fn rows_to_lanes(level: crate::simd::isa::Isa, planes: &[f32], c: usize, w: usiz
     let rows: [&[f32]; LANES] = std::array::from_fn(row);
     #[cfg(target_arch = "x86_64")]
     if avx2_route(level) {
-        // SAFETY: `avx2_route` holds only where the CPU has AVX2.
+        // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA.
         return unsafe { avx2::rows_to_lanes(&rows, lanes) };
     }
     let _ = level;
@@ -305,7 +305,7 @@ fn lanes_to_rows(level: crate::simd::isa::Isa, lanes: &[f32], ring: &mut [f32], 
     assert!(lanes.len() >= ow * LANES && at.len() <= LANES && at.iter().all(|&a| a + ow <= ring.len()));
     #[cfg(target_arch = "x86_64")]
     if at.len() == LANES && avx2_route(level) {
-        // SAFETY: `avx2_route` holds only where the CPU has AVX2; every
+        // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA; every
         // row `at[r]..at[r] + ow` is inside the ring (asserted above).
         return unsafe { avx2::lanes_to_rows(lanes, ring, ow, at) };
     }
@@ -431,6 +431,8 @@ fn bicubic_axis(input: usize, output: usize, coord_scale: f32) -> Vec<([usize; 4
 }
 
 /// `F.interpolate(mode='bicubic', align_corners=False, scale_factor=(sy, sx))` of planar data.
+// The shape arguments of the other resizes (c, h, w, oh, ow), and the two scale factors.
+#[allow(clippy::too_many_arguments)]
 pub fn resize_bicubic_scaled(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: usize, sy: f64, sx: f64) -> Vec<f32> {
     let ys = bicubic_axis(h, oh, (1.0 / sy) as f32);
     let xs = bicubic_axis(w, ow, (1.0 / sx) as f32);

@@ -1,7 +1,7 @@
 //! Is the file whole? JPEG, PNG and WebP decoders fill in what a truncated file lacks (zune-jpeg
 //! pads missing scan data; png and image-webp stop early without a word when only the trailer is
-//! cut), so a photo cut short by an interrupted copy would be processed as grey or half an image
-//! (issue 10). These checks walk the container structure, which costs a scan of the bytes and
+//! cut), so a photo cut short by an interrupted copy would be processed as grey or half an image.
+//! These checks walk the container structure, which costs a scan of the bytes and
 //! no decoding, and name where the data ends.
 
 use memchr::memchr;

@@ -152,7 +152,7 @@ impl BackboneSpec {
         let spec = match fixed {
             Some((embed_dim, depth, num_heads)) => BackboneSpec { embed_dim, depth, num_heads },
             None => {
-                if embed_dim_in_ckpt == 0 || embed_dim_in_ckpt % 64 != 0 {
+                if embed_dim_in_ckpt == 0 || !embed_dim_in_ckpt.is_multiple_of(64) {
                     return Err(format!("backbone width {embed_dim_in_ckpt} is not a multiple of 64"));
                 }
                 BackboneSpec { embed_dim: embed_dim_in_ckpt, depth: depth_in_ckpt, num_heads: embed_dim_in_ckpt / 64 }

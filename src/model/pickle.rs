@@ -13,7 +13,7 @@
 //!
 //! `BUILD` (set an object's attributes) keeps the object and drops the state: for
 //! `model.state_dict()`, an `OrderedDict` whose attribute `_metadata` holds per-module versions
-//! (`torch.nn.Module.state_dict`), the attributes are not items of the dict (issue 10).
+//! (`torch.nn.Module.state_dict`), the attributes are not items of the dict.
 
 use std::collections::HashMap;
 

@@ -28,7 +28,7 @@ struct Bin {
 
 impl Bin {
     fn push(&mut self, bytes: &[u8], target: Option<u32>) -> usize {
-        while self.data.len() % 4 != 0 {
+        while !self.data.len().is_multiple_of(4) {
             self.data.push(0);
         }
         let mut v = json!({"buffer": 0, "byteOffset": self.data.len(), "byteLength": bytes.len()});

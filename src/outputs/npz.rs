@@ -1,7 +1,7 @@
 //! The npz layout of the Tenstorrent MoGe-2 server (tt-MoGe, its `save_npz`): points f32 (H,W,3), depth f32 (H,W),
-//! normal f32 (H,W,3) when present (or f16, [`NormalDtype`], as the Tenstorrent server sends
-//! it), mask u8 (H,W) 1 = valid, intrinsics f32 (3,3) normalised, intrinsics_pixels f32 (3,3),
-//! metric_scale / fov_x / fov_y f32 scalars (degrees).
+//! normal f32 (H,W,3) when present (or f16, [`NormalDtype`], as tt-MoGe sends it), mask u8
+//! (H,W) 1 = valid, intrinsics f32 (3,3) normalised, intrinsics_pixels f32 (3,3), metric_scale /
+//! fov_x / fov_y f32 scalars (degrees).
 //!
 //! Each array is serialised as `.npy` by ndarray-npy and stored in the zip here, so that the
 //! compression can be chosen ([`Compression`]); numpy (`np.load`) and any zip reader read every
@@ -41,8 +41,8 @@ pub enum Compression {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NormalDtype {
-    /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the Tenstorrent
-    /// server's layout, half the bytes (unit normals keep ~3 decimal digits).
+    /// IEEE half, rounded to nearest even as numpy's `astype(np.float16)`: the layout of the
+    /// Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits).
     Float16,
     /// As upstream `infer()` returns it.
     #[default]

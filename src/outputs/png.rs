@@ -24,14 +24,13 @@ use crate::simd::isa;
 fn depth_code(d: f32, valid: bool, scale: f32) -> (u16, bool) {
     let ok = valid && d.is_finite() && d > 0.0;
     let q = d as f64 / scale as f64;
-    // max / min as selects (NaN only where `ok` is false, and then unused).
+    // max / min as selects; a NaN (an invalid pixel's, or any pixel's under a NaN scale) takes
+    // the first one's 1.0, as `x >= 1.0` is false for it.
     let x = q + 0.5;
-    let x = if x < 1.0 { 1.0 } else { x };
+    let x = if x >= 1.0 { x } else { 1.0 };
     let x = if x > 65535.0 { 65535.0 } else { x };
-    // SAFETY: where `ok`, x is finite and in [1, 65535]; elsewhere it is replaced by 0 below, and
-    // a NaN or out-of-range conversion is not undefined on x86 (it gives i32::MIN), but it is
-    // in Rust, so such an x is replaced by 1.0 first.
-    let x = if ok { x } else { 1.0 };
+    // SAFETY: the two selects leave x in [1, 65535] whatever q was (infinities and NaN
+    // included), so it is finite and its truncation fits an i32.
     let i: i32 = unsafe { x.to_int_unchecked() };
     let code = if ok { i as u16 } else { 0 };
     (code, ok && !(0.5..65535.5).contains(&q))

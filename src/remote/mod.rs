@@ -1,5 +1,5 @@
 //! The client side of `--server URL`: predictions from a MoGe-2 HTTP server (`moge serve`, or
-//! the Tenstorrent server tt-MoGe whose API it copies) instead of a local model.
+//! the Tenstorrent MoGe-2 server (tt-MoGe), whose API it copies) instead of a local model.
 //!
 //! The API: `GET /health`, `GET /info` (JSON), and `POST /predict` with a JSON body holding the
 //! image file in base64 and the options. The answer is the npz itself with its metadata in the

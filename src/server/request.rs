@@ -1,5 +1,5 @@
-//! What a `POST /predict` asks for: the Tenstorrent MoGe-2 server's (tt-MoGe) JSON body with a
-//! base64 image, or the image itself as the body with the same options in the query string.
+//! What a `POST /predict` asks for: the JSON body of the Tenstorrent MoGe-2 server (tt-MoGe) with
+//! a base64 image, or the image itself as the body with the same options in the query string.
 
 use base64::Engine;
 

@@ -119,7 +119,9 @@ fn reference_surface(n: &Npz, rtol: f32) -> (Vec<usize>, Vec<[usize; 3]>) {
                     hi = hi.max(d(yy, xx));
                 }
             }
-            keep[y * w + x] = !((hi - lo) / d(y, x) > rtol);
+            // A NaN ratio keeps the pixel.
+            let r = (hi - lo) / d(y, x);
+            keep[y * w + x] = r <= rtol || r.is_nan();
         }
     }
     let mut tris = Vec::new();
@@ -779,9 +781,9 @@ fn assert_projective(n: &Npz) {
             let u = (x as f32 + 0.5) / w as f32;
             let v = (y as f32 + 0.5) / h as f32;
             let want = [(u - k[[0, 2]]) / k[[0, 0]] * d, (v - k[[1, 2]]) / k[[1, 1]] * d, d];
-            for c in 0..3 {
+            for (c, want_c) in want.iter().enumerate() {
                 let got = n.points[[y, x, c]];
-                assert!((got - want[c]).abs() <= 1e-4 * (1.0 + d.abs()), "({x},{y})[{c}]: {got} vs {}", want[c]);
+                assert!((got - want_c).abs() <= 1e-4 * (1.0 + d.abs()), "({x},{y})[{c}]: {got} vs {want_c}");
             }
             checked += 1;
         }
@@ -989,6 +991,8 @@ fn a_refused_write_leaves_nothing_behind_and_the_batch_goes_on() {
     cmd.args(["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--no-compress", "--json"]);
     // Files may not grow past 4 KiB (an npz of 40x30 maps is ~35 KiB); the process ignores
     // SIGXFSZ, so the write fails with EFBIG instead of killing it.
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: signal and setrlimit are, and an io::Error from errno allocates nothing.
     unsafe {
         cmd.pre_exec(|| {
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);

@@ -149,7 +149,10 @@ fn run_measured(args: &[&str]) -> (i32, String, f64) {
         s
     });
     let mut status = 0;
+    // SAFETY: rusage is a C struct of integers, for which all zeros is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to locals that outlive the call; `pid` is the child spawned
+    // above, which nothing else waits for.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(r, pid);
     let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };

@@ -28,10 +28,10 @@ fn no_valid_pixel_gives_focal_one_shift_zero() {
 fn camera(w: usize, h: usize, focal: f64, shift: f64) -> Vec<f32> {
     let (u, v) = moge::geometry::uv::view_plane_uv(w, h, w as f64 / h as f64);
     let mut p = Vec::new();
-    for y in 0..h {
-        for x in 0..w {
-            let z = 2.0 + 0.5 * u[x] as f64 + 0.3 * v[y] as f64;
-            p.extend_from_slice(&[(u[x] as f64 * z / focal) as f32, (v[y] as f64 * z / focal) as f32, (z - shift) as f32]);
+    for &vy in &v {
+        for &ux in &u {
+            let z = 2.0 + 0.5 * ux as f64 + 0.3 * vy as f64;
+            p.extend_from_slice(&[(ux as f64 * z / focal) as f32, (vy as f64 * z / focal) as f32, (z - shift) as f32]);
         }
     }
     p
@@ -63,7 +63,7 @@ fn all_non_finite_falls_back() {
 #[test]
 fn fully_masked_prediction_is_all_invalid_without_panic() {
     let (w, h) = (20, 10);
-    let fwd = ForwardMaps { points: plane(w, h, 1.5), normal: Some(vec![0.0, 0.0, 1.0].repeat(w * h)), mask: Some(vec![0.1; w * h]), metric_scale: Some(2.0) };
+    let fwd = ForwardMaps { points: plane(w, h, 1.5), normal: Some([0.0, 0.0, 1.0].repeat(w * h)), mask: Some(vec![0.1; w * h]), metric_scale: Some(2.0) };
     let p = postprocess(fwd, w, h, (5, 10), &InferOptions::default());
     assert!(p.mask.iter().all(|&m| !m));
     assert!(p.depth.iter().all(|d| *d == f32::INFINITY));

@@ -23,20 +23,37 @@ use crate::support::rng::Rng;
 struct Counting;
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call goes to the system allocator with its arguments unchanged, so the memory
+// handed out is System's, which meets GlobalAlloc's contract; the count beside it is one atomic
+// update, which neither allocates nor unwinds.
 unsafe impl GlobalAlloc for Counting {
+    /// # Safety
+    /// As [`GlobalAlloc::alloc`].
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LARGEST.fetch_max(l.size(), Ordering::Relaxed);
+        // SAFETY: the caller meets `alloc`'s contract (a layout of non-zero size), System's.
         unsafe { System.alloc(l) }
     }
+    /// # Safety
+    /// As [`GlobalAlloc::alloc_zeroed`].
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         LARGEST.fetch_max(l.size(), Ordering::Relaxed);
+        // SAFETY: the caller meets `alloc_zeroed`'s contract, System's.
         unsafe { System.alloc_zeroed(l) }
     }
+    /// # Safety
+    /// As [`GlobalAlloc::realloc`].
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         LARGEST.fetch_max(new, Ordering::Relaxed);
+        // SAFETY: the caller meets `realloc`'s contract, and `p` came from this allocator, i.e.
+        // from System.
         unsafe { System.realloc(p, l, new) }
     }
+    /// # Safety
+    /// As [`GlobalAlloc::dealloc`].
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller meets `dealloc`'s contract, and `p` came from this allocator, i.e.
+        // from System.
         unsafe { System.dealloc(p, l) }
     }
 }
