@@ -149,7 +149,7 @@ fn no_two_files_import_each_other_round_a_loop() {
     let g = graph();
     assert!(g.len() > 50, "only {} files read", g.len());
     // Depth-first search for a back edge, reporting the loop.
-    fn visit<'a>(f: &str, g: &dyn Fn(&str) -> Vec<String>, stack: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+    fn visit(f: &str, g: &dyn Fn(&str) -> Vec<String>, stack: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
         if let Some(i) = stack.iter().position(|s| s == f) {
             return Some(stack[i..].iter().cloned().chain([f.to_owned()]).collect());
         }
