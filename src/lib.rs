@@ -72,6 +72,12 @@ pub mod remote;
 pub mod server;
 pub mod simd;
 
+/// The unit tests' random numbers: the integration tests' generator, compiled here by path.
+#[cfg(test)]
+#[allow(dead_code)] // the unit tests draw only some of the kinds of values it makes
+#[path = "../tests/it/support/rng.rs"]
+pub(crate) mod test_rng;
+
 pub use candle_core::Device;
 pub use device::DeviceRequest;
 pub use infer::{InferOptions, Prediction};

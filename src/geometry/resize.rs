@@ -471,13 +471,8 @@ mod rows_tests {
     /// post-processing's upsample of the head outputs; up and down, odd sizes, one column).
     #[test]
     fn lerp_taps_is_the_portable_loop_for_any_taps() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |m: u32| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 33) as u32 % m
-        };
+        let mut rng = crate::test_rng::Rng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = |m: u32| rng.below(m as usize) as u32;
         let src: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
         let n = 203;
         // Runs where eight columns fit eight floats (the permute route), blocks that do not
@@ -505,16 +500,9 @@ mod rows_tests {
 
     #[test]
     fn bilinear_rows_give_resize_bilinear_bits_at_every_level() {
-        let mut seed = 0x853c_49e6_748f_ea9bu64;
+        let mut rng = crate::test_rng::Rng::new(0x853c_49e6_748f_ea9b);
         for (h, w, oh, ow) in [(30, 56, 1080, 1920), (7, 5, 13, 33), (9, 1, 4, 3), (40, 40, 17, 23)] {
-            let plane: Vec<f32> = (0..h * w)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    (seed >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
-                })
-                .collect();
+            let plane: Vec<f32> = (0..h * w).map(|_| rng.unit() * 4.0).collect();
             let want = resize_bilinear(&plane, 1, h, w, oh, ow);
             let (xs, ys) = (bilinear_axis(w, ow), bilinear_axis(h, oh));
             let xs = ColumnTaps::new(&xs);

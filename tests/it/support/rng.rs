@@ -2,8 +2,8 @@
 //! every run draws the same values. It is for inputs whose exact values do not matter, only that
 //! they are many, varied and the same on every run: a test that uses it must pass for any seed.
 //!
-//! core and std only: other trees compile this file by path
-//! (`#[path = "../../tests/it/support/rng.rs"] mod rng;` in `examples/common/mod.rs`).
+//! core and std only: the library's unit tests (`test_rng` in `src/lib.rs`) and the benchmark
+//! examples (`examples/common/mod.rs`) compile this file by path.
 //!
 //! Not drawn from here: the synthetic weights of `synth.rs`, a hash of each tensor's key and
 //! element index that `tests/synth_weights.py` computes too and that the committed fixtures are
