@@ -16,6 +16,7 @@ mod common;
 use common::median;
 use common::rng::Rng;
 use moge::model::cpu::bf16::{self, PackedA, PackedB};
+use moge::simd::Mat;
 use std::time::Instant;
 
 /// `gemm` crate f32: C = A · B, B read with strides (column `b_cs`, row `b_rs`), as candle does
@@ -89,7 +90,7 @@ fn main() {
         let a = Rng::new(12345).units(m * k);
         let b = Rng::new(67890).units(k * n);
         let mut c = vec![0f32; m * n];
-        bf16::gemm_bf16(&a, m, k, k, &PackedB::from_f32_kn(&b, k, n), &mut c, n, false, 1);
+        bf16::gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::from_f32_kn(&b, k, n), Mat::from_slice_mut(&mut c, m, n, n), false, 1);
         let (mut emax, mut e2, mut r2, mut rmax) = (0f64, 0f64, 0f64, 0f64);
         for i in 0..m {
             for j in 0..n {
@@ -126,9 +127,9 @@ fn main() {
         for threads in [2usize, 1] {
             let run_bf16 = |c: &mut [f32]| {
                 if let Some(pa) = &pa {
-                    bf16::gemm_bf16_packed_a(pa, &b, n, n, c, n, false, threads);
+                    bf16::gemm_bf16_packed_a(pa, Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(c, m, n, n), false, threads);
                 } else {
-                    bf16::gemm_bf16(&a, m, k, k, pb.as_ref().unwrap(), c, n, false, threads);
+                    bf16::gemm_bf16(Mat::from_slice(&a, m, k, k), pb.as_ref().unwrap(), Mat::from_slice_mut(c, m, n, n), false, threads);
                 }
             };
             run_bf16(&mut c);

@@ -5,11 +5,13 @@
 //! channel in the same order, then the residual), so the routes give the same bits, on a
 //! register tile that fits 16 ymm registers.
 //!
-//! # Safety
-//! Call only at `Isa::Avx2` or above (the direct route's `Isa::Avx2`, or a `Micro::Avx2`),
-//! which `super::isa` gives only where the CPU has AVX2 and FMA.
+//! The kernel runs only where the CPU has AVX2 and FMA: at `Isa::Avx2` or above (the direct
+//! route's `Isa::Avx2`, or a `Micro::Avx2`), which `super::isa` gives only there.
 
 use core::arch::x86_64::*;
+
+use super::mat::{MatMut, MatRef};
+use super::sgemm::Prefetch;
 
 /// Rows (output channels) of one register tile: 6 x 2 ymm accumulators, two slab vectors and
 /// a broadcast weight: 15 of the 16 registers (`sgemm::Micro::row_tiles` cuts rows in these).
@@ -22,34 +24,27 @@ pub(crate) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize
     (t * cin + c) * rows + r
 }
 
-/// C[mv × nv] (mv ≤ 6, nv ≤ 16) from one tile's packed weights `a` ([`packed_index`], with
-/// `lda` ≥ mv for the tile's height: the rows of one (tap, channel) `lda` floats after the
-/// last's) and `taps.len()` taps, plus `add`'s rows (`add_ld` apart: 0 adds one row, a bias of
-/// columns, to every row). Each tap's 16 floats are read whole for every channel (`nv` masks only the
-/// added rows and the stores), so they must be readable. `pf.1` lines of 16 floats from `pf.0`
-/// are requested into L2 as the first tap goes, one per channel (`sgemm::product`'s next panel;
-/// none for the convolutions).
-#[allow(clippy::too_many_arguments)]
+/// C = bias + Σ_taps A · B_tap [+ add] for one register tile: C (`c`) is mv × nv (mv ≤ 6, nv ≤
+/// 16). A (`a`) is the tile's packed weights ([`packed_index`]), one row per inner index (the
+/// taps' channels in turn, `taps.len() · b.rows()` rows) holding the mv weights of that index
+/// side by side, rows `a.stride()` apart (≥ mv: the tile's height where it was packed). B_tap
+/// is `b` moved on by `taps[t]` elements: `b.rows()` channels of 16 pixels, every one of the 16
+/// read whatever `nv` (which masks only the added rows and the stores). `bias` holds mv values,
+/// one per row; `add` (mv × nv) is added at the end, its stride 0 for one row of columns added
+/// to every row. `pf.count` lines of 16 floats from `pf.start` are requested into L2 as the
+/// first tap goes, one per channel (`sgemm::product`'s next panel; none for the convolutions).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; every element of `a`, `bias` and `add` is readable, B_tap's 16
+/// columns of each row for every tap, and every element of `c` is writable.
 #[inline]
-pub(crate) unsafe fn kernel(
-    mv: usize,
-    a: *const f32,
-    lda: usize,
-    taps: &[*const u32],
-    cs: usize,
-    kc: usize,
-    bias: *const f32,
-    add: *const f32,
-    add_ld: usize,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    pf: (*const f32, usize),
-) {
+pub(crate) unsafe fn kernel(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
+    debug_assert!(c.cols() <= 16 && a.cols() == c.rows() && a.rows() == taps.len() * b.rows());
     macro_rules! go {
         ($($r:literal)*) => {
-            match mv {
-                $($r => kern::<$r>(a, lda, taps, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
+            match c.rows() {
+                // SAFETY: the caller's promise, passed on; R = mv.
+                $($r => unsafe { kern::<$r>(a, b, taps, bias, add, c, pf) },)*
                 _ => unreachable!(),
             }
         };
@@ -57,57 +52,52 @@ pub(crate) unsafe fn kernel(
     go!(1 2 3 4 5 6)
 }
 
-/// C[R × min(nv, 16)] = bias + Σ_taps Σ_channels A · B [+ add], B rows `cs` floats apart from
-/// each tap's start, `add` rows `add_ld` apart.
-#[allow(clippy::too_many_arguments)]
+/// [`kernel`] for R = mv rows.
+///
+/// # Safety
+/// As [`kernel`].
 #[target_feature(enable = "avx2,fma")]
-unsafe fn kern<const R: usize>(
-    a: *const f32,
-    lda: usize,
-    taps: &[*const u32],
-    cs: usize,
-    cin: usize,
-    bias: *const f32,
-    add: *const f32,
-    add_ld: usize,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    pf: (*const f32, usize),
-) {
-    if !add.is_null() {
-        // The residual rows, read at the end, requested now.
+unsafe fn kern<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
+    let (lda, cs, cin, nv) = (a.stride(), b.stride(), b.rows(), c.cols());
+    if let Some(add) = add {
+        // The residual rows, read at the end, requested now (a prefetch never faults).
         for r in 0..R {
-            _mm_prefetch::<_MM_HINT_T0>(add.add(r * add_ld) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(add.row(r) as *const i8);
         }
     }
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for (r, acc) in acc.iter_mut().enumerate() {
-        let b = _mm256_set1_ps(*bias.add(r));
+        // SAFETY: `bias` holds R readable values (the caller's promise).
+        let b = _mm256_set1_ps(unsafe { *bias.add(r) });
         *acc = [b, b];
     }
     // One inner index: B's row, each row of A broadcast, two FMAs each.
     macro_rules! step {
         ($at:ident, $b:ident) => {
-            let b0 = _mm256_loadu_ps($b);
-            let b1 = _mm256_loadu_ps($b.add(8));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let ar = _mm256_set1_ps(*$at.add(r));
-                acc[0] = _mm256_fmadd_ps(ar, b0, acc[0]);
-                acc[1] = _mm256_fmadd_ps(ar, b1, acc[1]);
+            // SAFETY: `$b` is a row of this tap's B, 16 readable floats, and `$at` a row of A,
+            // R readable weights (the caller's promise).
+            unsafe {
+                let b0 = _mm256_loadu_ps($b);
+                let b1 = _mm256_loadu_ps($b.add(8));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar = _mm256_set1_ps(*$at.add(r));
+                    acc[0] = _mm256_fmadd_ps(ar, b0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(ar, b1, acc[1]);
+                }
             }
-            $b = $b.add(cs);
-            $at = $at.add(lda);
+            // The next rows (past the last ones after the last step: never read).
+            $b = $b.wrapping_add(cs);
+            $at = $at.wrapping_add(lda);
         };
     }
     // `pf`'s lines requested one per inner index of the first tap, in a loop of their own (a
     // test in the one loop cost the convolutions 2-5 %).
     for (t, &tap) in taps.iter().enumerate() {
-        let mut at = a.add(packed_index(lda, cin, 0, t, 0));
-        let mut b = tap as *const f32;
-        let fetch = if t == 0 { pf.1.min(cin) } else { 0 };
+        let mut at = a.row(t * cin);
+        let mut b = b.ptr().wrapping_add(tap);
+        let fetch = if t == 0 { pf.count.min(cin) } else { 0 };
         for i in 0..fetch {
-            _mm_prefetch::<_MM_HINT_T1>(pf.0.add(16 * i) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(pf.start.wrapping_add(16 * i) as *const i8);
             step!(at, b);
         }
         for _ in fetch..cin {
@@ -117,14 +107,17 @@ unsafe fn kern<const R: usize>(
     if nv >= 16 {
         // A whole tile: plain loads and stores (masked ones are microcoded on AMD).
         for (r, acc) in acc.iter_mut().enumerate() {
-            let cr = c.add(r * ldc);
-            if !add.is_null() {
-                let ar = add.add(r * add_ld);
-                acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(ar));
-                acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(ar.add(8)));
+            let cr = c.row(r);
+            // SAFETY: row r of `add` and of `c` hold 16 readable (writable) floats: nv of them.
+            unsafe {
+                if let Some(add) = add {
+                    let ar = add.row(r);
+                    acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(ar));
+                    acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(ar.add(8)));
+                }
+                _mm256_storeu_ps(cr, acc[0]);
+                _mm256_storeu_ps(cr.add(8), acc[1]);
             }
-            _mm256_storeu_ps(cr, acc[0]);
-            _mm256_storeu_ps(cr.add(8), acc[1]);
         }
         return;
     }
@@ -132,13 +125,17 @@ unsafe fn kern<const R: usize>(
     let m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv as i32), lane);
     let m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv as i32 - 8), lane);
     for (r, acc) in acc.iter_mut().enumerate() {
-        let cr = c.add(r * ldc);
-        if !add.is_null() {
-            let ar = add.add(r * add_ld);
-            acc[0] = _mm256_add_ps(acc[0], _mm256_maskload_ps(ar, m0));
-            acc[1] = _mm256_add_ps(acc[1], _mm256_maskload_ps(ar.add(8), m1));
+        let cr = c.row(r);
+        // SAFETY: the masks cover the first nv floats of each row, which `add` and `c` hold; the
+        // masked-off lanes are neither read nor written (nor can they fault).
+        unsafe {
+            if let Some(add) = add {
+                let ar = add.row(r);
+                acc[0] = _mm256_add_ps(acc[0], _mm256_maskload_ps(ar, m0));
+                acc[1] = _mm256_add_ps(acc[1], _mm256_maskload_ps(ar.add(8), m1));
+            }
+            _mm256_maskstore_ps(cr, m0, acc[0]);
+            _mm256_maskstore_ps(cr.add(8), m1, acc[1]);
         }
-        _mm256_maskstore_ps(cr, m0, acc[0]);
-        _mm256_maskstore_ps(cr.add(8), m1, acc[1]);
     }
 }

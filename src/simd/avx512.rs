@@ -3,28 +3,34 @@
 //! the AVX2 kernel's arithmetic on zmm registers. The accumulator prologue (`start!`) and the
 //! store masks (`masks`) are shared with the direct 3x3 convolution's AVX-512 kernels.
 //!
-//! # Safety
-//! Call only where the CPU has AVX-512F: a `super::sgemm::Micro::Avx512` exists only there.
+//! Everything here runs only where the CPU has AVX-512F: a `super::sgemm::Micro::Avx512` (or
+//! the direct convolution's `Isa::Avx512` route) exists only there.
 
 use core::arch::x86_64::*;
+
+use super::mat::{Mat, MatMut, MatRef};
+use super::sgemm::Prefetch;
 
 // The prologue is a macro: as a function (even `#[inline]` with the same target features) it
 // was not inlined and cost 50 % of the conv time.
 
 /// Accumulators set to the bias; the residual rows (read at the end) prefetched now, so
-/// they arrive while the k loop runs.
+/// they arrive while the k loop runs. `$bias` holds `$r` readable floats and `$add` is an
+/// `Option<MatRef<f32>>` of `$r` rows (the kernels' callers' promises).
 macro_rules! start {
-    ($r:ident, $bias:ident, $add:ident, $ldc:ident) => {{
-        if !$add.is_null() {
+    ($r:ident, $bias:ident, $add:ident) => {{
+        if let Some(add) = $add {
             for r in 0..$r {
-                let p = $add.add(r * $ldc) as *const i8;
+                // A prefetch never faults.
+                let p = add.row(r) as *const i8;
                 _mm_prefetch::<_MM_HINT_T0>(p);
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
             }
         }
         let mut acc = [[_mm512_setzero_ps(); 2]; $r];
         for (r, acc) in acc.iter_mut().enumerate() {
-            let b = _mm512_set1_ps(*$bias.add(r));
+            // SAFETY: `$bias` holds `$r` readable floats (the kernel's caller's promise).
+            let b = _mm512_set1_ps(unsafe { *$bias.add(r) });
             *acc = [b, b];
         }
         acc
@@ -50,77 +56,65 @@ pub(crate) fn masks(nv: usize) -> (__mmask16, __mmask16) {
 /// two B vectors and the broadcast A value, 31 of the 32 registers.
 pub(crate) const ONE_TAP_ROWS: usize = 14;
 
-/// C[mv × nv] (mv ≤ [`ONE_TAP_ROWS`], nv ≤ 32) = bias + A · B [+ add]: the AVX2 kernel's
-/// one-tap product (`super::avx2::kernel`, same packing of A: a tile's `mv` values of each
-/// inner index side by side, those of the next `lda` floats on) on 32 columns of zmm
-/// registers, for `super::sgemm::Micro` at the AVX-512 levels. B's `kc` rows are `cs` floats
-/// apart, 32 readable in each; `add`'s rows `add_ld` apart (0: one row, a bias of columns,
-/// added to every row); `pf.1` lines of 16 floats from `pf.0` requested into L2, one per inner
-/// index (`sgemm::product`'s next panel).
-#[allow(clippy::too_many_arguments)]
+/// C = bias + A · B [+ add] for one register tile of C (`c`, mv × nv, mv ≤ [`ONE_TAP_ROWS`],
+/// nv ≤ 32): the AVX2 kernel's one-tap product (`super::avx2::kernel`, the same packing of A:
+/// one row per inner index holding its mv weights side by side, rows `a.stride()` apart) on
+/// 32 columns of zmm registers, for `super::sgemm::Micro` at the AVX-512 levels. B (`b`) has
+/// a row of 32 readable floats per inner index (`a.rows()` of them), whatever nv; `bias` mv
+/// values; `add` (mv × nv, stride 0 for one row added to every row) is added at the end.
+/// `pf.count` lines of 16 floats from `pf.start` are requested into L2, one per inner index
+/// (`sgemm::product`'s next panel).
+///
+/// # Safety
+/// The CPU has AVX-512F; every element of `a`, `bias` and `add` is readable, B's 32 columns of
+/// each of its `a.rows()` rows, and every element of `c` is writable.
 #[inline]
-pub(crate) unsafe fn one_tap(
-    mv: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    cs: usize,
-    kc: usize,
-    bias: *const f32,
-    add: *const f32,
-    add_ld: usize,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    pf: (*const f32, usize),
-) {
+pub(crate) unsafe fn one_tap(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
+    debug_assert!(c.cols() <= 32 && a.cols() == c.rows());
     macro_rules! go {
         ($($r:literal)*) => {
-            match mv {
-                $($r => one_tap_rows::<$r>(a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),)*
-                _ => unreachable!("one_tap: {mv} rows"),
+            match c.rows() {
+                // SAFETY: the caller's promise, passed on; R = mv.
+                $($r => unsafe { one_tap_rows::<$r>(a, b, bias, add, c, pf) },)*
+                _ => unreachable!("one_tap: {} rows", c.rows()),
             }
         };
     }
     go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// [`one_tap`] for R = mv rows.
+///
+/// # Safety
+/// As [`one_tap`].
 #[target_feature(enable = "avx512f")]
-unsafe fn one_tap_rows<const R: usize>(
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    cs: usize,
-    kc: usize,
-    bias: *const f32,
-    add: *const f32,
-    add_ld: usize,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-    pf: (*const f32, usize),
-) {
-    let mut acc = start!(R, bias, add, add_ld);
-    let (mut at, mut bt) = (a, b);
+unsafe fn one_tap_rows<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
+    let (lda, cs, kc, nv) = (a.stride(), b.stride(), a.rows(), c.cols());
+    let mut acc = start!(R, bias, add);
+    let (mut at, mut bt) = (a.ptr(), b.ptr());
     // One inner index: B's row, each row of A broadcast, two FMAs each.
     macro_rules! step {
         () => {
-            let b0 = _mm512_loadu_ps(bt);
-            let b1 = _mm512_loadu_ps(bt.add(16));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let ar = _mm512_set1_ps(*at.add(r));
-                acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
-                acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
+            // SAFETY: `bt` is a row of B, 32 readable floats, and `at` a row of A, R readable
+            // weights (the caller's promise).
+            unsafe {
+                let b0 = _mm512_loadu_ps(bt);
+                let b1 = _mm512_loadu_ps(bt.add(16));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar = _mm512_set1_ps(*at.add(r));
+                    acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
+                }
             }
-            bt = bt.add(cs);
-            at = at.add(lda);
+            // The next rows (past the last ones after the last step: never read).
+            bt = bt.wrapping_add(cs);
+            at = at.wrapping_add(lda);
         };
     }
     // `pf`'s lines requested one per inner index, in a loop of their own (no test in the rest).
-    let fetch = pf.1.min(kc);
+    let fetch = pf.count.min(kc);
     for i in 0..fetch {
-        _mm_prefetch::<_MM_HINT_T1>(pf.0.add(16 * i) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(pf.start.wrapping_add(16 * i) as *const i8);
         step!();
     }
     for _ in fetch..kc {
@@ -128,41 +122,52 @@ unsafe fn one_tap_rows<const R: usize>(
     }
     let (m0, m1) = masks(nv);
     for (r, acc) in acc.iter_mut().enumerate() {
-        let cr = c.add(r * ldc);
-        if nv >= 32 {
-            if !add.is_null() {
-                let ar = add.add(r * add_ld);
-                acc[0] = _mm512_add_ps(acc[0], _mm512_loadu_ps(ar));
-                acc[1] = _mm512_add_ps(acc[1], _mm512_loadu_ps(ar.add(16)));
+        let cr = c.row(r);
+        // SAFETY: row r of `add` and of `c` hold nv readable (writable) floats: all 32 where nv
+        // is 32, else the masks' lanes, and masked-off lanes are neither read nor written (nor
+        // can they fault).
+        unsafe {
+            if nv >= 32 {
+                if let Some(add) = add {
+                    let ar = add.row(r);
+                    acc[0] = _mm512_add_ps(acc[0], _mm512_loadu_ps(ar));
+                    acc[1] = _mm512_add_ps(acc[1], _mm512_loadu_ps(ar.add(16)));
+                }
+                _mm512_storeu_ps(cr, acc[0]);
+                _mm512_storeu_ps(cr.add(16), acc[1]);
+            } else {
+                if let Some(add) = add {
+                    let ar = add.row(r);
+                    acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
+                    acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
+                }
+                _mm512_mask_storeu_ps(cr, m0, acc[0]);
+                _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
             }
-            _mm512_storeu_ps(cr, acc[0]);
-            _mm512_storeu_ps(cr.add(16), acc[1]);
-        } else {
-            if !add.is_null() {
-                let ar = add.add(r * add_ld);
-                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
-                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
-            }
-            _mm512_mask_storeu_ps(cr, m0, acc[0]);
-            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
         }
     }
 }
 
-/// dst[c · rows + r] = a[r · rs + c] for r < rows (≤ 16), c < kc: a tile of A's rows packed for
-/// [`one_tap`], each inner index's `rows` values gathered in one instruction
-/// (`sgemm::Micro::pack`).
-///
-/// # Safety
-/// AVX-512F; `a` holds `rows` rows of `kc` floats `rs` apart, with `rows · rs · 4` bytes within
-/// an i32; `dst` `rows · kc` writable floats.
+/// dst[c · rows + r] = a[r][c] for every element of `a` (≤ 16 rows): a tile of A's rows packed
+/// for [`one_tap`], each inner index's values gathered in one instruction
+/// (`sgemm::Micro::pack`). Panics where `dst` is shorter than `a` or `a`'s rows are too far
+/// apart for the gather's i32 offsets.
 #[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn pack_rows(rows: usize, a: *const f32, rs: usize, kc: usize, dst: *mut f32) {
-    debug_assert!(rows <= 16);
+pub(crate) fn pack_rows(a: Mat<&[f32]>, dst: &mut [f32]) {
+    let (rows, kc, rs) = (a.rows(), a.cols(), a.stride());
+    assert!(rows <= 16 && dst.len() >= rows * kc && rs.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize), "pack_rows: {rows} x {kc}");
+    if rows == 0 || kc == 0 {
+        return;
+    }
     let mask: __mmask16 = ((1u32 << rows) - 1) as u16;
     let index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rs as i32));
+    let (a, d) = (a.as_raw(), dst.as_mut_ptr());
     for c in 0..kc {
-        let v = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, index, a.add(c));
-        _mm512_mask_storeu_ps(dst.add(c * rows), mask, v);
+        // SAFETY: the mask's lanes r < rows gather a[r][c] (offsets r · rs within an i32,
+        // asserted), an element of the view; `dst` holds rows · kc floats (asserted).
+        unsafe {
+            let v = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, index, a.at(0, c));
+            _mm512_mask_storeu_ps(d.add(c * rows), mask, v);
+        }
     }
 }

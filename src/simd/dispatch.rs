@@ -28,7 +28,7 @@ macro_rules! dispatch {
     };
     ($(#[$m:meta])* $vis:vis fn $name:ident / $base:ident($($a:ident: $t:ty),*) -> $r:ty $body:block) => {
         #[inline(always)]
-        #[allow(dead_code, clippy::too_many_arguments)]
+        #[allow(dead_code)]
         $vis fn $base($($a: $t),*) -> $r $body
 
         $(#[$m])*
@@ -36,21 +36,20 @@ macro_rules! dispatch {
             use $crate::simd::isa::{usable, Isa};
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,fma")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn wide($($a: $t),*) -> $r {
+            fn wide($($a: $t),*) -> $r {
                 $base($($a),*)
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn half($($a: $t),*) -> $r {
+            fn half($($a: $t),*) -> $r {
                 $base($($a),*)
             }
             match $crate::simd::route(usable(level)) {
-                // Safety: `usable` never exceeds what the CPU has, so it has AVX-512F (AVX2 and
-                // FMA, which the avx2 level requires).
+                // SAFETY: `usable` never exceeds what the CPU has, so at this route it has
+                // AVX-512F and FMA (every AVX-512 level implies the AVX2 level's FMA).
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512 => unsafe { wide($($a),*) },
+                // SAFETY: as above: at this route the CPU has AVX2 and FMA.
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => unsafe { half($($a),*) },
                 _ => $base($($a),*),

@@ -7,6 +7,8 @@
 //! - `dispatch!`: a loop body compiled for the baseline, AVX2 and AVX-512F, called by level
 //!   (the model's elementwise maths, and the host's resizes, post-processing and encoders).
 //! - [`math`]: exp, GELU and softmax, written to vectorise.
+//! - [`mat`]: [`Mat`], a matrix operand (start, rows, columns, row stride) as one value: the
+//!   kernels' operands, checked over a slice or raw for the kernels themselves.
 //! - [`sgemm`]: f32 products on the one-tap register-tile kernels, one file per instruction set
 //!   (`avx2`, `avx512`), shared by the linears, attention, the 1x1 and transposed convolutions
 //!   and Winograd; the AVX2 kernel also runs the 3x3 convolution's direct route.
@@ -20,11 +22,13 @@ pub(crate) mod avx2;
 pub(crate) mod avx512;
 mod dispatch;
 pub mod isa;
+pub mod mat;
 pub mod math;
 pub mod sgemm;
 
 pub(crate) use dispatch::dispatch;
 pub use dispatch::route;
+pub use mat::{Mat, MatMut, MatRef};
 
 /// One cache line of floats: the unit of [`Lines`].
 #[derive(Clone, Copy)]
@@ -48,21 +52,25 @@ impl Lines {
 impl std::ops::Deref for Lines {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        // Safety: `lines` holds at least `len` contiguous floats (`Line` is 16 of them, no padding).
+        // SAFETY: `lines` holds at least `len` contiguous, initialised floats (`Line` is 16 of
+        // them, no padding, `len.div_ceil(16)` lines), borrowed for as long as the result.
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const f32, self.len) }
     }
 }
 
 impl std::ops::DerefMut for Lines {
     fn deref_mut(&mut self) -> &mut [f32] {
-        // Safety: as `deref`, and borrowed mutably.
+        // SAFETY: as `deref`, borrowed mutably for as long as the result.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut f32, self.len) }
     }
 }
 
 /// A raw output pointer shared by parallel tasks that write disjoint parts of one buffer.
 pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: a `SendPtr` only carries an address between threads; every write through it is in an
+// unsafe block of its own, whose task owns the part it writes (each user says why).
 unsafe impl Send for SendPtr {}
+// SAFETY: as `Send`: sharing the address reads nothing through it.
 unsafe impl Sync for SendPtr {}
 impl SendPtr {
     /// A method (not field access) so closures capture the whole `Sync` wrapper.

@@ -15,6 +15,7 @@
 use rayon::prelude::*;
 
 use super::isa::{self, Isa};
+use super::mat::{Mat, MatMut, MatRef};
 use super::{Lines, SendPtr};
 
 /// Rows per task at most: the task's packed A slice (≤ MC × KC floats) stays in L2.
@@ -27,6 +28,19 @@ const KC: usize = 256;
 
 /// The kernel's per-row bias: zero (a linear's bias is a row added to every row instead).
 static ZEROS: [f32; 16] = [0.0; 16];
+
+/// Cache lines a kernel requests into L2 as it goes, one per inner index: `count` lines of 16
+/// floats from `start` (a hint: it reads nothing and never faults).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Prefetch {
+    pub(crate) start: *const f32,
+    pub(crate) count: usize,
+}
+
+impl Prefetch {
+    /// No request.
+    pub(crate) const NONE: Prefetch = Prefetch { start: std::ptr::null(), count: 0 };
+}
 
 /// The f32 one-tap register-tile kernel of a level, chosen when its operands are packed and
 /// kept beside them.
@@ -45,6 +59,15 @@ impl Micro {
             Isa::Avx2 => Some(Micro::Avx2),
             Isa::Avx512 | Isa::Avx512Bf16 => Some(Micro::Avx512),
             Isa::Portable => None,
+        }
+    }
+
+    /// Whether this CPU has the kernel's instructions: always for a `Micro` from [`Micro::at`];
+    /// checked where one comes from outside, before a product runs it.
+    pub fn runs_here(self) -> bool {
+        match self {
+            Micro::Avx2 => isa::detected() >= Isa::Avx2,
+            Micro::Avx512 => isa::detected() >= Isa::Avx512,
         }
     }
 
@@ -78,61 +101,46 @@ impl Micro {
         (0..=tiles).map(|t| m * t / tiles).collect()
     }
 
-    /// C[mv × nv] = bias + A · B [+ add]: `a` one tile's values, `mv` side by side per inner
-    /// index and those of the next `lda` floats on (packed: `lda` = `mv`), B `kc` rows `cs`
-    /// floats apart with [`Micro::cols`] readable in each, `add` rows `add_ld` apart (0: one
-    /// row added to every row); `pf`: `pf.1` lines of 16 floats from `pf.0` requested into L2,
-    /// one per inner index (those past `kc` are not).
+    /// C = bias + A · B [+ add] for one register tile, C (`c`) mv × nv (mv ≤ [`Micro::rows`],
+    /// nv ≤ [`Micro::cols`]): A (`a`) one row per inner index holding its mv values side by
+    /// side (a packed tile: stride mv), B (`b`) a row per inner index with [`Micro::cols`]
+    /// readable floats whatever nv, `bias` mv values, `add` (mv × nv, stride 0 for one row added
+    /// to every row) added at the end; `pf` requested into L2 on the way (those lines past the
+    /// inner indices are not).
     ///
     /// # Safety
-    /// The CPU has this kernel's instructions (a `Micro` comes from [`Micro::at`], which gives
-    /// only those); every pointer covers what it says.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Micro::runs_here`]; every element of `a`, `bias` and `add` is readable, B's
+    /// [`Micro::cols`] columns of each of its `a.rows()` rows, and every element of `c` is
+    /// writable.
     #[inline]
-    pub(crate) unsafe fn kernel(
-        self,
-        mv: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        cs: usize,
-        kc: usize,
-        bias: *const f32,
-        add: *const f32,
-        add_ld: usize,
-        c: *mut f32,
-        ldc: usize,
-        nv: usize,
-        pf: (*const f32, usize),
-    ) {
+    pub(crate) unsafe fn kernel(self, a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
         #[cfg(target_arch = "x86_64")]
         match self {
-            Micro::Avx2 => super::avx2::kernel(mv, a, lda, &[b as *const u32], cs, kc, bias, add, add_ld, c, ldc, nv, pf),
-            Micro::Avx512 => super::avx512::one_tap(mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf),
+            // SAFETY: the caller's promise (with one tap at offset 0, B is the tap's rows).
+            Micro::Avx2 => unsafe { super::avx2::kernel(a, b, &[0], bias, add, c, pf) },
+            // SAFETY: the caller's promise.
+            Micro::Avx512 => unsafe { super::avx512::one_tap(a, b, bias, add, c, pf) },
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (mv, a, lda, b, cs, kc, bias, add, add_ld, c, ldc, nv, pf);
+        let _ = (a, b, bias, add, c, pf);
     }
 
-    /// dst[c · rows + r] = A(r, c) for r < rows, c < kc, A's (r, c) at `a[r · rs + c · cs]`: a
-    /// tile of A packed for [`Micro::kernel`]. Rows in memory (`cs` 1) are gathered, an inner
-    /// index's `rows` values by one instruction, at AVX-512 (the scalar copy, a load and a
-    /// store per value, was 3 % of a ViT-L forward's samples).
-    ///
-    /// # Safety
-    /// `a` holds every (r, c) for r < rows, c < kc; `dst` has rows · kc floats.
-    pub(crate) unsafe fn pack(self, rows: usize, a: *const f32, (rs, cs): (usize, usize), kc: usize, dst: &mut [f32]) {
+    /// dst[c · rows + r] = a[r][c] for every element of `a`: a tile of A's rows packed for
+    /// [`Micro::kernel`]. Gathered, an inner index's `rows` values by one instruction, at
+    /// AVX-512 (the scalar copy, a load and a store per value, was 3 % of a ViT-L forward's
+    /// samples).
+    pub(crate) fn pack(self, a: Mat<&[f32]>, dst: &mut [f32]) {
+        let (rows, kc) = (a.rows(), a.cols());
         assert!(dst.len() >= rows * kc, "sgemm: a tile of {rows} x {kc} in {}", dst.len());
         #[cfg(target_arch = "x86_64")]
-        if self == Micro::Avx512 && cs == 1 && rs.checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
-            // Safety: a `Micro::Avx512` exists only where the CPU has AVX-512F; rows ≤ 14 and
-            // the offsets within an i32.
-            super::avx512::pack_rows(rows, a, rs, kc, dst.as_mut_ptr());
+        if self == Micro::Avx512 && self.runs_here() && rows <= 16 && a.stride().checked_mul(4 * rows).is_some_and(|b| b <= i32::MAX as usize) {
+            // SAFETY: the CPU has AVX-512F (`runs_here`); the rest `pack_rows` checks itself.
+            unsafe { super::avx512::pack_rows(a, dst) };
             return;
         }
         for r in 0..rows {
-            for c in 0..kc {
-                dst[c * rows + r] = *a.add(r * rs + c * cs);
+            for (c, &v) in a.row(r).iter().enumerate() {
+                dst[c * rows + r] = v;
             }
         }
     }
@@ -191,6 +199,16 @@ impl Panels {
         Self { words, k, n, micro }
     }
 
+    /// Rows of B: the inner dimension.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns of B.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
     /// Panel p's rows of the slice starting at c0 (`kc` long).
     fn slice(&self, c0: usize, kc: usize, p: usize) -> *const f32 {
         let w = self.micro.cols();
@@ -198,28 +216,30 @@ impl Panels {
     }
 }
 
+/// The left operand A (m × k) of [`product`], its rows in memory or its columns.
+#[derive(Clone, Copy, Debug)]
+pub enum Lhs<'a> {
+    /// A itself (m × k): its tiles are packed for the kernel.
+    Rows(Mat<&'a [f32]>),
+    /// Aᵀ (k × m): each inner index's values side by side already, as in a packed tile, so the
+    /// kernel reads them in place (attention's p: copying them took 6 % of attention).
+    Columns(Mat<&'a [f32]>),
+}
+
 /// C (m × n) = A · B [+ bias, a row of n added to every row] [then GELU at level `gelu`] on
-/// this thread: A's (i, c) at
-/// `a[i · rs + c · cs]` (k = `b`'s inner dimension values per row: `cs` 1 for rows in memory,
-/// `rs` 1 for columns), C's row i at `c[i · ldc..]`; `pack` is scratch.
+/// this thread, k = `b`'s inner dimension; `pack` is scratch.
 ///
 /// # Safety
-/// `b` was built for a [`Micro`] of this CPU (one [`Micro::at`] gave). `a` holds every (i, c)
-/// for i < m, c < k, `c` m rows of n writable floats `ldc` apart, `bias` (when given) n floats.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn product(
-    a: *const f32,
-    (rs, cs): (usize, usize),
-    m: usize,
-    b: &Panels,
-    bias: Option<&[f32]>,
-    gelu: Option<Isa>,
-    c: *mut f32,
-    ldc: usize,
-    pack: &mut Vec<f32>,
-) {
+/// Every element of `c` (m × n) is writable, and nothing else reads or writes them meanwhile.
+pub unsafe fn product(a: Lhs, b: &Panels, bias: Option<&[f32]>, gelu: Option<Isa>, c: MatMut<f32>, pack: &mut Vec<f32>) {
     let (k, n, micro) = (b.k, b.n, b.micro);
     let w = micro.cols();
+    let (m, inner) = match a {
+        Lhs::Rows(a) => (a.rows(), a.cols()),
+        Lhs::Columns(at) => (at.cols(), at.rows()),
+    };
+    assert!(micro.runs_here(), "sgemm: {micro:?} panels on a CPU without the kernel");
+    assert!(inner == k && c.rows() == m && c.cols() == n, "sgemm: A {m} x {inner}, B {k} x {n}, C {} x {}", c.rows(), c.cols());
     if let Some(bias) = bias {
         assert!(bias.len() >= n, "sgemm: bias of {} for {n} columns", bias.len());
     }
@@ -229,14 +249,14 @@ pub unsafe fn product(
     let tiles = micro.row_tiles(m);
     for c0 in (0..k.max(1)).step_by(KC) {
         let kc = KC.min(k - c0);
-        // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r. Where
-        // A's columns are in memory (attention's p), each c's rows are side by side already:
-        // the kernel reads them there, `cs` apart (copying them took 6 % of attention).
-        let direct = rs == 1;
-        pack.resize(if direct { 0 } else { m * kc }, 0.0);
-        for t in tiles.windows(2).filter(|_| !direct) {
-            let (r0, rows) = (t[0], t[1] - t[0]);
-            micro.pack(rows, a.add(r0 * rs + c0 * cs), (rs, cs), kc, &mut pack[r0 * kc..][..rows * kc]);
+        // A's rows, slice c0..c0 + kc, in the kernel's tiles: (c, r) at c · rows + r (A's
+        // columns in memory are read in place).
+        if let Lhs::Rows(a) = a {
+            pack.resize(m * kc, 0.0);
+            for t in tiles.windows(2) {
+                let (r0, rows) = (t[0], t[1] - t[0]);
+                micro.pack(a.block(r0, c0, rows, kc), &mut pack[r0 * kc..][..rows * kc]);
+            }
         }
         let np = n.div_ceil(w);
         let nt = tiles.len() - 1;
@@ -252,24 +272,33 @@ pub unsafe fn product(
             let next = (p + 1 < np).then(|| b.slice(c0, kc, p + 1));
             for (ti, t) in tiles.windows(2).enumerate() {
                 let pf = match next {
-                    Some(next) => (next.add(16 * (lines * ti / nt)), lines * (ti + 1) / nt - lines * ti / nt),
-                    None => (std::ptr::null(), 0),
+                    Some(next) => Prefetch { start: next.wrapping_add(16 * (lines * ti / nt)), count: lines * (ti + 1) / nt - lines * ti / nt },
+                    None => Prefetch::NONE,
                 };
                 let (r0, rows) = (t[0], t[1] - t[0]);
-                let out = c.add(r0 * ldc + w * p);
+                let out = c.block(r0, w * p, rows, nv);
                 // The first slice adds the bias row (or nothing); the next ones what the
                 // slices before left in C.
-                let (add, add_ld) = match (c0, bias) {
-                    (0, Some(bias)) => (bias.as_ptr().add(w * p), 0),
-                    (0, None) => (std::ptr::null(), 0),
-                    _ => (out as *const f32, ldc),
+                let add = match (c0, bias) {
+                    (0, Some(bias)) => Some(Mat::from_ptr(bias.as_ptr().wrapping_add(w * p), rows, nv, 0)),
+                    (0, None) => None,
+                    _ => Some(out.as_const()),
                 };
-                let (at, lda) = if direct { (a.add(r0 + c0 * cs), cs) } else { (pack.as_ptr().add(r0 * kc), rows) };
-                micro.kernel(rows, at, lda, panel, w, kc, ZEROS.as_ptr(), add, add_ld, out, ldc, nv, pf);
+                let at = match a {
+                    Lhs::Columns(at) => at.as_raw().block(c0, r0, kc, rows),
+                    Lhs::Rows(_) => Mat::from_ptr(pack.as_ptr().wrapping_add(r0 * kc), kc, rows, rows),
+                };
+                // SAFETY: `micro` runs here (asserted); A's tile is inside `a` (a checked view)
+                // or `pack` (rows · kc packed values), B's slice of panel p has kc rows of w
+                // floats, the bias row n floats (asserted), and `out` is inside `c`, which the
+                // caller gives this call alone.
+                unsafe { micro.kernel(at, Mat::from_ptr(panel, kc, w, w), ZEROS.as_ptr(), add, out, pf) };
                 // GELU on the finished tile while it is in L1.
                 if let (Some(level), true) = (gelu, c0 + kc >= k) {
                     for r in 0..rows {
-                        super::math::gelu_in_place(level, std::slice::from_raw_parts_mut(out.add(r * ldc), nv));
+                        // SAFETY: row r of `out` is nv floats of `c`, written just above and
+                        // reached by nothing else meanwhile (the caller's promise).
+                        super::math::gelu_in_place(level, unsafe { std::slice::from_raw_parts_mut(out.row(r), nv) });
                     }
                 }
             }
@@ -279,10 +308,7 @@ pub unsafe fn product(
 
 /// y (m × n) = x (m × k) · B + bias [then GELU at level `gelu`] on every thread, in tasks of
 /// whole row tiles.
-///
-/// # Safety
-/// As [`product`].
-pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32], gelu: Option<Isa>) -> Vec<f32> {
+pub fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32], gelu: Option<Isa>) -> Vec<f32> {
     let (k, n) = (b.k, b.n);
     assert!(x.len() >= m * k && bias.len() >= n, "sgemm: operand sizes");
     let mut y: Vec<f32> = Vec::with_capacity(m * n);
@@ -295,11 +321,13 @@ pub unsafe fn linear(x: &[f32], m: usize, b: &Panels, bias: &[f32], gelu: Option
     let y_ptr = SendPtr(y.as_mut_ptr());
     (0..tasks).into_par_iter().for_each_init(Vec::new, |pack, i| {
         let (r0, r1) = (tiles[nt * i / tasks], tiles[nt * (i + 1) / tasks]);
-        // Safety: tasks write disjoint rows of `y`; `x` has m rows of k.
-        product(x[r0 * k..].as_ptr(), (k, 1), r1 - r0, b, Some(bias), gelu, y_ptr.get().add(r0 * n), n, pack);
+        let a = Mat::from_slice(&x[r0 * k..], r1 - r0, k, k);
+        // SAFETY: `y` has room for m rows of n; tasks write disjoint rows of it, r0..r1 this one.
+        unsafe { product(Lhs::Rows(a), b, Some(bias), gelu, Mat::from_mut_ptr(y_ptr.get().wrapping_add(r0 * n), r1 - r0, n, n), pack) };
     });
-    // Safety: every row was a task's; each wrote its rows' n columns.
-    y.set_len(m * n);
+    // SAFETY: every row was a task's, and each wrote its rows' n columns; m · n is within the
+    // capacity.
+    unsafe { y.set_len(m * n) };
     y
 }
 
@@ -349,13 +377,16 @@ mod tests {
                 // Rows of ldc = n + 3: columns past n stay as they were.
                 let ldc = n + 3;
                 let mut c = vec![7f32; m * ldc];
-                unsafe { product(a.as_ptr(), (k, 1), m, panels, None, None, c.as_mut_ptr(), ldc, &mut pack) };
+                let out = |c: &mut Vec<f32>| Mat::from_slice_mut(c, m, n, ldc).as_raw_mut();
+                // SAFETY: `c` is this thread's, m rows of ldc floats.
+                unsafe { product(Lhs::Rows(Mat::from_slice(&a, m, k, k)), panels, None, None, out(&mut c), &mut pack) };
                 // A given by columns (k × m in memory): the same products.
                 let at: Vec<f32> = (0..k).flat_map(|cc| (0..m).map(move |i| (i, cc))).map(|(i, cc)| a[i * k + cc]).collect();
                 let mut ct = vec![7f32; m * ldc];
-                unsafe { product(at.as_ptr(), (1, m), m, panels, None, None, ct.as_mut_ptr(), ldc, &mut pack) };
+                // SAFETY: as above.
+                unsafe { product(Lhs::Columns(Mat::from_slice(&at, k, m, m)), panels, None, None, out(&mut ct), &mut pack) };
                 assert_eq!(c, ct, "{micro:?} {label} m={m} k={k} n={n}: A by columns");
-                let y = unsafe { linear(&a, m, panels, &bias, None) };
+                let y = linear(&a, m, panels, &bias, None);
                 for i in 0..m {
                     for j in 0..n {
                         let (v, mag) = want(i, j, false);

@@ -8,8 +8,8 @@ use rayon::prelude::*;
 
 use crate::simd::isa::{self, Isa};
 use crate::simd::math::{softmax_columns, softmax_row};
-use crate::simd::sgemm::{self, Micro, Panels};
-use crate::simd::SendPtr;
+use crate::simd::sgemm::{self, Lhs, Micro, Panels};
+use crate::simd::{Mat, MatMut, SendPtr};
 
 use super::bf16::{gemm_bf16, PackedB};
 use super::planes::Pointwise;
@@ -62,7 +62,7 @@ impl AttentionOp {
         // whole column blocks), for sᵀ = k · q_blkᵀ and p · v (`transposed`).
         let micro = if self.bf16 { None } else { Micro::at(level) };
         let np = micro.map_or(n, |m| n.div_ceil(m.cols()) * m.cols());
-        let tiles: Vec<Option<(Pointwise, Panels, Vec<f32>)>> = (0..heads)
+        let tiles: Vec<Option<Head>> = (0..heads)
             .into_par_iter()
             .map(|h| {
                 let micro = micro?;
@@ -78,7 +78,7 @@ impl AttentionOp {
                     }
                 }
                 let k = Pointwise::rows_of(micro, &qkv[d + h * hd..], row, n, hd);
-                Some((k, Panels::for_micro(micro, &qkv[2 * d + h * hd..], n, hd, row, 1), qt))
+                Some(Head { k, v: Panels::for_micro(micro, &qkv[2 * d + h * hd..], n, hd, row, 1), qt })
             })
             .collect();
         let zeros = vec![0f32; n];
@@ -86,32 +86,39 @@ impl AttentionOp {
         let out_ptr = SendPtr(out.as_mut_ptr());
         let q_block = if micro.is_some() { Q_BLOCK_TILES } else { Q_BLOCK };
         let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(q_block).map(move |q0| (h, q0))).collect();
-        blocks.par_iter().for_each_init(Default::default, |(scores, tmp, pack): &mut (Vec<f32>, Vec<f32>, Vec<f32>), &(h, q0)| {
+        blocks.par_iter().for_each_init(Scratch::default, |s, &(h, q0)| {
             let bq = q_block.min(n - q0);
+            let Scratch { scores, tmp, .. } = s;
             scores.resize(bq * n, 0.0);
             let q = &qkv[q0 * row + h * hd..];
-            // Heads write disjoint column ranges and blocks disjoint rows of `out`.
-            let dst = unsafe { out_ptr.get().add(q0 * d + h * hd) };
+            // This block's rows of this head's columns of `out` (n × d): heads write disjoint
+            // column ranges and blocks disjoint rows.
+            let dst = Mat::from_mut_ptr(out_ptr.get(), n, d, d).block(q0, h * hd, bq, hd);
             if let Some((kt, v)) = &packed[h] {
-                gemm_bf16(q, bq, hd, row, kt, scores, n, false, 1);
+                gemm_bf16(Mat::from_slice(q, bq, hd, row), kt, Mat::from_slice_mut(scores, bq, n, n), false, 1);
                 for r in scores.chunks_exact_mut(n) {
                     softmax_row(level, r, scale);
                 }
                 tmp.resize(bq * hd, 0.0);
-                gemm_bf16(scores, bq, n, n, v, tmp, hd, false, 1);
+                gemm_bf16(Mat::from_slice(scores, bq, n, n), v, Mat::from_slice_mut(tmp, bq, hd, hd), false, 1);
                 for (i, r) in tmp.chunks_exact(hd).enumerate() {
-                    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.add(i * d), hd) };
+                    // SAFETY: row i of `dst` is hd floats of `out`, this task's alone; `tmp` is
+                    // another buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.row(i), hd) };
                 }
                 return;
             }
-            if let Some((k, v, qt)) = &tiles[h] {
-                // Safety: the tiles exist only where their kernel is available; every buffer has
-                // the rows and whole column blocks the products read and write.
-                unsafe { transposed(k, v, &qt[q0..], np, bq, n, hd, scale, level, &zeros, scores, tmp, pack, dst, d) };
+            if let Some(head) = &tiles[h] {
+                let qt = Mat::from_slice(&head.qt, hd, np, np).block(0, q0, hd, bq.div_ceil(head.k.cols()) * head.k.cols());
+                // SAFETY: `dst` is this task's part of `out` (above), which nothing else reaches.
+                unsafe { transposed(head, qt, scale, level, &zeros, s, dst) };
                 return;
             }
             let k = qkv[d + h * hd..].as_ptr();
             let v = qkv[2 * d + h * hd..].as_ptr();
+            let dst = dst.ptr();
+            // SAFETY: `scores` holds bq rows of n, q bq rows of hd (`row` apart) and k n rows of
+            // hd (`row` apart) within qkv (n rows of 3d, checked by the op).
             unsafe {
                 // scores (bq × n) = scale · q_blk (bq × hd) · kᵀ (hd × n)
                 gemm::gemm(
@@ -139,6 +146,8 @@ impl AttentionOp {
             for r in scores.chunks_exact_mut(n) {
                 softmax_row(level, r, 1.0);
             }
+            // SAFETY: `dst` is this task's bq rows of hd floats of `out`, d apart (above); v is n
+            // rows of hd within qkv, `scores` bq rows of n.
             unsafe {
                 // out_blk (bq × hd) = scores (bq × n) · v (n × hd)
                 gemm::gemm(
@@ -168,44 +177,45 @@ impl AttentionOp {
     }
 }
 
-/// One head's block of bq queries through the one-tap kernel, keys along rows: sᵀ (n × bqp) =
+/// One head's operands on the one-tap kernels' route, prepared once per head: k (n × hd) as
+/// the kernel's row tiles, v (n × hd) as its column panels, and qᵀ (hd × n, rows padded to
+/// whole column blocks).
+struct Head {
+    k: Pointwise,
+    v: Panels,
+    qt: Vec<f32>,
+}
+
+/// A task's buffers, kept between its blocks.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    tmp: Vec<f32>,
+    pack: Vec<f32>,
+}
+
+/// One head's block of queries through the one-tap kernel, keys along rows: sᵀ (n × bqp) =
 /// k · q_blkᵀ, a softmax down each column (unnormalised, so the exps of a query are a column
 /// of sᵀ and the row of p that the product with v packs as one copy per key), out_blk = p · v,
-/// then each query's row divided by its sum. `k` (row tiles), `v` (column panels) and qᵀ are
-/// prepared once per head: nothing of the size of the scores is repacked but p's tiles.
+/// then each query's row divided by its sum. `qt` is the block's columns of qᵀ (hd × bq rounded
+/// up to whole column blocks); the block's bq queries are `dst`'s rows (bq × hd). Nothing of
+/// the size of the scores is repacked but p's tiles.
 ///
 /// # Safety
-/// `k` and `v` built for a kernel this CPU has; `qt` holds hd rows `ldq` apart with bq rounded
-/// up to whole column blocks readable; `dst` bq rows of hd writable floats `d` apart;
-/// `zeros` at least n zeros.
-#[allow(clippy::too_many_arguments)]
-unsafe fn transposed(
-    k: &Pointwise,
-    v: &Panels,
-    qt: &[f32],
-    ldq: usize,
-    bq: usize,
-    n: usize,
-    hd: usize,
-    scale: f32,
-    level: Isa,
-    zeros: &[f32],
-    scores: &mut Vec<f32>,
-    sums: &mut Vec<f32>,
-    pack: &mut Vec<f32>,
-    dst: *mut f32,
-    d: usize,
-) {
-    let bqp = bq.div_ceil(k.cols()) * k.cols();
-    assert!(qt.len() >= (hd - 1) * ldq + bqp, "attention: qᵀ of {} floats", qt.len());
+/// Every element of `dst` is writable, and nothing else reads or writes them meanwhile.
+unsafe fn transposed(head: &Head, qt: Mat<&[f32]>, scale: f32, level: Isa, zeros: &[f32], s: &mut Scratch, dst: MatMut<f32>) {
+    let (n, bq, bqp) = (head.v.k(), dst.rows(), qt.cols());
+    let Scratch { scores, tmp: sums, pack } = s;
     scores.resize(n * bqp, 0.0);
     sums.resize(bqp, 0.0);
-    k.product(qt.as_ptr(), ldq, bqp, zeros, scores.as_mut_ptr(), bqp);
+    head.k.product(qt, zeros, Mat::from_slice_mut(scores, n, bqp, bqp));
     softmax_columns(level, scores, bqp, scale, sums);
-    sgemm::product(scores.as_ptr(), (1, bqp), bq, v, None, None, dst, d, pack);
+    // SAFETY: `dst` is the caller's to write (its promise).
+    unsafe { sgemm::product(Lhs::Columns(Mat::from_slice(scores, n, bq, bqp)), &head.v, None, None, dst, pack) };
     for (i, &z) in sums.iter().enumerate().take(bq) {
         let inv = 1.0 / z;
-        std::slice::from_raw_parts_mut(dst.add(i * d), hd).iter_mut().for_each(|o| *o *= inv);
+        // SAFETY: row i of `dst`, written just above and reached by nothing else.
+        unsafe { std::slice::from_raw_parts_mut(dst.row(i), dst.cols()) }.iter_mut().for_each(|o| *o *= inv);
     }
 }
 

@@ -25,9 +25,12 @@
 //! like the fast path. A packed operand keeps the route it was packed for, and the GEMM follows
 //! it, so the layout and the kernel cannot disagree.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::simd::isa::{self, Isa};
+use crate::simd::{Mat, MatMut, MatRef};
 
 /// Microkernel rows (broadcast operand). 12 rows × 2 zmm = 24 accumulators, + 2 B vectors +
 /// a broadcast register = 27 of the 32 zmm: no spills, and 24 independent `vdpbf16ps` chains
@@ -111,33 +114,38 @@ pub(crate) fn pair(lo: f32, hi: f32) -> u32 {
 // ---------------------------------------------------------------------------------------------
 
 // The packers take the route of the operand they fill (`Isa::Avx512Bf16` only where the CPU has
-// it: see `PackedB::build`), and fall to the scalar twin on any other.
+// it: see `PackedB::build`), and fall to the scalar twin on any other. Each reads the block of
+// its source that one call packs, a view whose columns (for `pack_cols` its rows) are the k
+// values [k0, min(k0 + 2·kps, k)) and whose rows (columns) are the lines.
 
-/// Pack lines [l0, l1) (rows of `src`, stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
-#[allow(clippy::too_many_arguments)]
-fn pack_rows(isa: Isa, src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
-    let panels = (l1 - l0).div_ceil(w);
+/// The k values of a packing block from k0: 2·kps of them, or the rest of k.
+fn k_block(k: usize, k0: usize, kps: usize) -> usize {
+    (2 * kps).min(k - k0)
+}
+
+/// Pack the lines of `src` (its rows, each its k values) into panels of w lines, `kps` k pairs.
+fn pack_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) {
+    let panels = src.rows().div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
     match isa {
-        // Safety: the route is AVX512-BF16 only on a CPU that has it.
+        // SAFETY: the route is AVX512-BF16 only on a CPU that has it.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Bf16 if w == NR => unsafe { avx512bf16::pack_rows_nr(src, ld, l0, l1, k, k0, kps, dst) },
-        _ => pack_rows_scalar(src, ld, l0, l1, k, k0, kps, w, dst),
+        Isa::Avx512Bf16 if w == NR => unsafe { avx512bf16::pack_rows_nr(src, kps, dst) },
+        _ => pack_rows_scalar(src, kps, w, dst),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn pack_rows_scalar(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
-    let panels = (l1 - l0).div_ceil(w);
-    let k1 = (k0 + 2 * kps).min(k);
+fn pack_rows_scalar(src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) {
+    let (lines, k1) = (src.rows(), src.cols());
+    let panels = lines.div_ceil(w);
     for p in 0..panels {
         let panel = &mut dst[p * kps * w..(p + 1) * kps * w];
         for i in 0..w {
-            let l = l0 + p * w + i;
+            let l = p * w + i;
             for kp in 0..kps {
-                let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
-                panel[kp * w + i] = if l < l1 && ka < k1 {
-                    let row = &src[l * ld..];
+                let (ka, kb) = (2 * kp, 2 * kp + 1);
+                panel[kp * w + i] = if l < lines && ka < k1 {
+                    let row = src.row(l);
                     pair(row[ka], if kb < k1 { row[kb] } else { 0.0 })
                 } else {
                     0
@@ -147,50 +155,49 @@ fn pack_rows_scalar(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: 
     }
 }
 
-/// A-operand layout: rows [r0, r1) of `src` (stride `ld`) as bf16 pairs, row-major with
-/// `kps` words per row: dst[(r − r0)·kps + kp] for k in [k0, min(k0 + 2·kps, k)), zero past k.
-/// The microkernel broadcasts from R row streams directly, so A needs no transposition: this
-/// is a straight vector conversion (A is converted on every call).
-#[allow(clippy::too_many_arguments)]
-fn convert_rows(isa: Isa, src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-    let dst = &mut dst[..(r1 - r0) * kps];
+/// A-operand layout: the rows of `src` as bf16 pairs, row-major with `kps` words per row:
+/// dst[r·kps + kp] for its k values, zero past them. The microkernel broadcasts from R row
+/// streams directly, so A needs no transposition: this is a straight vector conversion (A is
+/// converted on every call).
+fn convert_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
+    let dst = &mut dst[..src.rows() * kps];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Bf16 {
-        // Safety: the route is AVX512-BF16 only on a CPU that has it.
-        unsafe { avx512bf16::convert_rows(src, ld, r0, r1, k, k0, kps, dst) };
+        // SAFETY: the route is AVX512-BF16 only on a CPU that has it.
+        unsafe { avx512bf16::convert_rows(src, kps, dst) };
         return;
     }
     let _ = isa;
-    let k1 = (k0 + 2 * kps).min(k);
-    for r in r0..r1 {
-        let row = &src[r * ld..];
+    let k1 = src.cols();
+    for r in 0..src.rows() {
+        let row = src.row(r);
         for kp in 0..kps {
-            let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
-            dst[(r - r0) * kps + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
+            let (ka, kb) = (2 * kp, 2 * kp + 1);
+            dst[r * kps + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
         }
     }
 }
 
-/// Pack lines [l0, l1) (columns of `src`, row stride `ld`) for k in [k0, min(k0 + 2·kps, k)).
-#[allow(clippy::too_many_arguments)]
-fn pack_cols(isa: Isa, src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, w: usize, dst: &mut [u32]) {
-    let panels = (l1 - l0).div_ceil(w);
+/// Pack the lines of `src` (its columns, each its k values down the rows) into panels of w
+/// lines, `kps` k pairs.
+fn pack_cols(isa: Isa, src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) {
+    let (k1, lines) = (src.rows(), src.cols());
+    let panels = lines.div_ceil(w);
     let dst = &mut dst[..panels * kps * w];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Bf16 && w == NR {
-        // Safety: the route is AVX512-BF16 only on a CPU that has it.
-        unsafe { avx512bf16::pack_cols_nr(src, ld, l0, l1, k, k0, kps, dst) };
+        // SAFETY: the route is AVX512-BF16 only on a CPU that has it.
+        unsafe { avx512bf16::pack_cols_nr(src, kps, dst) };
         return;
     }
     let _ = isa;
-    let k1 = (k0 + 2 * kps).min(k);
     for p in 0..panels {
         let panel = &mut dst[p * kps * w..(p + 1) * kps * w];
         for kp in 0..kps {
-            let (ka, kb) = (k0 + 2 * kp, k0 + 2 * kp + 1);
+            let (ka, kb) = (2 * kp, 2 * kp + 1);
             for i in 0..w {
-                let l = l0 + p * w + i;
-                panel[kp * w + i] = if l < l1 && ka < k1 { pair(src[ka * ld + l], if kb < k1 { src[kb * ld + l] } else { 0.0 }) } else { 0 };
+                let l = p * w + i;
+                panel[kp * w + i] = if l < lines && ka < k1 { pair(src.row(ka)[l], if kb < k1 { src.row(kb)[l] } else { 0.0 }) } else { 0 };
             }
         }
     }
@@ -259,9 +266,9 @@ impl PackedB {
             p.par_chunks_mut((kps * NR).max(1)).enumerate().for_each(|(pi, dst)| {
                 let (l0, l1) = (pi * NR, ((pi + 1) * NR).min(n));
                 if transposed {
-                    pack_rows(isa, data, k, l0, l1, k, 0, kps, NR, dst);
+                    pack_rows(isa, Mat::from_slice(data, n, k, k).block(l0, 0, l1 - l0, k), kps, NR, dst);
                 } else {
-                    pack_cols(isa, data, n, l0, l1, k, 0, kps, NR, dst);
+                    pack_cols(isa, Mat::from_slice(data, k, n, n).block(0, l0, k, l1 - l0), kps, NR, dst);
                 }
             });
             Store::Panels(p)
@@ -305,7 +312,7 @@ impl PackedA {
         } else {
             let kps = k.div_ceil(2);
             let mut p = vec![0u32; m * kps];
-            convert_rows(isa, data, k, 0, m, k, 0, kps, &mut p);
+            convert_rows(isa, Mat::from_slice(data, m, k, k), kps, &mut p);
             Store::Panels(p)
         };
         PackedA { m, k, store }
@@ -327,87 +334,86 @@ impl PackedA {
 // Public GEMMs.
 // ---------------------------------------------------------------------------------------------
 
-/// `C[m×n] = [C +] A · B`: A is f32 row-major (m×k, row stride `lda`), converted to bf16 while
-/// packed; B is pre-packed (k×n). C is f32 row-major with row stride `ldc`. `threads` ≥ 1 splits
-/// the work on the rayon pool (1 = run on the caller's thread, e.g. inside its own tiles).
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_bf16(a: &[f32], m: usize, k: usize, lda: usize, b: &PackedB, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
+/// `C (m×n) = [C +] A · B`: A (m×k) is f32, converted to bf16 while packed; B is pre-packed
+/// (k×n); C is f32. `threads` ≥ 1 splits the work on the rayon pool (1 = run on the caller's
+/// thread, e.g. inside its own tiles). Panics where the shapes disagree.
+pub fn gemm_bf16(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, accumulate: bool, threads: usize) {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
     assert_eq!(k, b.k, "gemm_bf16: A has k={k}, B has k={}", b.k);
-    let n = b.n;
-    check_dims(a.len(), m, k, lda, c.len(), n, ldc);
+    assert!(c.rows() == m && c.cols() == n, "gemm_bf16: C is {}×{} for {m}×{n}", c.rows(), c.cols());
     if m == 0 || n == 0 {
         return;
     }
     match &b.store {
         Store::Rounded(bb) => {
-            let ar: Vec<f32> = (0..m).flat_map(|i| a[i * lda..i * lda + k].iter().map(|&x| round_bf16(x))).collect();
-            portable_gemm(&ar, k, bb, n, m, n, k, c, ldc, accumulate, threads);
+            let ar: Vec<f32> = (0..m).flat_map(|i| a.row(i).iter().map(|&x| round_bf16(x))).collect();
+            portable_gemm(Mat::from_slice(&ar, m, k, k), Mat::from_slice(bb, k, n, n), c, accumulate, threads);
         }
         Store::Panels(bp) => {
-            let job = Job { m, n, k, a: Operand::F32 { data: a, ld: lda }, b: Operand::Packed(bp), c: c.as_mut_ptr(), ldc, accumulate };
+            let job = Job { k, a: Operand::F32(a), b: Operand::Packed(bp), c: c.as_raw_mut(), accumulate };
             // Split M so each thread converts only its own rows of A; B is shared (L3).
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
         }
     }
 }
 
-/// `C[m×n] = [C +] A · B`: A is pre-packed (m×k), B is f32 row-major (k×n, row stride `ldb`),
-/// converted to bf16 while packed. The convolution shape: weights × im2col columns.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_bf16_packed_a(a: &PackedA, b: &[f32], n: usize, ldb: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
-    let (m, k) = (a.m, a.k);
-    assert!(ldb >= n && (k == 0 || b.len() >= (k - 1) * ldb + n), "gemm_bf16_packed_a: B too short");
-    assert!(ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n), "gemm_bf16_packed_a: C too short");
+/// `C (m×n) = [C +] A · B`: A is pre-packed (m×k), B (k×n) is f32, converted to bf16 while
+/// packed; C is f32. The convolution shape: weights × im2col columns. Panics where the shapes
+/// disagree.
+pub fn gemm_bf16_packed_a(a: &PackedA, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, accumulate: bool, threads: usize) {
+    let (m, k, n) = (a.m, a.k, b.cols());
+    assert_eq!(b.rows(), k, "gemm_bf16_packed_a: A has k={k}, B has k={}", b.rows());
+    assert!(c.rows() == m && c.cols() == n, "gemm_bf16_packed_a: C is {}×{} for {m}×{n}", c.rows(), c.cols());
     if m == 0 || n == 0 {
         return;
     }
     match &a.store {
         Store::Rounded(ar) => {
             let mut br = vec![0f32; k * n];
-            for kk in 0..k {
-                for j in 0..n {
-                    br[kk * n + j] = round_bf16(b[kk * ldb + j]);
+            for (kk, dst) in br.chunks_exact_mut(n).enumerate() {
+                for (d, &v) in dst.iter_mut().zip(b.row(kk)) {
+                    *d = round_bf16(v);
                 }
             }
-            portable_gemm(ar, k, &br, n, m, n, k, c, ldc, accumulate, threads);
+            portable_gemm(Mat::from_slice(ar, m, k, k), Mat::from_slice(&br, k, n, n), c, accumulate, threads);
         }
         Store::Panels(ap) => {
-            let job = Job { m, n, k, a: Operand::Packed(ap), b: Operand::F32 { data: b, ld: ldb }, c: c.as_mut_ptr(), ldc, accumulate };
+            let job = Job { k, a: Operand::Packed(ap), b: Operand::F32(b), c: c.as_raw_mut(), accumulate };
             // Split N so each thread converts only its own columns of B.
             job.run(threads, n < 2 * NR * threads && m > n);
         }
     }
 }
 
-fn check_dims(alen: usize, m: usize, k: usize, lda: usize, clen: usize, n: usize, ldc: usize) {
-    assert!(lda >= k && (m == 0 || alen >= (m - 1) * lda + k), "gemm_bf16: A too short");
-    assert!(ldc >= n && (m == 0 || clen >= (m - 1) * ldc + n), "gemm_bf16: C too short");
-}
-
-#[allow(clippy::too_many_arguments)]
-fn portable_gemm(a: &[f32], lda: usize, b: &[f32], ldb: usize, m: usize, n: usize, k: usize, c: &mut [f32], ldc: usize, accumulate: bool, threads: usize) {
+/// `C = [C +] A · B` by the `gemm` crate's f32 kernels (on bf16-rounded operands).
+fn portable_gemm(a: Mat<&[f32]>, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, accumulate: bool, threads: usize) {
+    let (m, n, k) = (c.rows(), c.cols(), a.cols());
+    assert!(a.rows() == m && b.rows() == k && b.cols() == n, "portable_gemm: shapes");
     if k == 0 {
         if !accumulate {
-            (0..m).for_each(|i| c[i * ldc..i * ldc + n].fill(0.0));
+            (0..m).for_each(|i| c.row_mut(i).fill(0.0));
         }
         return;
     }
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let (a, b, c) = (a.as_raw(), b.as_raw(), c.as_raw_mut());
+    // SAFETY: the views hold m×k, k×n and m×n elements (checked when they were made from their
+    // slices, borrowed for this call, C's mutably, its rows apart).
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c.ptr(),
             1,
-            ldc as isize,
+            c.stride() as isize,
             accumulate,
-            a.as_ptr(),
+            a.ptr(),
             1,
-            lda as isize,
-            b.as_ptr(),
+            a.stride() as isize,
+            b.ptr(),
             1,
-            ldb as isize,
+            b.stride() as isize,
             1.0,
             1.0,
             false,
@@ -446,118 +452,142 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
 enum Operand<'a> {
     /// Whole K, ceil(k/2) pairs: A as rows (`convert_rows`), B as NR-column panels.
     Packed(&'a [u32]),
-    /// f32 row-major: A as m×k, B as k×n.
-    F32 { data: &'a [f32], ld: usize },
+    /// f32: A as m×k, B as k×n.
+    F32(Mat<&'a [f32]>),
 }
 
+/// One product on the fast path. Made only by `gemm_bf16` and `gemm_bf16_packed_a` from
+/// operands packed for `Isa::Avx512Bf16` (so the CPU has it), with `c` their C, borrowed
+/// mutably for as long as the job, its rows apart (a `Mat<&mut [f32]>`'s promise).
 struct Job<'a> {
-    m: usize,
-    n: usize,
     k: usize,
     a: Operand<'a>,
     b: Operand<'a>,
-    c: *mut f32,
-    ldc: usize,
+    c: MatMut<f32>,
     accumulate: bool,
 }
 
-// C is only written through disjoint (row range × column range) rectangles, one per thread.
+// SAFETY: the tasks sharing a job read its operands and write C only through disjoint (row range
+// × column range) rectangles, one per task (`Job::run`).
 unsafe impl Sync for Job<'_> {}
+
+/// A rectangle's blocking: k pairs per k block, rows of A and columns of B packed per block.
+#[derive(Clone, Copy)]
+struct Blocking {
+    kc_pairs: usize,
+    mc: usize,
+    nc: usize,
+}
 
 impl Job<'_> {
     fn run(&self, threads: usize, split_m: bool) {
+        let (m, n) = (self.c.rows(), self.c.cols());
         let threads = threads.max(1);
-        let (len, unit) = if split_m { (self.m, MR) } else { (self.n, NR) };
+        let (len, unit) = if split_m { (m, MR) } else { (n, NR) };
         let units = len.div_ceil(unit);
         let parts = threads.min(units);
         if parts <= 1 {
-            self.run_rect(0, self.m, 0, self.n);
+            self.run_rect(0..m, 0..n);
             return;
         }
         // Equal contiguous ranges, in whole panels so only the last range has a tail.
         let bounds: Vec<(usize, usize)> = (0..parts).map(|t| ((units * t / parts * unit).min(len), (units * (t + 1) / parts * unit).min(len))).collect();
-        bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| if split_m { self.run_rect(lo, hi, 0, self.n) } else { self.run_rect(0, self.m, lo, hi) });
+        bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| if split_m { self.run_rect(lo..hi, 0..n) } else { self.run_rect(0..m, lo..hi) });
     }
 
-    /// Rows [m0, m1) × columns [n0, n1) of C; m0 is a multiple of MR, n0 of NR.
-    fn run_rect(&self, m0: usize, m1: usize, n0: usize, n1: usize) {
+    /// Rows `rows` × columns `cols` of C, one task's alone; rows start at a multiple of MR,
+    /// columns of NR.
+    fn run_rect(&self, rows: Range<usize>, cols: Range<usize>) {
         let kps_total = self.k.div_ceil(2);
         // A converted per call: pack MC rows at a time; pre-packed: use it in place, all rows.
         // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512).
         let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(KC / 2).max(1)).max(1);
-        let rows = m1 - m0;
         let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
-        let mc = rows.div_ceil(rows.div_ceil(cap)).next_multiple_of(MR).max(MR);
-        let nc = if matches!(self.b, Operand::F32 { .. }) { NC } else { n1 - n0 };
+        let mc = rows.len().div_ceil(rows.len().div_ceil(cap)).next_multiple_of(MR).max(MR);
+        let nc = if matches!(self.b, Operand::F32(_)) { NC } else { cols.len() };
         if self.k == 0 {
             if !self.accumulate {
-                for i in m0..m1 {
-                    unsafe { std::slice::from_raw_parts_mut(self.c.add(i * self.ldc + n0), n1 - n0).fill(0.0) };
+                for i in rows {
+                    // SAFETY: row i's columns `cols` are in C and this task's alone (`run`).
+                    unsafe { std::slice::from_raw_parts_mut(self.c.at(i, cols.start), cols.len()).fill(0.0) };
                 }
             }
             return;
         }
-        let alen = if matches!(self.a, Operand::F32 { .. }) { mc * kc_pairs } else { 0 };
-        let blen = if matches!(self.b, Operand::F32 { .. }) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
+        let alen = if matches!(self.a, Operand::F32(_)) { mc * kc_pairs } else { 0 };
+        let blen = if matches!(self.b, Operand::F32(_)) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
         with_scratch(alen + blen, |buf| {
             let (abuf, bbuf) = buf.split_at_mut(alen);
-            self.run_blocks(m0, m1, n0, n1, kc_pairs, mc, nc, abuf, bbuf)
+            self.run_blocks(rows, cols, Blocking { kc_pairs, mc, nc }, abuf, bbuf)
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run_blocks(&self, m0: usize, m1: usize, n0: usize, n1: usize, kc_pairs: usize, mc: usize, nc: usize, abuf: &mut [u32], bbuf: &mut [u32]) {
+    fn run_blocks(&self, rows: Range<usize>, cols: Range<usize>, blocking: Blocking, abuf: &mut [u32], bbuf: &mut [u32]) {
+        let Blocking { kc_pairs, mc, nc } = blocking;
         let kps_total = self.k.div_ceil(2);
-        for jc in (n0..n1).step_by(nc) {
-            let jc1 = (jc + nc).min(n1);
+        for jc in cols.clone().step_by(nc) {
+            let jc1 = (jc + nc).min(cols.end);
             for kp0 in (0..kps_total).step_by(kc_pairs) {
                 let kps = kc_pairs.min(kps_total - kp0);
-                // (base, panel stride) of B's k-block for columns from jc.
-                let (bptr, bstride) = match self.b {
-                    Operand::Packed(p) => (p[(jc / NR) * kps_total * NR + kp0 * NR..].as_ptr(), kps_total * NR),
-                    Operand::F32 { data, ld } => {
-                        pack_cols(Isa::Avx512Bf16, data, ld, jc, jc1, self.k, 2 * kp0, kps, NR, bbuf);
-                        (bbuf.as_ptr(), kps * NR)
+                let k0 = 2 * kp0;
+                // B's k block for columns jc..jc1, one panel of NR columns after another.
+                let (b, bstride) = match self.b {
+                    Operand::Packed(p) => (&p[(jc / NR) * kps_total * NR + kp0 * NR..], kps_total * NR),
+                    Operand::F32(b) => {
+                        pack_cols(Isa::Avx512Bf16, b.block(k0, jc, k_block(self.k, k0, kps), jc1 - jc), kps, NR, bbuf);
+                        (&bbuf[..], kps * NR)
                     }
                 };
+                let panels = (jc1 - jc).div_ceil(NR);
+                assert!(b.len() >= (panels - 1) * bstride + kps * NR, "gemm_bf16: B's block");
+                let b = Mat::from_ptr(b.as_ptr(), panels, kps * NR, bstride);
                 let load_c = self.accumulate || kp0 > 0;
-                for ic in (m0..m1).step_by(mc) {
-                    let ic1 = (ic + mc).min(m1);
-                    let (aptr, astride) = match self.a {
-                        Operand::Packed(p) => (p[ic * kps_total + kp0..].as_ptr(), kps_total),
-                        Operand::F32 { data, ld } => {
-                            convert_rows(Isa::Avx512Bf16, data, ld, ic, ic1, self.k, 2 * kp0, kps, abuf);
-                            (abuf.as_ptr(), kps)
+                for ic in rows.clone().step_by(mc) {
+                    let ic1 = (ic + mc).min(rows.end);
+                    let (a, astride) = match self.a {
+                        Operand::Packed(p) => (&p[ic * kps_total + kp0..], kps_total),
+                        Operand::F32(a) => {
+                            convert_rows(Isa::Avx512Bf16, a.block(ic, k0, ic1 - ic, k_block(self.k, k0, kps)), kps, abuf);
+                            (&abuf[..], kps)
                         }
                     };
-                    self.block(aptr, astride, ic, ic1, bptr, bstride, jc, jc1, kps, load_c);
+                    assert!(a.len() >= (ic1 - ic - 1) * astride + kps, "gemm_bf16: A's block");
+                    let a = Mat::from_ptr(a.as_ptr(), ic1 - ic, kps, astride);
+                    // SAFETY: a job exists only for operands packed for AVX512-BF16, on a CPU
+                    // that has it; A's and B's blocks are inside their buffers (asserted), and
+                    // C's block inside this task's rectangle (`run`).
+                    unsafe { block(a, b, self.c.block(ic, jc, ic1 - ic, jc1 - jc), load_c) };
                 }
             }
         }
     }
+}
 
-    /// All microkernel tiles of rows [ic, ic1) × columns [jc, jc1) for one k block.
-    #[allow(clippy::too_many_arguments)]
-    fn block(&self, a: *const u32, lda: usize, ic: usize, ic1: usize, b: *const u32, bstride: usize, jc: usize, jc1: usize, kps: usize, load_c: bool) {
-        // Row panels of equal height (≤ MR): 64 rows → 6 × 10-11 rather than 5 × 12 + 4, since a
-        // 4-row tile has too few accumulators to hide the `vdpbf16ps` latency.
-        let rows = ic1 - ic;
-        let np = rows.div_ceil(MR);
-        // B micro-panel outer: it is reused by every A panel while they stream from L2.
-        for (jp, j) in (jc..jc1).step_by(NR).enumerate() {
-            let nv = (jc1 - j).min(NR);
-            for p in 0..np {
-                let (r0, r1) = (rows * p / np, rows * (p + 1) / np);
-                // Safety: packed operands exist only on CPUs with AVX512-BF16 (see above), and
-                // the tile lies inside C.
-                unsafe {
-                    let c = self.c.add((ic + r0) * self.ldc + j);
-                    #[cfg(target_arch = "x86_64")]
-                    avx512bf16::kernel(r1 - r0, kps, a.add(r0 * lda), lda, b.add(jp * bstride), c, self.ldc, nv, load_c);
-                    #[cfg(not(target_arch = "x86_64"))]
-                    let _ = (c, a, b, nv, kps, load_c, lda, bstride, r1);
-                }
+/// All microkernel tiles of C (`c`) for one k block: A (`a`) its rows' k pairs, B (`b`) one row
+/// per NR columns of C, its panel's k pairs (NR words each).
+///
+/// # Safety
+/// The CPU has AVX512-BF16; every element of `a` and `b` is readable and every element of `c`
+/// writable.
+unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool) {
+    // Row panels of equal height (≤ MR): 64 rows → 6 × 10-11 rather than 5 × 12 + 4, since a
+    // 4-row tile has too few accumulators to hide the `vdpbf16ps` latency.
+    let (rows, cols) = (c.rows(), c.cols());
+    let np = rows.div_ceil(MR);
+    // B micro-panel outer: it is reused by every A panel while they stream from L2.
+    for (jp, j) in (0..cols).step_by(NR).enumerate() {
+        let nv = (cols - j).min(NR);
+        for p in 0..np {
+            let (r0, r1) = (rows * p / np, rows * (p + 1) / np);
+            let (at, ct) = (a.block(r0, 0, r1 - r0, a.cols()), c.block(r0, j, r1 - r0, nv));
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: the caller's promise, for one tile of it: rows r0..r1 of A and C,
+                // panel jp of B (a row of `b`) and its nv columns of C.
+                unsafe { avx512bf16::kernel(at, b.row(jp), ct, load_c) };
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (at, ct, b, load_c, jp);
         }
     }
 }
@@ -684,7 +714,7 @@ mod tests {
                     let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
                     for (ti, pb) in [PackedB::build(&bkn, k, n, false, level), PackedB::build(&bnk, k, n, true, level)].iter().enumerate() {
                         let mut c = c0.clone();
-                        gemm_bf16(&a, m, k, lda, pb, &mut c, ldc, accumulate, threads);
+                        gemm_bf16(Mat::from_slice(&a, m, k, lda), pb, Mat::from_slice_mut(&mut c, m, n, ldc), accumulate, threads);
                         let e = rel_err(&c, ldc, &want, m, n, k);
                         worst = worst.max(e);
                         assert!(e <= 1e-5, "gemm_bf16 {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}");
@@ -714,7 +744,7 @@ mod tests {
                     let want = reference(&a, k, &bdense, m, n, k, accumulate.then_some((&c0[..], ldc)));
                     let pa = PackedA::build(&a, m, k, level);
                     let mut c = c0.clone();
-                    gemm_bf16_packed_a(&pa, &b, n, ldb, &mut c, ldc, accumulate, threads);
+                    gemm_bf16_packed_a(&pa, Mat::from_slice(&b, k, n, ldb), Mat::from_slice_mut(&mut c, m, n, ldc), accumulate, threads);
                     let e = rel_err(&c, ldc, &want, m, n, k);
                     worst = worst.max(e);
                     assert!(e <= 1e-5, "packed_a {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}");
@@ -752,12 +782,12 @@ mod tests {
         let want = reference(&a, k, &b, m, n, k, None);
         for r in routes() {
             let mut c = vec![0f32; m * n];
-            gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, r), &mut c, n, false, 2);
+            gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::build(&b, k, n, false, r), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
             eprintln!("large {m}×{n}×{k} {r}: rel err {e:e}");
             assert!(e <= 1e-5, "large {r}: rel err {e:e}");
             let mut c = vec![0f32; m * n];
-            gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), &b, n, n, &mut c, n, false, 2);
+            gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
             assert!(e <= 1e-5, "large packed_a {r}: rel err {e:e}");
         }
@@ -772,11 +802,11 @@ mod tests {
                     let a = vec![1f32; m * k];
                     let b = vec![1f32; k * n];
                     let mut c = vec![7f32; m * n];
-                    gemm_bf16(&a, m, k, k, &PackedB::build(&b, k, n, false, r), &mut c, n, accumulate, 2);
+                    gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::build(&b, k, n, false, r), Mat::from_slice_mut(&mut c, m, n, n), accumulate, 2);
                     let want = if accumulate { 7.0 } else { 0.0 } + k as f32;
                     assert!(c.iter().all(|&x| x == want), "gemm_bf16 {m}×{n}×{k} acc={accumulate} {r}");
                     let mut c = vec![7f32; m * n];
-                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), &b, n, n, &mut c, n, accumulate, 2);
+                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), accumulate, 2);
                     assert!(c.iter().all(|&x| x == want), "packed_a {m}×{n}×{k} acc={accumulate} {r}");
                 }
             }
@@ -796,8 +826,8 @@ mod tests {
             let (pb, pa) = isa::with_isa(level, || (PackedB::from_f32_kn(&b, k, n), PackedA::from_f32(&a, m, k)));
             assert_eq!((pb.isa(), pa.isa()), (route(level), route(level)), "{level}");
             let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
-            gemm_bf16(&a, m, k, k, &pb, &mut c1, n, false, 2);
-            gemm_bf16_packed_a(&pa, &b, n, n, &mut c2, n, false, 2);
+            gemm_bf16(Mat::from_slice(&a, m, k, k), &pb, Mat::from_slice_mut(&mut c1, m, n, n), false, 2);
+            gemm_bf16_packed_a(&pa, Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c2, m, n, n), false, 2);
             (c1, c2)
         };
         let portable = run(Isa::Portable);
@@ -838,15 +868,16 @@ mod tests {
                     want[r * kps + kp] = if ka < k1 { pair(src[r * ld + ka], if kb < k1 { src[r * ld + kb] } else { 0.0 }) } else { 0 };
                 }
             }
-            convert_rows(r, &src, ld, 0, rows, k, k0, kps, &mut got);
+            let block = Mat::from_slice(&src, rows, k, ld).block(0, k0, rows, k_block(k, k0, kps));
+            convert_rows(r, block, kps, &mut got);
             assert_eq!(got, want, "convert_rows {r} {rows}×{k} k0={k0} kps={kps}");
             // B from rows (`pack_rows`, a Linear weight) against the scalar packer.
             let kps_r = kps;
             let panels_r = rows.div_ceil(NR);
             let mut got = vec![1u32; panels_r * kps_r * NR];
             let mut want = vec![2u32; panels_r * kps_r * NR];
-            pack_rows(r, &src, ld, 0, rows, k, k0, kps_r, NR, &mut got);
-            pack_rows_scalar(&src, ld, 0, rows, k, k0, kps_r, NR, &mut want);
+            pack_rows(r, block, kps_r, NR, &mut got);
+            pack_rows_scalar(block, kps_r, NR, &mut want);
             assert_eq!(got, want, "pack_rows {r} {rows}×{k} k0={k0} kps={kps}");
             // B as K×N (`pack_cols`): lines = columns of src viewed as k×ld.
             let (kk, n) = (rows, ld);
@@ -854,7 +885,7 @@ mod tests {
             let (l0, l1) = (1, n);
             let kps_b = kk.div_ceil(2);
             let mut got = vec![0u32; panels * kps_b * NR];
-            pack_cols(r, &src, ld, l0, l1, kk, 0, kps_b, NR, &mut got);
+            pack_cols(r, Mat::from_slice(&src, kk, ld, ld).block(0, l0, kk, l1 - l0), kps_b, NR, &mut got);
             for p in 0..panels {
                 for kp in 0..kps_b {
                     for i in 0..NR {
@@ -889,14 +920,14 @@ mod tests {
         ];
         let mut rng = Rng(7);
         vals.extend((0..4000).map(|i| rng.next() * 10f32.powi(i % 30 - 15)));
-        while vals.len() % 32 != 0 {
+        while !vals.len().is_multiple_of(32) {
             vals.push(0.5);
         }
         let k = vals.len();
         for r in routes() {
             // One row of A packs into pairs in order.
             let mut p = vec![0u32; k.div_ceil(2)];
-            convert_rows(r, &vals, k, 0, 1, k, 0, k.div_ceil(2), &mut p);
+            convert_rows(r, Mat::from_slice(&vals, 1, k, k), k.div_ceil(2), &mut p);
             for (kk, &v) in vals.iter().enumerate() {
                 let word = p[kk / 2];
                 let got = if kk % 2 == 0 { word & 0xffff } else { word >> 16 } as u16;

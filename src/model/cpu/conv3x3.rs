@@ -24,7 +24,7 @@ use rayon::prelude::*;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::avx2;
 use crate::simd::isa::{self, Isa};
-use crate::simd::SendPtr;
+use crate::simd::{Mat, MatMut, SendPtr};
 
 use super::bf16::{gemm_bf16_packed_a, PackedA};
 
@@ -259,6 +259,7 @@ impl Conv3x3Op {
         let (cin, cout) = (self.cin, self.cout);
         let k = cin * 9;
         let hw = h * w;
+        assert!(weight.len() >= cout * k, "conv3x3: a weight of {} for {cout} x {k}", weight.len());
         let mut out = vec![0f32; cout * hw];
         let rows_per_tile = (TILE_FLOATS / (k * w).max(1)).clamp(1, h);
         let tiles: Vec<(usize, usize)> = (0..h).step_by(rows_per_tile).map(|y0| (y0, (y0 + rows_per_tile).min(h))).collect();
@@ -294,9 +295,9 @@ impl Conv3x3Op {
                     }
                 }
             }
-            // out[:, y0·w .. y1·w] = bias [+ residual] + W · cols
-            // Tiles write disjoint column ranges of `out`.
-            let dst = unsafe { out_ptr.get().add(y0 * w) };
+            // out[:, y0·w .. y1·w] = bias [+ residual] + W · cols: this tile's columns of every
+            // output channel's plane, which no other tile writes.
+            let dst = Mat::from_mut_ptr(out_ptr.get(), cout, hw, hw).block(0, y0 * w, cout, n);
             let start = |o: usize, r: &mut [f32]| match residual {
                 Some(res) => r.iter_mut().zip(&res[o * hw + y0 * w..][..n]).for_each(|(v, &a)| *v = a + self.bias[o]),
                 None => r.fill(self.bias[o]),
@@ -307,21 +308,27 @@ impl Conv3x3Op {
                 for (o, r) in tile.chunks_exact_mut(n).enumerate() {
                     start(o, r);
                 }
-                gemm_bf16_packed_a(packed, cols, n, n, &mut tile, n, true, 1);
+                gemm_bf16_packed_a(packed, Mat::from_slice(cols, k, n, n), Mat::from_slice_mut(&mut tile, cout, n, n), true, 1);
                 for (o, r) in tile.chunks_exact(n).enumerate() {
-                    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.add(o * hw), n) };
+                    // SAFETY: row o of `dst` is n floats of `out` (cout · hw of them), this
+                    // tile's alone; `tile` is another buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.row(o), n) };
                 }
                 return;
             }
+            for o in 0..cout {
+                // SAFETY: as above: row o of `dst`, this tile's alone.
+                start(o, unsafe { std::slice::from_raw_parts_mut(dst.row(o), n) });
+            }
+            // SAFETY: `dst` is cout rows of n floats of `out`, hw apart, this tile's alone;
+            // `weight` holds cout rows of k (the op's (cout, cin, 3, 3) tensor, asserted) and
+            // `cols` k rows of n.
             unsafe {
-                for o in 0..cout {
-                    start(o, std::slice::from_raw_parts_mut(dst.add(o * hw), n));
-                }
                 gemm::gemm(
                     cout,
                     n,
                     k,
-                    dst,
+                    dst.ptr(),
                     1,
                     hw as isize,
                     true,
@@ -345,27 +352,28 @@ impl Conv3x3Op {
 
     /// The direct route: output (cout, h, w) from `src`, in tiles of rows, in parallel.
     fn run_direct(&self, d: &Direct, src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
-        let (cin, cout) = (self.cin, self.cout);
-        let kc = words_per_tap(cin, d.bf16);
-        let wp = w + 2;
-        let hw = h * w;
+        let plan = Plan { cin: self.cin, cout: self.cout, h, w, kc: words_per_tap(self.cin, d.bf16) };
+        let (cout, kc, wp, hw) = (plan.cout, plan.kc, w + 2, h * w);
+        assert!(d.words.len() >= cout * 9 * kc && self.bias.len() >= cout, "conv3x3: weights for {cout} channels");
+        let residual = residual.map(|r| Mat::from_slice(r, cout, hw, hw));
         let rows = (SLAB_WORDS / (kc * wp)).saturating_sub(2).clamp(1, h);
         let tiles: Vec<(usize, usize)> = (0..h).step_by(rows).map(|y0| (y0, (y0 + rows).min(h))).collect();
         let mut out: Vec<f32> = Vec::with_capacity(cout * hw);
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let res_ptr = residual.map_or(std::ptr::null(), |r| r.as_ptr()) as usize;
         tiles.par_iter().for_each_init(
             || (Vec::new(), Vec::new()),
             |(slab, tmp): &mut (Vec<u32>, Vec<f32>), &(y0, y1)| {
                 let rows_in = y1 - y0 + 2;
                 slab.resize(rows_in * kc * wp + 32, 0);
-                build_slab(src, cin, h, w, y0, rows_in, slab, tmp, d.bf16, d.isa);
-                // Safety: tiles write disjoint row ranges of `out`, and every (o, y, x) of the
-                // tile is written by exactly one kernel call below.
-                unsafe { direct_tile(d, slab, &self.bias, kc, cout, h, w, y0, y1, out_ptr.get(), res_ptr as *const f32) };
+                d.build_slab(src, plan, y0, rows_in, slab, tmp);
+                let out = Mat::from_mut_ptr(out_ptr.get(), cout, hw, hw);
+                // SAFETY: `out` has room for cout · hw floats; tiles write disjoint row ranges
+                // of its planes (y0..y1 this one), and every (o, y, x) of the tile is written by
+                // exactly one kernel call. The slab was just built for this tile.
+                unsafe { direct_tile(d, plan, slab, &self.bias, (y0, y1), out, residual) };
             },
         );
-        // Safety: every element was written above.
+        // SAFETY: every element was written above, within the capacity.
         unsafe { out.set_len(cout * hw) };
         out
     }
@@ -413,68 +421,81 @@ enum Src<'a> {
     Up2 { x: &'a [f32], h: usize, w: usize },
 }
 
-/// Fill `slab` for output rows [y0, y0 + rows_in - 2): slab row r is map row y0 + r − 1
-/// (clamped: replicate padding), laid out (r, channel pair or channel, x + 1) with the border
-/// columns replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column
-/// x + kx. Words are bf16 pairs when `bf16`, else f32 bits; `isa` is the route.
-#[allow(clippy::too_many_arguments)]
-fn build_slab(src: Src, cin: usize, h: usize, w: usize, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>, bf16: bool, isa: Isa) {
-    let wp = w + 2;
-    if !bf16 {
-        // Safety: u32 and f32 have the same size and alignment, and every bit pattern is valid.
-        let slab: &mut [f32] = unsafe { std::slice::from_raw_parts_mut(slab.as_mut_ptr() as *mut f32, slab.len()) };
-        tmp.resize(w, 0.0);
+/// One direct-route call's shape: the output map (cout, h, w) from `cin` channels, and `kc`
+/// words per pixel of a slab row (its channels, or channel pairs in bf16).
+#[derive(Clone, Copy)]
+struct Plan {
+    cin: usize,
+    cout: usize,
+    h: usize,
+    w: usize,
+    kc: usize,
+}
+
+impl Direct {
+    /// Fill `slab` for output rows [y0, y0 + rows_in - 2): slab row r is map row y0 + r − 1
+    /// (clamped: replicate padding), laid out (r, channel pair or channel, x + 1) with the border
+    /// columns replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column
+    /// x + kx. Words are bf16 pairs in bf16, else f32 bits, on this route.
+    fn build_slab(&self, src: Src, plan: Plan, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>) {
+        let Plan { cin, h, w, .. } = plan;
+        let (bf16, isa) = (self.bf16, self.isa);
+        let wp = w + 2;
+        if !bf16 {
+            let slab: &mut [f32] = bytemuck::cast_slice_mut(slab);
+            tmp.resize(w, 0.0);
+            for r in 0..rows_in {
+                let sy = (y0 + r).saturating_sub(1).min(h - 1);
+                for c in 0..cin {
+                    let dst = &mut slab[(r * cin + c) * wp..][..wp];
+                    match src {
+                        Src::Plain { x, relu } => {
+                            let row = &x[(c * h + sy) * w..][..w];
+                            if relu {
+                                dst[1..=w].iter_mut().zip(row).for_each(|(d, &v)| *d = v.max(0.0));
+                            } else {
+                                dst[1..=w].copy_from_slice(row);
+                            }
+                        }
+                        Src::Up2 { x, h: lh, w: lw } => upsample_row(&x[c * lh * lw..][..lh * lw], lh, lw, sy, &mut dst[1..=w], &mut tmp[..lw]),
+                    }
+                    dst[0] = dst[1];
+                    dst[w + 1] = dst[w];
+                }
+            }
+            return;
+        }
+        let cinp = cin.div_ceil(2);
+        // tmp: two upsampled rows, a vertical blend row and a zero row (odd cin).
+        tmp.resize(4 * w, 0.0);
+        let (rows2, rest) = tmp.split_at_mut(2 * w);
+        let (vrow, zero) = rest.split_at_mut(w);
+        zero.fill(0.0);
         for r in 0..rows_in {
             let sy = (y0 + r).saturating_sub(1).min(h - 1);
-            for c in 0..cin {
-                let dst = &mut slab[(r * cin + c) * wp..][..wp];
+            for cp in 0..cinp {
+                let dst = &mut slab[(r * cinp + cp) * wp..][..wp];
+                let (c0, c1) = (2 * cp, 2 * cp + 1);
                 match src {
                     Src::Plain { x, relu } => {
-                        let row = &x[(c * h + sy) * w..][..w];
-                        if relu {
-                            dst[1..=w].iter_mut().zip(row).for_each(|(d, &v)| *d = v.max(0.0));
-                        } else {
-                            dst[1..=w].copy_from_slice(row);
-                        }
+                        let a = &x[(c0 * h + sy) * w..][..w];
+                        let b = if c1 < cin { &x[(c1 * h + sy) * w..][..w] } else { &*zero };
+                        pairs(isa, a, b, relu, &mut dst[1..=w]);
                     }
-                    Src::Up2 { x, h: lh, w: lw } => upsample_row(&x[c * lh * lw..][..lh * lw], lh, lw, sy, &mut dst[1..=w], &mut tmp[..lw]),
+                    Src::Up2 { x, h: lh, w: lw } => {
+                        let (ra, rb) = rows2.split_at_mut(w);
+                        upsample_row(&x[c0 * lh * lw..][..lh * lw], lh, lw, sy, ra, &mut vrow[..lw]);
+                        if c1 < cin {
+                            upsample_row(&x[c1 * lh * lw..][..lh * lw], lh, lw, sy, rb, &mut vrow[..lw]);
+                        } else {
+                            rb.fill(0.0);
+                        }
+                        pairs(isa, ra, rb, false, &mut dst[1..=w]);
+                    }
                 }
                 dst[0] = dst[1];
                 dst[w + 1] = dst[w];
             }
-        }
-        return;
-    }
-    let cinp = cin.div_ceil(2);
-    // tmp: two upsampled rows, a vertical blend row and a zero row (odd cin).
-    tmp.resize(4 * w, 0.0);
-    let (rows2, rest) = tmp.split_at_mut(2 * w);
-    let (vrow, zero) = rest.split_at_mut(w);
-    zero.fill(0.0);
-    for r in 0..rows_in {
-        let sy = (y0 + r).saturating_sub(1).min(h - 1);
-        for cp in 0..cinp {
-            let dst = &mut slab[(r * cinp + cp) * wp..][..wp];
-            let (c0, c1) = (2 * cp, 2 * cp + 1);
-            match src {
-                Src::Plain { x, relu } => {
-                    let a = &x[(c0 * h + sy) * w..][..w];
-                    let b = if c1 < cin { &x[(c1 * h + sy) * w..][..w] } else { &*zero };
-                    pairs(isa, a, b, relu, &mut dst[1..=w]);
-                }
-                Src::Up2 { x, h: lh, w: lw } => {
-                    let (ra, rb) = rows2.split_at_mut(w);
-                    upsample_row(&x[c0 * lh * lw..][..lh * lw], lh, lw, sy, ra, &mut vrow[..lw]);
-                    if c1 < cin {
-                        upsample_row(&x[c1 * lh * lw..][..lh * lw], lh, lw, sy, rb, &mut vrow[..lw]);
-                    } else {
-                        rb.fill(0.0);
-                    }
-                    pairs(isa, ra, rb, false, &mut dst[1..=w]);
-                }
-            }
-            dst[0] = dst[1];
-            dst[w + 1] = dst[w];
         }
     }
 }
@@ -502,7 +523,7 @@ fn upsample_row(plane: &[f32], h: usize, w: usize, sy: usize, out: &mut [f32], v
 fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Bf16 {
-        // Safety: see above.
+        // SAFETY: this route is AVX512-BF16 only where the CPU has it.
         unsafe { avx512::pairs(a, b, relu, dst) };
         return;
     }
@@ -513,30 +534,20 @@ fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     }
 }
 
-/// All output pixels of rows [y0, y1) from the tile's slab.
+/// All output pixels of rows [y0, y1) from the tile's slab into `out` (cout rows, the output
+/// channels' planes of h·w) [+ `residual`, the same shape].
 ///
 /// # Safety
-/// `out` (and `residual` unless null) hold cout·h·w floats; `slab` was built for this tile.
-#[allow(clippy::too_many_arguments)]
-unsafe fn direct_tile(
-    d: &Direct,
-    slab: &[u32],
-    bias: &[f32],
-    kc: usize,
-    cout: usize,
-    h: usize,
-    w: usize,
-    y0: usize,
-    y1: usize,
-    out: *mut f32,
-    residual: *const f32,
-) {
+/// `d` and `plan` are this op's, every element of `out` is writable, and `slab` was built for
+/// this tile by [`Direct::build_slab`].
+unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y1): (usize, usize), out: MatMut<f32>, residual: Option<Mat<&[f32]>>) {
     #[cfg(target_arch = "x86_64")]
     {
         use super::bf16::MR;
+        use crate::simd::sgemm::Prefetch;
+        let Plan { cout, w, kc, .. } = plan;
         let kp = 9 * kc;
         let wp = w + 2;
-        let hw = h * w;
         // Output channels in blocks whose weights stay in L2 beside the slab, each block cut into
         // row panels of equal height: ≤ 6 rows on AVX2 (the tiles its weights were packed in,
         // `Micro::Avx2.row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16 or 32
@@ -558,25 +569,38 @@ unsafe fn direct_tile(
                 .collect()
         };
         let step = if avx2 { 16 } else { 32 };
+        // Tap (ky, kx) of a pixel is ky slab rows below it and kx columns right.
+        let taps: [usize; 9] = std::array::from_fn(|t| (t / 3) * kc * wp + t % 3);
+        // The weights: row o output channel o's taps (on AVX2, each row tile's interleaved).
+        let weights = Mat::from_ptr(d.words.as_ptr(), cout, kp, kp);
         for panels in &blocks {
             for y in y0..y1 {
                 let ry = y - y0;
                 for x0 in (0..w).step_by(step) {
                     let nv = (w - x0).min(step);
-                    let mut taps = [std::ptr::null::<u32>(); 9];
-                    for (t, tap) in taps.iter_mut().enumerate() {
-                        *tap = slab.as_ptr().add((ry + t / 3) * kc * wp + x0 + t % 3);
-                    }
+                    // The slab's channel rows at pixel x0 of slab row ry: tap (0, 0) of the
+                    // tile's pixels, every other tap `taps` further.
+                    let b = Mat::from_ptr(slab.as_ptr().wrapping_add(ry * kc * wp + x0), kc, step, wp);
                     for &(r0, r1) in panels {
-                        let off = r0 * hw + y * w + x0;
-                        let res = if residual.is_null() { residual } else { residual.add(off) };
-                        let (a, bias, c) = (d.words.as_ptr().add(r0 * kp), bias.as_ptr().add(r0), out.add(off));
-                        // `d` exists only on a direct route (AVX2 or AVX-512F for f32, AVX512-BF16
-                        // for bf16), which `route` gives only where the CPU has it.
+                        let c = out.block(r0, y * w + x0, r1 - r0, nv);
+                        let res = residual.map(|r| r.as_raw().block(r0, y * w + x0, r1 - r0, nv));
+                        let bias = bias.as_ptr().wrapping_add(r0);
+                        // `d` exists only on a direct route (AVX2 or AVX-512F for f32,
+                        // AVX512-BF16 for bf16), which `route` gives only where the CPU has it.
                         if avx2 {
-                            avx2::kernel(r1 - r0, a as *const f32, r1 - r0, &taps, wp, kc, bias, res, hw, c, hw, nv, (std::ptr::null(), 0));
+                            // The tile's weights interleaved: a row per (tap, channel).
+                            let a = Mat::from_ptr(weights.row(r0) as *const f32, kp, r1 - r0, r1 - r0);
+                            // SAFETY: the CPU has AVX2 (above); the tile's r1 - r0 rows of kp
+                            // weights, and its bias, are inside the op's (asserted by
+                            // `run_direct`); each tap's 16 words of the slab's kc channel rows
+                            // are inside the slab (its rows are w + 2 words and it has 32 to
+                            // spare past the last); `c` and `res` are inside `out` and
+                            // `residual` (asserted by `block`).
+                            unsafe { avx2::kernel(a, b.cast(), &taps, bias, res, c, Prefetch::NONE) };
                         } else {
-                            avx512::kernel(d.bf16, r1 - r0, a, kp, &taps, wp, kc, bias, res, c, hw, nv);
+                            // SAFETY: as above, on AVX-512F (AVX512-BF16 in bf16), with 32 words
+                            // of each slab row.
+                            unsafe { avx512::kernel(d.bf16, weights.block(r0, 0, r1 - r0, kp), b, &taps, bias, res, c) };
                         }
                     }
                 }
@@ -586,7 +610,7 @@ unsafe fn direct_tile(
     #[cfg(not(target_arch = "x86_64"))]
     {
         // The direct route is only built where AVX2 or AVX-512 exists.
-        let _ = (d, slab, bias, kc, cout, h, w, y0, y1, out, residual);
+        let _ = (d, plan, slab, bias, y0, y1, out, residual);
         unreachable!("direct conv3x3 without AVX2");
     }
 }
@@ -676,8 +700,7 @@ mod tests {
     /// Replicate-padded 3x3 conv in f64 (of bf16-rounded input and weights when `bf16`);
     /// returns the result and, per output, the sum of |terms| (the scale of the f32
     /// accumulation error).
-    #[allow(clippy::too_many_arguments)]
-    fn conv_ref(x: &[f32], wt: &[f32], bias: &[f32], cin: usize, cout: usize, h: usize, w: usize, relu: bool, bf16: bool) -> (Vec<f64>, Vec<f64>) {
+    fn conv_ref(x: &[f32], wt: &[f32], bias: &[f32], (cin, cout, h, w): (usize, usize, usize, usize), relu: bool, bf16: bool) -> (Vec<f64>, Vec<f64>) {
         let round = |v: f32| if bf16 { round_bf16(v) as f64 } else { v as f64 };
         let mut out = vec![0f64; cout * h * w];
         let mut mag = vec![0f64; cout * h * w];
@@ -749,7 +772,7 @@ mod tests {
             let wtensor = Tensor::from_vec(wt.clone(), (cout, cin, 3, 3), &Device::Cpu).unwrap();
             let xin = if up { upsample_ref(&x, cin, ih, iw) } else { x.clone() };
             for bf16 in [false, true] {
-                let (want, mag) = conv_ref(&xin, &wt, &bias, cin, cout, oh, ow, relu && !up, bf16);
+                let (want, mag) = conv_ref(&xin, &wt, &bias, (cin, cout, oh, ow), relu && !up, bf16);
                 // bf16 rounding of the (upsampled) input may land on the other side of a tie in
                 // the f32 vs f64 upsample: allow one bf16 ulp per term there.
                 let rel = if bf16 && up { 8e-3 } else { 1e-5 };

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
+use crate::simd::Mat;
 
 use super::bf16::{gemm_bf16, PackedB};
 
@@ -62,14 +63,14 @@ impl CustomOp1 for LinearOp {
         let mut y = match (&self.packed, &self.weight) {
             (Some(p), _) => {
                 let mut y = bias_rows();
-                gemm_bf16(x, n, d_in, d_in, p, &mut y, self.d_out, true, rayon::current_num_threads().max(1));
+                let c = Mat::from_slice_mut(&mut y, n, self.d_out, self.d_out);
+                gemm_bf16(Mat::from_slice(x, n, d_in, d_in), p, c, true, rayon::current_num_threads().max(1));
                 y
             }
-            // Safety: the panels exist only where their route was available at load. GELU on
-            // each tile as the product finishes it.
+            // GELU on each tile as the product finishes it.
             (None, F32Weight::Panels(p)) => {
                 let gelu = (self.epilogue == Epilogue::BiasGelu).then_some(self.isa);
-                let y = unsafe { sgemm::linear(x, n, p, &self.bias, gelu) };
+                let y = sgemm::linear(x, n, p, &self.bias, gelu);
                 return Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))));
             }
             (None, F32Weight::Tensor(t)) => {
@@ -113,10 +114,11 @@ impl LinearOp {
 /// read in place through strides), by the `gemm` crate on the rayon pool, into a new buffer
 /// that is never zeroed (the product does not read it).
 fn product_bt(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    assert!(x.len() >= m * k && w.len() >= n * k, "linear: operand sizes");
     let mut y: Vec<f32> = Vec::with_capacity(m * n);
     let threads = rayon::current_num_threads().max(1);
-    // Safety: with `read_dst` false the product writes all of `y`'s m · n floats and reads
-    // none, before `set_len`; x holds m rows of k, w n rows of k.
+    // SAFETY: with `read_dst` false the product writes all of `y`'s m · n floats (its capacity)
+    // and reads none, before `set_len`; x holds m rows of k, w n rows of k (asserted).
     unsafe {
         gemm::gemm(
             m,

@@ -12,14 +12,17 @@ use rayon::prelude::*;
 use super::contiguous;
 
 use crate::simd::isa::{self, Isa};
-use crate::simd::sgemm::Micro;
-use crate::simd::SendPtr;
+use crate::simd::sgemm::{Micro, Prefetch};
+use crate::simd::{Mat, SendPtr};
 
 use super::bf16::{gemm_bf16_packed_a, PackedA};
 
 /// out (m × n) += w (m × k) · x (k × n), all row-major, on the rayon pool.
 pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usize, n: usize) {
+    assert!(out.len() >= m * n && w.len() >= m * k && x.len() >= k * n, "gemm_into: operand sizes");
     let threads = rayon::current_num_threads().max(1);
+    // SAFETY: `out` holds m rows of n (borrowed mutably), `w` m rows of k and `x` k rows of n
+    // (asserted).
     unsafe {
         gemm::gemm(
             m,
@@ -48,7 +51,7 @@ pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usiz
 /// out (m × n) += w (m × k) · x (k × n), in bf16 when the weight was packed for it.
 fn weights_times(out: &mut [f32], w: &[f32], packed: Option<&PackedA>, x: &[f32], m: usize, k: usize, n: usize) {
     match packed {
-        Some(p) => gemm_bf16_packed_a(p, x, n, n, out, n, true, rayon::current_num_threads().max(1)),
+        Some(p) => gemm_bf16_packed_a(p, Mat::from_slice(x, k, n, n), Mat::from_slice_mut(out, m, n, n), true, rayon::current_num_threads().max(1)),
         None => gemm_into(out, w, x, m, k, n),
     }
 }
@@ -100,10 +103,10 @@ impl Pointwise {
     pub fn rows_of(micro: Micro, w: &[f32], ldw: usize, m: usize, k: usize) -> Self {
         assert!(m == 0 || w.len() >= (m - 1) * ldw + k, "pointwise: {} floats for {m} rows of {k}, {ldw} apart", w.len());
         let mut words = vec![0f32; m * k];
+        let w = Mat::from_slice(w, m, k, ldw);
         for tile in micro.row_tiles(m).windows(2) {
             let (r0, rows) = (tile[0], tile[1] - tile[0]);
-            // Safety: the tile's rows are within `w` (asserted above).
-            unsafe { micro.pack(rows, w[r0 * ldw..].as_ptr(), (ldw, 1), k, &mut words[r0 * k..][..rows * k]) };
+            micro.pack(w.block(r0, 0, rows, k), &mut words[r0 * k..][..rows * k]);
         }
         Self { words, m, k, micro }
     }
@@ -113,35 +116,26 @@ impl Pointwise {
         self.micro.cols()
     }
 
-    /// out (m × n) = W · x on this thread, x rows `cs` floats apart with every block of
-    /// [`Pointwise::cols`] columns whole (n rounded up to it readable), out rows `ldc` apart;
-    /// `zeros` has m zeros (the kernel's bias).
-    ///
-    /// # Safety
-    /// `x` holds k rows of `cs` floats with n rounded up to [`Pointwise::cols`] readable in
-    /// each, `out` m rows of `ldc` with n writable in each.
-    pub(in crate::model::cpu) unsafe fn product(&self, x: *const f32, cs: usize, n: usize, zeros: &[f32], out: *mut f32, ldc: usize) {
-        assert!(zeros.len() >= self.m);
-        let w = self.micro.cols();
+    /// out (m × n) = W · x on this thread: x is (k × a multiple of [`Pointwise::cols`]), read
+    /// in whole blocks of that many columns, of which out (m × n) keeps the first n; `zeros`
+    /// has m zeros (the kernel's bias). Panics where the shapes disagree.
+    pub(in crate::model::cpu) fn product(&self, x: Mat<&[f32]>, zeros: &[f32], mut out: Mat<&mut [f32]>) {
+        let (w, n) = (self.micro.cols(), out.cols());
+        assert!(self.micro.runs_here(), "pointwise: {:?} weights on a CPU without the kernel", self.micro);
+        assert!(
+            x.rows() == self.k && out.rows() == self.m && x.cols().is_multiple_of(w) && n <= x.cols() && zeros.len() >= self.m,
+            "pointwise: operand shapes"
+        );
+        let (x, out) = (x.as_raw(), out.as_raw_mut());
         let b = self.micro.row_tiles(self.m);
         for t in 0..b.len() - 1 {
             let (r0, r1) = (b[t], b[t + 1]);
+            let a = Mat::from_ptr(self.words.as_ptr().wrapping_add(r0 * self.k), self.k, r1 - r0, r1 - r0);
             for x0 in (0..n).step_by(w) {
-                self.micro.kernel(
-                    r1 - r0,
-                    self.words.as_ptr().add(r0 * self.k),
-                    r1 - r0,
-                    x.add(x0),
-                    cs,
-                    self.k,
-                    zeros.as_ptr(),
-                    std::ptr::null(),
-                    0,
-                    out.add(r0 * ldc + x0),
-                    ldc,
-                    (n - x0).min(w),
-                    (std::ptr::null(), 0),
-                );
+                // SAFETY: the CPU has the kernel (asserted); the tile's packed weights are inside
+                // `words` (m · k), x's block of w columns inside `x` (whole blocks, asserted),
+                // `zeros` has m values and the output tile is inside `out`, borrowed mutably.
+                unsafe { self.micro.kernel(a, x.block(0, x0, self.k, w), zeros.as_ptr(), None, out.block(r0, x0, r1 - r0, (n - x0).min(w)), Prefetch::NONE) };
             }
         }
     }
@@ -151,6 +145,7 @@ impl Pointwise {
     pub fn run(&self, x: &[f32], n: usize, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let (m, k, micro) = (self.m, self.k, self.micro);
         assert!(x.len() >= k * n && bias.len() == m && residual.is_none_or(|r| r.len() >= m * n), "pointwise: operand sizes");
+        assert!(micro.runs_here(), "pointwise: {micro:?} weights on a CPU without the kernel");
         let mut out: Vec<f32> = Vec::with_capacity(m * n);
         if m == 0 || n == 0 {
             return out;
@@ -161,50 +156,37 @@ impl Pointwise {
         let nb = (m * k * 4).div_ceil(WEIGHT_BLOCK_BYTES).clamp(1, tiles);
         let chunk = pixels_per_task(k, w);
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let res = residual.map_or(0, |r| r.as_ptr() as usize);
+        let residual = residual.map(|r| Mat::from_slice(r, m, n, n));
         (0..n.div_ceil(chunk)).into_par_iter().for_each_init(Vec::new, |tail: &mut Vec<f32>, ci| {
+            let out = Mat::from_mut_ptr(out_ptr.get(), m, n, n);
             let (p0, p1) = (ci * chunk, ((ci + 1) * chunk).min(n));
             for blk in 0..nb {
                 for x0 in (p0..p1).step_by(w) {
                     let nv = (p1 - x0).min(w);
                     // The kernel reads `w` columns of every channel: a short last block reads a
                     // copy padded to `w`, not past the end of `x`.
-                    let (tap, cs) = if x0 + w <= n {
-                        (x[x0..].as_ptr(), n)
+                    let xb = if x0 + w <= n {
+                        Mat::from_slice(&x[x0..], k, w, n)
                     } else {
                         tail.clear();
                         tail.extend((0..k).flat_map(|c| (0..w).map(move |i| if x0 + i < n { x[c * n + x0 + i] } else { 0.0 })));
-                        (tail.as_ptr(), w)
+                        Mat::from_slice(tail, k, w, w)
                     };
                     for t in tiles * blk / nb..tiles * (blk + 1) / nb {
                         let (r0, r1) = (b[t], b[t + 1]);
-                        let off = r0 * n + x0;
-                        let add = if res == 0 { std::ptr::null() } else { (res as *const f32).wrapping_add(off) };
-                        // Safety: a `Micro` exists only for a kernel this CPU has; `tap` has `w`
-                        // readable columns per channel; tasks write disjoint columns of `out`,
-                        // every (row, column) exactly once.
-                        unsafe {
-                            micro.kernel(
-                                r1 - r0,
-                                self.words.as_ptr().add(r0 * k),
-                                r1 - r0,
-                                tap,
-                                cs,
-                                k,
-                                bias[r0..].as_ptr(),
-                                add,
-                                n,
-                                out_ptr.get().add(off),
-                                n,
-                                nv,
-                                (std::ptr::null(), 0),
-                            )
-                        };
+                        let a = Mat::from_ptr(self.words.as_ptr().wrapping_add(r0 * k), k, r1 - r0, r1 - r0);
+                        let add = residual.map(|r| r.as_raw().block(r0, x0, r1 - r0, nv));
+                        // SAFETY: the CPU has the kernel (asserted); the tile's packed weights
+                        // are inside `words` (m · k), `xb` has w readable columns per channel (a
+                        // checked view), the bias m values (asserted), `add` is inside the
+                        // residual; `out` has room for m · n floats, tasks write disjoint
+                        // columns of it (p0..p1 this one), every (row, column) exactly once.
+                        unsafe { micro.kernel(a, xb.as_raw(), bias.as_ptr().wrapping_add(r0), add, out.block(r0, x0, r1 - r0, nv), Prefetch::NONE) };
                     }
                 }
             }
         });
-        // Safety: every element was written above.
+        // SAFETY: every element was written above, within the capacity.
         unsafe { out.set_len(m * n) };
         out
     }
@@ -310,7 +292,8 @@ impl CustomOp1 for ConvTranspose2x2Op {
         let mut out: Vec<f32> = Vec::with_capacity(self.cout * oh * ow);
         let out_ptr = SendPtr(out.as_mut_ptr());
         (0..self.cout).into_par_iter().for_each(|o| {
-            // Safety: plane o of `out` is this task's alone.
+            // SAFETY: `out` has room for cout planes of oh · ow floats; plane o is this task's
+            // alone, and every float of it is written below before `set_len`.
             let plane = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(o * oh * ow), oh * ow) };
             let b = bias.map_or(0.0, |b| b[o]);
             for (r, row) in plane.chunks_exact_mut(ow.max(1)).enumerate() {
@@ -330,7 +313,7 @@ impl CustomOp1 for ConvTranspose2x2Op {
                 }
             }
         });
-        // Safety: every row of every plane was written above.
+        // SAFETY: every row of every plane was written above, within the capacity.
         unsafe { out.set_len(self.cout * oh * ow) };
         Ok((CpuStorage::F32(out), Shape::from((self.cout, oh, ow))))
     }

@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::simd::isa;
 use crate::simd::sgemm::Micro;
-use crate::simd::SendPtr;
+use crate::simd::{Mat, SendPtr};
 
 use super::planes::Pointwise;
 
@@ -134,13 +134,14 @@ impl Winograd {
                 for g in task {
                     let stride = g.n.div_ceil(8) * 8 + 1;
                     s.eo.resize(8 * stride, 0.0);
-                    input_tile_row(level, &x[c * h * w..][..h * w], h, w, g.ty, g.tx0, relu, &mut s.eo[..8 * stride], &mut s.v, c * np + g.col, vs);
+                    // The segment's columns of V[ξ][c], for every ξ.
+                    let v = Mat::from_slice_mut(&mut s.v[c * np + g.col..], XI, stride - 1, vs);
+                    input_tile_row(level, Mat::from_slice(&x[c * h * w..], h, w, w), (g.ty, g.tx0), relu, &mut s.eo[..8 * stride], v);
                 }
             }
             for (xi, u) in self.u.iter().enumerate() {
-                // Safety: v[ξ] has cin rows of np (a multiple of the kernel's columns) readable
-                // columns; m[ξ] has cout rows of np.
-                unsafe { u.product(s.v[xi * vs..][..cin * np].as_ptr(), np, np, &self.zeros, s.m[xi * ms..][..cout * np].as_mut_ptr(), np) };
+                // V[ξ] (cin × np, np a multiple of the kernel's columns) to M[ξ] (cout × np).
+                u.product(Mat::from_slice(&s.v[xi * vs..], cin, np, np), &self.zeros, Mat::from_slice_mut(&mut s.m[xi * ms..], cout, np, np));
             }
             transform_out(level, &s.m, np, ms, cout, bias, &mut s.y);
             // Each segment's pixels inside the map, with the residual.
@@ -154,15 +155,17 @@ impl Winograd {
                         }
                         let src = &s.y[(o * 2 + a) * 2 * np + 2 * g.col..][..nx];
                         let i = (o * h + yy) * w + x0;
-                        // Safety: tasks write disjoint tiles of `out`, each pixel exactly once;
-                        // i + nx <= cout · h · w.
+                        // SAFETY: `out` has room for cout · h · w floats, i + nx of them; tasks
+                        // write disjoint tiles of it, each pixel exactly once (never read before
+                        // `set_len`).
                         let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(i), nx) };
                         store_row(level, src, residual.map(|r| &r[i..i + nx]), dst);
                     }
                 }
             }
         });
-        // Safety: every tile row and column was a task; each wrote all its pixels.
+        // SAFETY: every tile row and column was a task, and each wrote all its pixels, within the
+        // capacity.
         unsafe { out.set_len(cout * h * w) };
         out
     }
@@ -196,8 +199,8 @@ fn segments(t0: usize, t1: usize, tw: usize) -> Vec<Segment> {
 fn prefetch(s: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     for i in (0..s.len()).step_by(16) {
-        // Safety: a prefetch of an address inside `s`; it never faults.
-        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(s.as_ptr().add(i) as *const i8) };
+        // SAFETY: SSE, which every x86-64 CPU has; a prefetch reads nothing and never faults.
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(s.as_ptr().wrapping_add(i) as *const i8) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = s;
@@ -216,12 +219,13 @@ struct Scratch {
 }
 
 crate::simd::dispatch! {
-    /// V[ξ][c][t] for the tiles tx0..tx0 + np of tile row ty of one channel's (h, w) plane
-    /// (those past the map's edge are clamped copies, computed and never kept), written at
-    /// `v[ξ · xi_stride + at + t]`.
-    #[allow(clippy::too_many_arguments)]
-    fn input_tile_row / input_tile_row_baseline(plane: &[f32], h: usize, w: usize, ty: usize, tx0: usize, relu: bool, eo: &mut [f32], v: &mut [f32], at: usize, xi_stride: usize) {
+    /// V[ξ][t] of one channel for the tiles `tile` = (ty, tx0).. of tile row ty of its (h, w) plane, into row
+    /// ξ of `v` (its columns a multiple of 8 tiles: those past the map's edge are clamped
+    /// copies, computed and never kept). `eo` is scratch of 8 rows of `v.cols()` + 1.
+    fn input_tile_row / input_tile_row_baseline(plane: Mat<&[f32]>, tile: (usize, usize), relu: bool, eo: &mut [f32], v: Mat<&mut [f32]>) {
+        let ((h, w), (ty, tx0)) = ((plane.rows(), plane.cols()), tile);
         let stride = eo.len() / 8;
+        assert_eq!(v.cols() + 1, stride, "winograd: scratch for {} tiles", v.cols());
         // Row i of the patch is map row 2ty - 1 + i and column j map column 2tx - 1 + j, clamped
         // (replicate padding): e[i][k] = column 2(tx0 + k) - 1, o[i][k] = column 2(tx0 + k).
         let (e, o) = eo.split_at_mut(4 * stride);
@@ -232,7 +236,7 @@ crate::simd::dispatch! {
         let hi = if base < w { ((w - 1 - base) / 2 + 1).min(stride) } else { 0 }.max(lo);
         for i in 0..4 {
             let y = (2 * ty + i).saturating_sub(1).min(h - 1);
-            let row = &plane[y * w..][..w];
+            let row = plane.row(y);
             let (ei, oi) = (&mut e[i * stride..][..stride], &mut o[i * stride..][..stride]);
             let col = |x: usize| row[x.saturating_sub(1).min(w - 1)];
             for k in (0..lo).chain(hi..stride) {
@@ -248,15 +252,15 @@ crate::simd::dispatch! {
                 ei.iter_mut().chain(oi.iter_mut()).for_each(|v| *v = v.max(0.0));
             }
         }
-        transform_in(e, o, stride, v, at, xi_stride);
+        transform_in(e, o, stride, v);
     }
 }
 
-/// V = Bᵀ d B over `stride - 1` tiles (a multiple of 8) side by side, Bᵀ = [[1, 0, -1, 0],
-/// [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: patch column j of tile t is e[t], o[t],
-/// e[t + 1], o[t + 1] of its row.
+/// V = Bᵀ d B over `stride - 1` tiles (a multiple of 8) side by side, position ξ's into row ξ
+/// of `v`, Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]: patch column j of
+/// tile t is e[t], o[t], e[t + 1], o[t + 1] of its row.
 #[inline(always)]
-fn transform_in(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, xi_stride: usize) {
+fn transform_in(e: &[f32], o: &[f32], stride: usize, mut v: Mat<&mut [f32]>) {
     let ld = |a: &[f32], i: usize, t: usize| -> [f32; 8] { a[i * stride + t..][..8].try_into().expect("8 floats") };
     for t0 in (0..stride - 1).step_by(8) {
         // r[i][j]: patch row i times B (columns combined).
@@ -271,14 +275,15 @@ fn transform_in(e: &[f32], o: &[f32], stride: usize, v: &mut [f32], at: usize, x
             }
         }
         for j in 0..4 {
+            let [r0, r1, r2, r3] = r.map(|ri| ri[j]);
             let rows: [[f32; 8]; 4] = [
-                std::array::from_fn(|l| r[0][j][l] - r[2][j][l]),
-                std::array::from_fn(|l| r[1][j][l] + r[2][j][l]),
-                std::array::from_fn(|l| r[2][j][l] - r[1][j][l]),
-                std::array::from_fn(|l| r[1][j][l] - r[3][j][l]),
+                std::array::from_fn(|l| r0[l] - r2[l]),
+                std::array::from_fn(|l| r1[l] + r2[l]),
+                std::array::from_fn(|l| r2[l] - r1[l]),
+                std::array::from_fn(|l| r1[l] - r3[l]),
             ];
             for (i, val) in rows.iter().enumerate() {
-                v[(i * 4 + j) * xi_stride + at + t0..][..8].copy_from_slice(val);
+                v.row_mut(i * 4 + j)[t0..][..8].copy_from_slice(val);
             }
         }
     }

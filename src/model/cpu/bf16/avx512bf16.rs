@@ -1,31 +1,41 @@
 //! The AVX512-BF16 route of the bf16 GEMM: the microkernel and the vector packers.
 //!
-//! # Safety
-//! Every function here needs a CPU with AVX-512F, BW, VL and BF16: call them only on the
-//! `Isa::Avx512Bf16` route (`super::route`), which `crate::simd::isa` gives only where the CPU
-//! has it.
+//! Every function here needs a CPU with AVX-512F, BW, VL and BF16 (its `#[target_feature]`s):
+//! they are called only on the `Isa::Avx512Bf16` route (`super::route`), which
+//! `crate::simd::isa` gives only where the CPU has it. The packers read checked views
+//! ([`Mat`]`<&[f32]>`) and check what they write, so that CPU is all they need.
 
 use super::NR;
+use crate::simd::{Mat, MatMut, MatRef};
 use core::arch::x86_64::*;
 
-/// Microkernel dispatch on the number of valid rows (tail panels get a smaller register
-/// tile instead of wasted multiply-adds on zero rows).
-#[allow(clippy::too_many_arguments)]
+/// C (mv × nv, mv ≤ [`super::MR`], nv ≤ NR) (+)= A · B over `a.cols()` k pairs: A (`a`) mv
+/// rows of bf16 pairs, B (`b`) one panel (the k pairs' NR words one after another). The
+/// dispatch on mv: tail panels get a smaller register tile instead of wasted multiply-adds on
+/// zero rows.
+///
+/// # Safety
+/// The CPU has AVX512-BF16; every element of `a` and `c` is readable (and writable), and `b`
+/// holds `a.cols()` · NR readable words.
 #[inline]
-pub(super) unsafe fn kernel(mv: usize, kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
+pub(super) unsafe fn kernel(a: MatRef<u32>, b: *const u32, c: MatMut<f32>, load_c: bool) {
+    debug_assert!(a.rows() == c.rows() && c.cols() <= NR);
     macro_rules! go {
         ($($r:literal)*) => {
-            match mv { $($r => kern::<$r>(kps, a, lda, b, c, ldc, nv, load_c),)* _ => unreachable!() }
+            // SAFETY: the caller's promise, passed on; R = mv.
+            match c.rows() { $($r => unsafe { kern::<$r>(a, b, c, load_c) },)* _ => unreachable!() }
         };
     }
     go!(1 2 3 4 5 6 7 8 9 10 11 12)
 }
 
-/// C[R×nv] (+)= A (R rows of bf16 pairs, stride `lda` words) · B-panel (NR columns), over
-/// `kps` k pairs.
-#[allow(clippy::too_many_arguments)]
+/// [`kernel`] for R = mv rows.
+///
+/// # Safety
+/// As [`kernel`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn kern<const R: usize>(kps: usize, a: *const u32, lda: usize, b: *const u32, c: *mut f32, ldc: usize, nv: usize, load_c: bool) {
+unsafe fn kern<const R: usize>(a: MatRef<u32>, b: *const u32, c: MatMut<f32>, load_c: bool) {
+    let (kps, lda, nv) = (a.cols(), a.stride(), c.cols());
     let m0: __mmask16 = if nv >= 16 { 0xffff } else { (1u32 << nv) as u16 - 1 };
     let m1: __mmask16 = if nv >= 32 {
         0xffff
@@ -38,53 +48,72 @@ unsafe fn kern<const R: usize>(kps: usize, a: *const u32, lda: usize, b: *const 
     // C are usually far apart (ldc of thousands) and not cached, so they are prefetched
     // here and arrive while the loop runs (~12 cycles per k pair) instead of stalling it.
     for r in 0..R {
-        let cr = c.add(r * ldc) as *const i8;
+        // A prefetch never faults.
+        let cr = c.row(r) as *const i8;
         _mm_prefetch::<_MM_HINT_T0>(cr);
         _mm_prefetch::<_MM_HINT_T0>(cr.wrapping_add(64));
     }
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    let mut b = b;
+    let (a, mut b) = (a.ptr(), b);
     for kp in 0..kps {
-        let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
-        let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + kp) as i32));
-            acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
-            acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+        // SAFETY: `b` is k pair kp's NR readable words and a.add(r · lda + kp) element (r, kp)
+        // of A (the caller's promise); the transmutes change only the type of 64 bytes, every
+        // pattern of which is a valid vector.
+        unsafe {
+            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
+            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + kp) as i32));
+                acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+            }
         }
-        b = b.add(NR);
+        // The next pair's words (past the panel after the last: never read).
+        b = b.wrapping_add(NR);
     }
     for (r, acc) in acc.iter_mut().enumerate() {
-        let cr = c.add(r * ldc);
-        if load_c {
-            acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
-            acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.add(16)));
+        let cr = c.row(r);
+        // SAFETY: the masks cover the first nv floats of row r, which C holds; masked-off lanes
+        // are neither read nor written (nor can they fault).
+        unsafe {
+            if load_c {
+                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
+                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.add(16)));
+            }
+            _mm512_mask_storeu_ps(cr, m0, acc[0]);
+            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
         }
-        _mm512_mask_storeu_ps(cr, m0, acc[0]);
-        _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
     }
 }
 
 /// 32 consecutive f32 (masked: the first `n` of them, rest read as 0) → 16 bf16 pairs in order.
+///
+/// # Safety
+/// The first min(n, 32) floats from `p` are readable (none need be for n = 0).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 #[inline]
 unsafe fn cvt32(p: *const f32, n: usize) -> __m512i {
-    let (lo, hi) = if n >= 32 {
-        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-    } else {
-        let m0 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
-        let m1 = if n > 16 { ((1u32 << (n - 16)) - 1) as u16 } else { 0 };
-        (_mm512_maskz_loadu_ps(m0, p), _mm512_maskz_loadu_ps(m1, p.add(16)))
+    // SAFETY: the loads read the first min(n, 32) floats (the caller's promise); masked-off
+    // lanes are not read (nor can they fault).
+    let (lo, hi) = unsafe {
+        if n >= 32 {
+            (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+        } else {
+            let m0 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
+            let m1 = if n > 16 { ((1u32 << (n - 16)) - 1) as u16 } else { 0 };
+            (_mm512_maskz_loadu_ps(m0, p), _mm512_maskz_loadu_ps(m1, p.wrapping_add(16)))
+        }
     };
     // cvtne2ps(a, b): low half from b, high half from a.
-    core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo))
+    // SAFETY: 32 bf16 as 16 words of 32 bits: the same 64 bytes, every pattern valid.
+    unsafe { core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) }
 }
 
 /// 16×16 transpose of u32: out[c] lane r = r_in[r] lane c. Three shuffle stages (pairs of
 /// rows, then quads, then 128-bit lanes), 64 shuffles per 256 words.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 #[inline]
-unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
+fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
     let mut t = [_mm512_setzero_si512(); 16];
     for i in 0..8 {
         // (a0 b0 a1 b1 | a4 b4 a5 b5 | …), (a2 b2 a3 b3 | …)
@@ -116,31 +145,34 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
 
 /// See `super::pack_rows`, for w = NR = 32: per 16 k pairs, convert the panel's 32 rows
 /// (32 zmm of 16 pairs), transpose the two 16×16 halves, store 16 × 32 contiguous words.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(super) unsafe fn pack_rows_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-    let k1 = (k0 + 2 * kps).min(k);
-    let panels = (l1 - l0).div_ceil(NR);
-    let d = dst.as_mut_ptr();
+pub(super) fn pack_rows_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
+    let (lines, k1) = (src.rows(), src.cols());
+    let panels = lines.div_ceil(NR);
+    assert!(dst.len() >= panels * kps * NR, "pack_rows_nr: {} words for {panels} panels of {kps} pairs", dst.len());
+    let (src, d) = (src.as_raw(), dst.as_mut_ptr());
     let zero = _mm512_setzero_si512();
     for p in 0..panels {
-        let pd = d.add(p * kps * NR);
+        let pd = d.wrapping_add(p * kps * NR);
         let mut kp = 0;
         while kp < kps {
-            let kk = k0 + 2 * kp;
+            let kk = 2 * kp;
             let avail = k1.saturating_sub(kk).min(32);
             let cnt = (kps - kp).min(16);
             for h in 0..2 {
                 let mut r = [zero; 16];
                 for (i, ri) in r.iter_mut().enumerate() {
-                    let l = l0 + p * NR + 16 * h + i;
-                    if l < l1 {
-                        *ri = cvt32(src.as_ptr().wrapping_add(l * ld + kk), avail);
+                    let l = p * NR + 16 * h + i;
+                    if l < lines {
+                        // SAFETY: row l of the view holds its k1 values, kk + avail ≤ k1 of them.
+                        *ri = unsafe { cvt32(src.at(l, kk), avail) };
                     }
                 }
                 let o = transpose16(&r);
                 for (t, ot) in o[..cnt].iter().enumerate() {
-                    _mm512_storeu_si512(pd.add((kp + t) * NR + 16 * h) as *mut _, *ot);
+                    // SAFETY: kp + t < kps, so the 16 words at (p · kps + kp + t) · NR + 16h lie
+                    // inside panel p of `dst` (asserted to hold every panel).
+                    unsafe { _mm512_storeu_si512(pd.add((kp + t) * NR + 16 * h) as *mut _, *ot) };
                 }
             }
             kp += 16;
@@ -152,23 +184,27 @@ pub(super) unsafe fn pack_rows_nr(src: &[f32], ld: usize, l0: usize, l1: usize, 
 const PF_ROWS: usize = 8;
 
 /// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(super) unsafe fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-    let k1 = (k0 + 2 * kps).min(k);
-    let d = dst.as_mut_ptr();
-    for r in r0..r1 {
-        let row = src.as_ptr().wrapping_add(r * ld);
-        let dr = d.add((r - r0) * kps);
+pub(super) fn convert_rows(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
+    let (rows, k1) = (src.rows(), src.cols());
+    assert!(dst.len() >= rows * kps, "convert_rows: {} words for {rows} rows of {kps} pairs", dst.len());
+    let (src, d) = (src.as_raw(), dst.as_mut_ptr());
+    for r in 0..rows {
+        let dr = d.wrapping_add(r * kps);
         let mut kp = 0;
         while kp < kps {
-            let kk = k0 + 2 * kp;
-            let v = cvt32(row.wrapping_add(kk), k1.saturating_sub(kk).min(32));
+            let kk = 2 * kp;
+            // SAFETY: row r of the view holds its k1 values, kk + min(k1 - kk, 32) ≤ k1 of them.
+            let v = unsafe { cvt32(src.at(r, kk), k1.saturating_sub(kk).min(32)) };
             let cnt = (kps - kp).min(16);
-            if cnt == 16 {
-                _mm512_storeu_si512(dr.add(kp) as *mut _, v);
-            } else {
-                _mm512_mask_storeu_epi32(dr.add(kp) as *mut _, ((1u32 << cnt) - 1) as u16, v);
+            // SAFETY: words kp..kp + cnt of row r's kps in `dst` (asserted to hold every row);
+            // the mask keeps the store to them.
+            unsafe {
+                if cnt == 16 {
+                    _mm512_storeu_si512(dr.add(kp) as *mut _, v);
+                } else {
+                    _mm512_mask_storeu_epi32(dr.add(kp) as *mut _, ((1u32 << cnt) - 1) as u16, v);
+                }
             }
             kp += 16;
         }
@@ -177,48 +213,56 @@ pub(super) unsafe fn convert_rows(src: &[f32], ld: usize, r0: usize, r1: usize, 
 
 /// See `super::pack_cols`, for panel width NR = 32: per k pair, two rows × 16 columns are
 /// converted together and interleaved (k, k+1) with one word permute.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(super) unsafe fn pack_cols_nr(src: &[f32], ld: usize, l0: usize, l1: usize, k: usize, k0: usize, kps: usize, dst: &mut [u32]) {
-    let k1 = (k0 + 2 * kps).min(k);
-    let panels = (l1 - l0).div_ceil(NR);
+pub(super) fn pack_cols_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
+    let (k1, lines) = (src.rows(), src.cols());
+    let panels = lines.div_ceil(NR);
+    assert!(dst.len() >= panels * kps * NR, "pack_cols_nr: {} words for {panels} panels of {kps} pairs", dst.len());
     // Word index: output word 2j ← row ka column j (word j), 2j+1 ← row kb column j (16 + j).
     let mut idx = [0u16; 32];
     for j in 0..16 {
         idx[2 * j] = j as u16;
         idx[2 * j + 1] = 16 + j as u16;
     }
-    let idx = _mm512_loadu_si512(idx.as_ptr() as *const _);
+    // SAFETY: `idx` is 64 readable bytes.
+    let idx = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
     let zero = _mm512_setzero_ps();
-    let d = dst.as_mut_ptr();
-    let s = src.as_ptr();
+    let (src, d) = (src.as_raw(), dst.as_mut_ptr());
     // k pairs outer, columns inner: both source rows are read front to back (sources such
     // as a wide im2col have a row stride of tens of KiB; walking down a column strip
     // would touch a new page per load).
     for kp in 0..kps {
-        let ka = k0 + 2 * kp;
-        // wrapping: rows past k are never loaded from (their mask/flag is off).
-        let (sa, sb) = (s.wrapping_add(ka * ld), s.wrapping_add((ka + 1) * ld));
+        let ka = 2 * kp;
+        // Rows past k1 are never loaded from (their flag is off).
+        let (sa, sb) = (src.row(ka), src.row(ka + 1));
         let (has_a, has_b) = (ka < k1, ka + 1 < k1);
         // Each source row contributes only a short segment (NC columns) per block, too short
-        // for the hardware prefetcher to lock on: fetch the rows PF_ROWS ahead ourselves.
+        // for the hardware prefetcher to lock on: fetch the rows PF_ROWS ahead ourselves (a
+        // prefetch never faults).
         if ka + PF_ROWS + 1 < k1 {
-            let (pa, pb) = (sa.wrapping_add(PF_ROWS * ld + l0), sb.wrapping_add(PF_ROWS * ld + l0));
-            for off in (0..l1 - l0).step_by(16) {
+            let (pa, pb) = (src.row(ka + PF_ROWS), src.row(ka + 1 + PF_ROWS));
+            for off in (0..lines).step_by(16) {
                 _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(off) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(off) as *const i8);
             }
         }
         for p in 0..panels {
-            let pd = d.add(p * kps * NR + kp * NR);
+            let pd = d.wrapping_add(p * kps * NR + kp * NR);
             for h in 0..2 {
-                let cc = l0 + p * NR + 16 * h;
-                let nvalid = l1.saturating_sub(cc).min(16);
+                let cc = p * NR + 16 * h;
+                let nvalid = lines.saturating_sub(cc).min(16);
                 let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { ((1u32 << nvalid) - 1) as u16 };
-                let ra = if has_a { _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc)) } else { zero };
-                let rb = if has_b { _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc)) } else { zero };
-                let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
-                _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
+                // SAFETY: rows ka and kb, where they are in the view, hold its `lines` columns,
+                // and the mask keeps the loads to those from cc on (masked-off lanes are not
+                // read, nor can they fault); the 16 words stored at (p · kps + kp) · NR + 16h
+                // lie inside panel p of `dst` (asserted to hold every panel); the transmute
+                // changes only the type of 64 bytes, every pattern of which is valid.
+                unsafe {
+                    let ra = if has_a { _mm512_maskz_loadu_ps(mask, sa.wrapping_add(cc)) } else { zero };
+                    let rb = if has_b { _mm512_maskz_loadu_ps(mask, sb.wrapping_add(cc)) } else { zero };
+                    let v: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(rb, ra));
+                    _mm512_storeu_si512(pd.add(16 * h) as *mut _, _mm512_permutexvar_epi16(idx, v));
+                }
             }
         }
     }

@@ -2,81 +2,93 @@
 //! and the pair conversion of the slab), sharing a prologue (`start!`, also the one-tap
 //! kernel's, in `crate::simd::avx512`) and an epilogue.
 //!
-//! # Safety
-//! Call the f32 kernels only on the `Isa::Avx512` direct route and the bf16 ones only on
+//! The f32 kernels run only on the `Isa::Avx512` direct route and the bf16 ones on
 //! `Isa::Avx512Bf16` (`super::route`), which `crate::simd::isa` gives only where the CPU has
 //! them.
 
 use core::arch::x86_64::*;
 
 use crate::simd::avx512::{masks, start};
+use crate::simd::{MatMut, MatRef};
 
 // The kernels' epilogue, shared as a macro: as a function (even `#[inline]` with the same
 // target features) it was not inlined and cost 50 % of the conv time.
 
-/// C rows = acc [+ residual rows], masked to the first `nv` of 32 columns.
+/// C rows = acc [+ residual rows], masked to the first `nv` of 32 columns. `$c` is a
+/// `MatMut<f32>` and `$add` an `Option<MatRef<f32>>` of the accumulators' rows, whose first
+/// `$nv` floats are there (the kernels' callers' promise).
 macro_rules! store {
-    ($acc:ident, $add:ident, $c:ident, $ldc:ident, $nv:ident) => {{
+    ($acc:ident, $add:ident, $c:ident, $nv:ident) => {{
         let (m0, m1) = masks($nv);
         for (r, acc) in $acc.iter_mut().enumerate() {
-            let cr = $c.add(r * $ldc);
-            if !$add.is_null() {
-                let ar = $add.add(r * $ldc);
-                acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
-                acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.add(16)));
+            let cr = $c.row(r);
+            // SAFETY: the masks cover the first nv floats of row r, which `$c` and `$add` hold;
+            // masked-off lanes are neither read nor written (nor can they fault).
+            unsafe {
+                if let Some(add) = $add {
+                    let ar = add.row(r);
+                    acc[0] = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, ar));
+                    acc[1] = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, ar.wrapping_add(16)));
+                }
+                _mm512_mask_storeu_ps(cr, m0, acc[0]);
+                _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, acc[1]);
             }
-            _mm512_mask_storeu_ps(cr, m0, acc[0]);
-            _mm512_mask_storeu_ps(cr.add(16), m1, acc[1]);
         }
     }};
 }
 
+/// dst[i] = bf16(a[i]) | bf16(b[i]) << 16 (after a ReLU when asked), for i below the three
+/// lengths.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(super) unsafe fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
+pub(super) fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     let n = dst.len().min(a.len()).min(b.len());
     let zero = _mm512_setzero_ps();
     let mut i = 0;
     while i < n {
         let m: __mmask16 = if n - i >= 16 { 0xffff } else { ((1u32 << (n - i)) - 1) as u16 };
-        let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
-        let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
-        if relu {
-            va = _mm512_max_ps(va, zero);
-            vb = _mm512_max_ps(vb, zero);
+        // SAFETY: the mask keeps the loads and the store to i..min(i + 16, n), inside the three
+        // slices (masked-off lanes are neither read nor written, nor can they fault); the
+        // transmutes change only the type of 32 bytes, every pattern of which is valid.
+        unsafe {
+            let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
+            let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
+            if relu {
+                va = _mm512_max_ps(va, zero);
+                vb = _mm512_max_ps(vb, zero);
+            }
+            let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
+            let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
+            let word = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
+            _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(i) as *mut _, m, word);
         }
-        let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
-        let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
-        let word = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
-        _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(i) as *mut _, m, word);
         i += 16;
     }
 }
 
-/// Dispatch on the arithmetic (bf16 pairs or f32 words in `a` and the slab) and on the
-/// number of output channels in the panel.
-#[allow(clippy::too_many_arguments)]
+/// C = bias + [add +] Σ_taps Σ_channels A · B_tap for one register tile of C (`c`, mv × nv,
+/// mv ≤ 12, nv ≤ 32): A (`a`) the tile's weights, row r holding output channel r's taps one
+/// after another, each over the channels (`b.rows()` words: bf16 pairs when `bf16`, else f32
+/// bits); B_tap is `b` (the slab's channel rows, 32 readable words each whatever nv) moved on
+/// by `taps[t]` words; `bias` holds mv values and `add` (mv × nv) is added at the end. The
+/// dispatch on the arithmetic and on mv.
+///
+/// # Safety
+/// The CPU has AVX512-BF16 when `bf16`, AVX-512F otherwise; every element of `a`, `bias` and
+/// `add` is readable, B_tap's 32 words of each row for every tap, and every element of `c` is
+/// writable.
 #[inline]
-pub(super) unsafe fn kernel(
-    bf16: bool,
-    mv: usize,
-    a: *const u32,
-    lda: usize,
-    taps: &[*const u32; 9],
-    cs: usize,
-    kc: usize,
-    bias: *const f32,
-    add: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-) {
+pub(super) unsafe fn kernel(bf16: bool, a: MatRef<u32>, b: MatRef<u32>, taps: &[usize; 9], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
+    debug_assert!(a.rows() == c.rows() && a.cols() == 9 * b.rows() && c.cols() <= 32);
     macro_rules! go {
         ($($r:literal)*) => {
-            match mv {
-                $($r => if bf16 {
-                    kern::<$r>(a, lda, taps, cs, kc, bias, add, c, ldc, nv)
-                } else {
-                    kern_f32::<$r>(a as *const f32, lda, taps, cs, kc, bias, add, c, ldc, nv)
+            match c.rows() {
+                // SAFETY: the caller's promise, passed on; R = mv.
+                $($r => unsafe {
+                    if bf16 {
+                        kern::<$r>(a, b, taps, bias, add, c)
+                    } else {
+                        kern_f32::<$r>(a.cast(), b.cast(), taps, bias, add, c)
+                    }
                 },)*
                 _ => unreachable!()
             }
@@ -85,70 +97,64 @@ pub(super) unsafe fn kernel(
     go!(1 2 3 4 5 6 7 8 9 10 11 12)
 }
 
-/// C[R×nv] = bias + [add +] Σ_taps Σ_pairs A · B, where tap t's B rows (one per channel
-/// pair, `cs` words apart) start at taps[t]: 32 pixels of one output row, as bf16 pairs.
-/// The same register tile as the GEMM microkernel (R×2 zmm accumulators, 24 chains).
-#[allow(clippy::too_many_arguments)]
+/// [`kernel`] in bf16 for R = mv rows: 32 pixels of one output row, as bf16 pairs. The same
+/// register tile as the GEMM microkernel (R×2 zmm accumulators, 24 chains).
+///
+/// # Safety
+/// As [`kernel`], with AVX512-BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn kern<const R: usize>(
-    a: *const u32,
-    lda: usize,
-    taps: &[*const u32; 9],
-    cs: usize,
-    cinp: usize,
-    bias: *const f32,
-    add: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-) {
-    let mut acc = start!(R, bias, add, ldc);
+unsafe fn kern<const R: usize>(a: MatRef<u32>, b: MatRef<u32>, taps: &[usize; 9], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
+    let (lda, cs, cinp, nv) = (a.stride(), b.stride(), b.rows(), c.cols());
+    let mut acc = start!(R, bias, add);
     for (t, &tap) in taps.iter().enumerate() {
-        let at = a.add(t * cinp);
-        let mut b = tap;
+        let at = a.at(0, t * cinp);
+        let mut b = b.ptr().wrapping_add(tap);
         for cp in 0..cinp {
-            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
-            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*at.add(r * lda + cp) as i32));
-                acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
-                acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+            // SAFETY: `b` is channel pair cp's row of this tap's B, 32 readable words, and
+            // at.add(r · lda + cp) weight (r, t · cinp + cp) of A (the caller's promise); the
+            // transmutes change only the type of 64 bytes, every pattern of which is valid.
+            unsafe {
+                let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b as *const _));
+                let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16) as *const _));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar: __m512bh = core::mem::transmute(_mm512_set1_epi32(*at.add(r * lda + cp) as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], ar, b0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], ar, b1);
+                }
             }
-            b = b.add(cs);
+            // The next pair's row (past the last after the last: never read).
+            b = b.wrapping_add(cs);
         }
     }
-    store!(acc, add, c, ldc, nv);
+    store!(acc, add, c, nv);
 }
 
 /// [`kern`] in f32: one FMA per weight and pixel instead of a bf16 pair's dot product.
-#[allow(clippy::too_many_arguments)]
+///
+/// # Safety
+/// As [`kernel`], with AVX-512F.
 #[target_feature(enable = "avx512f")]
-unsafe fn kern_f32<const R: usize>(
-    a: *const f32,
-    lda: usize,
-    taps: &[*const u32; 9],
-    cs: usize,
-    cin: usize,
-    bias: *const f32,
-    add: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    nv: usize,
-) {
-    let mut acc = start!(R, bias, add, ldc);
+unsafe fn kern_f32<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize; 9], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
+    let (lda, cs, cin, nv) = (a.stride(), b.stride(), b.rows(), c.cols());
+    let mut acc = start!(R, bias, add);
     for (t, &tap) in taps.iter().enumerate() {
-        let at = a.add(t * cin);
-        let mut b = tap as *const f32;
+        let at = a.at(0, t * cin);
+        let mut b = b.ptr().wrapping_add(tap);
         for ci in 0..cin {
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let ar = _mm512_set1_ps(*at.add(r * lda + ci));
-                acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
-                acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
+            // SAFETY: `b` is channel ci's row of this tap's B, 32 readable floats, and
+            // at.add(r · lda + ci) weight (r, t · cin + ci) of A (the caller's promise).
+            unsafe {
+                let b0 = _mm512_loadu_ps(b);
+                let b1 = _mm512_loadu_ps(b.add(16));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar = _mm512_set1_ps(*at.add(r * lda + ci));
+                    acc[0] = _mm512_fmadd_ps(ar, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(ar, b1, acc[1]);
+                }
             }
-            b = b.add(cs);
+            // The next channel's row (past the last after the last: never read).
+            b = b.wrapping_add(cs);
         }
     }
-    store!(acc, add, c, ldc, nv);
+    store!(acc, add, c, nv);
 }
