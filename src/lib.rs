@@ -74,7 +74,7 @@ pub mod simd;
 
 /// The unit tests' random numbers: the integration tests' generator, compiled here by path.
 #[cfg(test)]
-#[allow(dead_code)] // the unit tests draw only some of the kinds of values it makes
+#[allow(dead_code)] // the unit tests draw no bytes from it
 #[path = "../tests/it/support/rng.rs"]
 pub(crate) mod test_rng;
 

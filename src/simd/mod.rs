@@ -79,15 +79,12 @@ impl SendPtr {
     }
 }
 
-/// `n` values in [-1, 1) from a xorshift64 state: the kernels' tests' inputs.
+/// `n` values in [-1, 1) from the tests' generator (`test_rng`) started at `seed`, which then
+/// moves on: the kernels' tests' inputs.
 #[cfg(test)]
 pub(crate) fn test_values(seed: &mut u64, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    let mut rng = crate::test_rng::Rng::new(*seed);
+    let values = rng.units(n);
+    *seed = rng.next_u64();
+    values
 }

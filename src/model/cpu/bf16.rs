@@ -621,19 +621,7 @@ mod tests {
         }
     }
 
-    /// Small deterministic generator (xorshift), values in [-1, 1).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> f32 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// f64 reference on bf16-rounded inputs: C = [C0 +] A·B; A m×k (lda), B k×n row-major.
     fn reference(a: &[f32], lda: usize, b: &[f32], m: usize, n: usize, k: usize, c0: Option<(&[f32], usize)>) -> Vec<f64> {
@@ -695,14 +683,14 @@ mod tests {
 
     fn check_gemm_bf16(level: Isa) {
         let mut worst = 0f64;
-        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut rng = Rng::new(0x1234_5678_9abc_def1);
         for &(m, n, k) in SHAPES {
             for &(accumulate, pad) in &[(false, 0usize), (true, 3usize), (false, 5), (true, 0)] {
                 for threads in [1, 2, 3] {
                     let lda = k + pad;
                     let ldc = n + 2 * pad;
-                    let a = rng.vec(m * lda);
-                    let bkn = rng.vec(k * n);
+                    let a = rng.units(m * lda);
+                    let bkn = rng.units(k * n);
                     // Also test the (n, k) constructor on the transposed copy.
                     let mut bnk = vec![0f32; n * k];
                     for kk in 0..k {
@@ -710,7 +698,7 @@ mod tests {
                             bnk[j * k + kk] = bkn[kk * n + j];
                         }
                     }
-                    let c0 = rng.vec(m * ldc);
+                    let c0 = rng.units(m * ldc);
                     let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
                     for (ti, pb) in [PackedB::build(&bkn, k, n, false, level), PackedB::build(&bnk, k, n, true, level)].iter().enumerate() {
                         let mut c = c0.clone();
@@ -731,16 +719,16 @@ mod tests {
 
     fn check_packed_a(level: Isa) {
         let mut worst = 0f64;
-        let mut rng = Rng(0x0fed_cba9_8765_4321);
+        let mut rng = Rng::new(0x0fed_cba9_8765_4321);
         for &(m, n, k) in SHAPES {
             for &(accumulate, pad) in &[(false, 0usize), (true, 3usize), (false, 5), (true, 0)] {
                 for threads in [1, 2, 3] {
                     let ldb = n + pad;
                     let ldc = n + 2 * pad;
-                    let a = rng.vec(m * k);
-                    let b = rng.vec(k * ldb);
+                    let a = rng.units(m * k);
+                    let b = rng.units(k * ldb);
                     let bdense: Vec<f32> = (0..k).flat_map(|kk| b[kk * ldb..kk * ldb + n].to_vec()).collect();
-                    let c0 = rng.vec(m * ldc);
+                    let c0 = rng.units(m * ldc);
                     let want = reference(&a, k, &bdense, m, n, k, accumulate.then_some((&c0[..], ldc)));
                     let pa = PackedA::build(&a, m, k, level);
                     let mut c = c0.clone();
@@ -775,10 +763,10 @@ mod tests {
     /// last, a K that is not a multiple of anything) against the f64 reference.
     #[test]
     fn large_matches_reference() {
-        let mut rng = Rng(2024);
+        let mut rng = Rng::new(2024);
         let (m, n, k) = (301, 390, 1537);
-        let a = rng.vec(m * k);
-        let b = rng.vec(k * n);
+        let a = rng.units(m * k);
+        let b = rng.units(k * n);
         let want = reference(&a, k, &b, m, n, k, None);
         for r in routes() {
             let mut c = vec![0f32; m * n];
@@ -818,10 +806,10 @@ mod tests {
     /// is the portable one, within the bf16 GEMM's tolerance elsewhere.
     #[test]
     fn every_level_matches_portable() {
-        let mut rng = Rng(42);
+        let mut rng = Rng::new(42);
         let (m, n, k) = (77, 129, 301);
-        let a = rng.vec(m * k);
-        let b = rng.vec(k * n);
+        let a = rng.units(m * k);
+        let b = rng.units(k * n);
         let run = |level: Isa| {
             let (pb, pa) = isa::with_isa(level, || (PackedB::from_f32_kn(&b, k, n), PackedA::from_f32(&a, m, k)));
             assert_eq!((pb.isa(), pa.isa()), (route(level), route(level)), "{level}");
@@ -855,10 +843,10 @@ mod tests {
     }
 
     fn check_packers(r: Isa) {
-        let mut rng = Rng(99);
+        let mut rng = Rng::new(99);
         for &(rows, k, ld_pad, k0, kps) in &[(5usize, 37usize, 3usize, 0usize, 19usize), (33, 100, 0, 32, 30), (40, 64, 1, 0, 40), (3, 7, 0, 4, 8)] {
             let ld = k + ld_pad;
-            let src = rng.vec(rows * ld);
+            let src = rng.units(rows * ld);
             let mut want = vec![7u32; rows * kps];
             let mut got = vec![9u32; rows * kps];
             let k1 = (k0 + 2 * kps).min(k);
@@ -918,8 +906,8 @@ mod tests {
             f32::from_bits(0x7f7f_ffff), // rounds to inf
             f32::NAN,
         ];
-        let mut rng = Rng(7);
-        vals.extend((0..4000).map(|i| rng.next() * 10f32.powi(i % 30 - 15)));
+        let mut rng = Rng::new(7);
+        vals.extend((0..4000).map(|i| rng.unit() * 10f32.powi(i % 30 - 15)));
         while !vals.len().is_multiple_of(32) {
             vals.push(0.5);
         }
