@@ -10,8 +10,8 @@
 
 use core::arch::x86_64::*;
 
+use super::mat::Prefetch;
 use super::mat::{MatMut, MatRef};
-use super::sgemm::Prefetch;
 
 /// Rows (output channels) of one register tile: 6 x 2 ymm accumulators, two slab vectors and
 /// a broadcast weight: 15 of the 16 registers (`sgemm::Micro::row_tiles` cuts rows in these).

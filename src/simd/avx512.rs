@@ -8,8 +8,8 @@
 
 use core::arch::x86_64::*;
 
+use super::mat::Prefetch;
 use super::mat::{Mat, MatMut, MatRef};
-use super::sgemm::Prefetch;
 
 // The prologue is a macro: as a function (even `#[inline]` with the same target features) it
 // was not inlined and cost 50 % of the conv time.

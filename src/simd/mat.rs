@@ -201,6 +201,19 @@ impl<T> MatMut<T> {
     }
 }
 
+/// Cache lines a kernel requests into L2 as it goes, one per inner index: `count` lines of 16
+/// floats from `start` (a hint: it reads nothing and never faults).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Prefetch {
+    pub(crate) start: *const f32,
+    pub(crate) count: usize,
+}
+
+impl Prefetch {
+    /// No request.
+    pub(crate) const NONE: Prefetch = Prefetch { start: std::ptr::null(), count: 0 };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@
 use rayon::prelude::*;
 
 use super::isa::{self, Isa};
-use super::mat::{Mat, MatMut, MatRef};
+use super::mat::{Mat, MatMut, MatRef, Prefetch};
 use super::{Lines, SendPtr};
 
 /// Rows per task at most: the task's packed A slice (≤ MC × KC floats) stays in L2.
@@ -28,19 +28,6 @@ const KC: usize = 256;
 
 /// The kernel's per-row bias: zero (a linear's bias is a row added to every row instead).
 static ZEROS: [f32; 16] = [0.0; 16];
-
-/// Cache lines a kernel requests into L2 as it goes, one per inner index: `count` lines of 16
-/// floats from `start` (a hint: it reads nothing and never faults).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Prefetch {
-    pub(crate) start: *const f32,
-    pub(crate) count: usize,
-}
-
-impl Prefetch {
-    /// No request.
-    pub(crate) const NONE: Prefetch = Prefetch { start: std::ptr::null(), count: 0 };
-}
 
 /// The f32 one-tap register-tile kernel of a level, chosen when its operands are packed and
 /// kept beside them.

@@ -544,7 +544,7 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
     #[cfg(target_arch = "x86_64")]
     {
         use super::bf16::MR;
-        use crate::simd::sgemm::Prefetch;
+        use crate::simd::mat::Prefetch;
         let Plan { cout, w, kc, .. } = plan;
         let kp = 9 * kc;
         let wp = w + 2;

@@ -12,7 +12,8 @@ use rayon::prelude::*;
 use super::contiguous;
 
 use crate::simd::isa::{self, Isa};
-use crate::simd::sgemm::{Micro, Prefetch};
+use crate::simd::mat::Prefetch;
+use crate::simd::sgemm::Micro;
 use crate::simd::{Mat, SendPtr};
 
 use super::bf16::{gemm_bf16_packed_a, PackedA};
