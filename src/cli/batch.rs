@@ -101,10 +101,6 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn default_jobs() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8)
-}
-
 pub fn run(args: BatchArgs) -> Result<i32> {
     let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output)?;
     if inputs.is_empty() {
@@ -120,7 +116,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         in_flight: args.remote.in_flight as usize,
         fit: args.fit.into(),
         canvas: args.canvas,
-        jobs: args.jobs.map(|j| j as usize).unwrap_or_else(default_jobs),
+        jobs: args.jobs.map(|j| j as usize).unwrap_or_else(run::default_jobs),
         skip_existing: args.skip_existing,
         progress: true,
         quiet: args.quiet,

@@ -322,21 +322,15 @@ pub fn pipeline_config(
     input: &InputArgs,
 ) -> moge::pipeline::run::Config {
     moge::pipeline::run::Config {
-        output: output.to_owned(),
         outputs: out.options(),
         infer: infer.options(),
-        fit: moge::fit::FitMode::Exact,
-        canvas: moge::fit::Canvas { width: 1920, height: 1080 },
         decode: input.options(),
         jobs: 1,
-        skip_existing: false,
-        progress: false,
         quiet: false,
-        json: false,
-        stats: false,
         model_id: model.id(),
         weights,
         in_flight: 1,
+        ..moge::pipeline::run::Config::new(output)
     }
 }
 

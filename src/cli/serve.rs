@@ -53,7 +53,7 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<i32> {
     let (weights, model) = args.model.load()?;
-    let jobs = args.jobs.map(|j| j as usize).unwrap_or_else(super::batch::default_jobs);
+    let jobs = args.jobs.map(|j| j as usize).unwrap_or_else(moge::pipeline::run::default_jobs);
     let cfg = server::Config {
         model_id: args.model.id(),
         weights,

@@ -17,12 +17,15 @@ use crate::Model;
 
 pub struct LocalBackend {
     runner: Runner,
-    model: Arc<Model>,
 }
 
 impl LocalBackend {
     pub fn new(model: Arc<Model>) -> Self {
-        Self { runner: Runner::new(model.clone()), model }
+        Self { runner: Runner::new(model) }
+    }
+
+    fn model(&self) -> &Model {
+        self.runner.model()
     }
 }
 
@@ -50,7 +53,7 @@ impl Backend for LocalBackend {
         let t = Instant::now();
         let crate::image_io::Decoded { image: photo, warning } = crate::image_io::load_rgb_with(&input.path, decode)?;
         let decode_ms = ms(t);
-        let staged = stages::prepare(&self.model, &photo, plan)?;
+        let staged = stages::prepare(self.model(), &photo, plan)?;
         let prepare_ms = staged.prepare_ms;
         Ok(Staging { photo, warning, staged, decode_ms, prepare_ms })
     }
@@ -62,18 +65,18 @@ impl Backend for LocalBackend {
 
     fn finish(&self, f: LocalForwarded, _photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
         let LocalForwarded { staged, raw } = f;
-        let pred = stages::finish(&self.model, &staged, &raw, plan);
+        let pred = stages::finish(self.model(), &staged, &raw, plan);
         Ok(Finished {
             pred,
-            device: crate::device::name_of(&self.model.device),
-            num_tokens: staged.opts.tokens(self.model.config.num_tokens_range),
+            device: crate::device::name_of(&self.model().device),
+            num_tokens: staged.opts.tokens(self.model().config.num_tokens_range),
             grid: staged.prep.grid,
             server: None,
         })
     }
 
     fn has_normal(&self) -> bool {
-        self.model.has_normal()
+        self.model().has_normal()
     }
 
     fn model_id(&self, configured: &str) -> String {
@@ -85,7 +88,7 @@ impl Backend for LocalBackend {
     }
 
     fn shares_cpu(&self) -> bool {
-        self.model.device.is_cpu()
+        self.model().device.is_cpu()
     }
 
     fn sample(&self, staged: &Staged) -> Option<Staged> {

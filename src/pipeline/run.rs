@@ -72,7 +72,7 @@ impl Config {
             fit: FitMode::Exact,
             canvas: Canvas { width: 1920, height: 1080 },
             decode: crate::image_io::DecodeOptions::default(),
-            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8),
+            jobs: default_jobs(),
             skip_existing: false,
             progress: false,
             quiet: true,
@@ -98,6 +98,11 @@ impl Config {
     pub fn stem(&self, input: &Input) -> PathBuf {
         self.output.join(&input.rel)
     }
+}
+
+/// Host threads per host stage unless told: one per core, up to 8.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
 }
 
 /// Where the forwards run.
