@@ -36,6 +36,11 @@ pub struct Canvas {
     pub height: u32,
 }
 
+impl Canvas {
+    /// 1920x1080, the default `--canvas`.
+    pub const FULL_HD: Canvas = Canvas { width: 1920, height: 1080 };
+}
+
 impl std::str::FromStr for Canvas {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

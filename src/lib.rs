@@ -10,6 +10,8 @@
 //! - [`fit`]: `--fit pad|stretch`, every photo onto one canvas aspect and the outputs back.
 //! - [`outputs`]: writing predictions (npz, ...).
 //! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
+//! - [`predictor`]: a model here or on a server for one image or a list, predictions in memory
+//!   (the face of the Python and C++ bindings).
 //! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
@@ -67,6 +69,7 @@ pub mod model;
 pub mod names;
 pub mod outputs;
 pub mod pipeline;
+pub mod predictor;
 pub mod protocol;
 pub mod remote;
 pub mod server;
@@ -87,3 +90,5 @@ pub use pipeline::inputs::Input;
 pub use pipeline::record::{Record, Status};
 pub use pipeline::report::Summary;
 pub use pipeline::run::{run, Config, Engine};
+pub use pipeline::stages::Plan;
+pub use predictor::{Predictions, Predictor};

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 
 use crate::device::DeviceRequest;
 use crate::model::{Model, Precision};
@@ -54,7 +54,10 @@ pub fn checkpoint(model: &str, revision: &str) -> Result<PathBuf> {
     let path = Path::new(model);
     if !path.exists() {
         let names: Vec<_> = crate::hub::MODELS.iter().map(|(n, _)| *n).collect();
-        bail!("{model}: no such checkpoint file, and not a published model ({})", names.join(", "));
+        // A NotFound error underneath, so that a program (the Python binding) can tell a
+        // missing file from a bad one.
+        let why = format!("{model}: no such checkpoint file, and not a published model ({})", names.join(", "));
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, why).into());
     }
     Ok(path.to_owned())
 }

@@ -28,6 +28,8 @@ pub enum Precision {
     Bf16,
 }
 
+crate::names::names!(Precision, "precision", { F32 => "f32", Bf16 => "bf16" });
+
 impl Precision {
     /// What `--precision auto` takes on `device`: bf16 products (f32 accumulation, f32 between
     /// products) on a GPU and on a CPU whose route computes bf16 products natively (not under

@@ -19,6 +19,8 @@ pub struct Input {
     pub rel: PathBuf,
     /// Set when this input cannot be processed before it starts (e.g. an output-name clash).
     pub problem: Option<String>,
+    /// Its place in the run's list, set by the run (its records carry it).
+    pub index: usize,
 }
 
 pub fn has_image_extension(p: &Path) -> bool {
@@ -65,7 +67,7 @@ pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
         };
         if entry.file_type().is_file() && has_image_extension(entry.path()) {
             let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None });
+            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0 });
         }
     }
     Ok(out)
@@ -74,7 +76,7 @@ pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
 /// One file given by name: its outputs go to the top of the output directory.
 pub fn file_input(p: &Path) -> Input {
     let name = p.file_name().map(PathBuf::from).unwrap_or_else(|| p.to_owned());
-    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None }
+    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0 }
 }
 
 /// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
@@ -109,7 +111,7 @@ pub fn from_list(list: &Path) -> Result<Vec<Input>> {
             continue;
         }
         let p = PathBuf::from(t);
-        out.push(Input { rel: rel_stem(&p), path: p, problem: None });
+        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0 });
     }
     Ok(out)
 }
@@ -218,7 +220,7 @@ mod tests {
 
     #[test]
     fn collisions_are_marked_on_the_later_input() {
-        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None };
+        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0 };
         let mut v = vec![mk("a/x.jpg"), mk("a/x.png"), mk("a/y.png")];
         mark_collisions(&mut v);
         assert!(v[0].problem.is_none() && v[2].problem.is_none());

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::inputs::Input;
 use crate::console::error_line;
+use crate::infer::Prediction;
 use crate::outputs;
 use crate::outputs::json::Timings;
 
@@ -19,18 +20,24 @@ pub enum Status {
 #[derive(Debug, Clone)]
 pub struct Record {
     pub input: PathBuf,
+    /// The input's place in the run's list.
+    pub index: usize,
     pub status: Status,
     pub outputs: Vec<PathBuf>,
     pub timings: Timings,
     pub error: Option<String>,
     /// An error that every later image would hit too (disk full, read-only output).
     pub fatal: bool,
+    /// The kind of the I/O error underneath the error, if one is (a missing photo: NotFound).
+    pub io_kind: Option<std::io::ErrorKind>,
     /// Valid pixels clamped in the depth PNG.
     pub saturated: usize,
     /// `Prediction::summary()` of a processed image.
     pub summary: Option<String>,
     /// What was wrong with an input that was processed all the same (`--allow-truncated`).
     pub warning: Option<String>,
+    /// The prediction itself, when the run keeps them ([`super::run::Config::keep_predictions`]).
+    pub prediction: Option<Box<Prediction>>,
 }
 
 impl Record {
@@ -45,10 +52,24 @@ impl Record {
         let shown = input.path.display().to_string();
         // Errors from reading the photo already start with its path.
         let error = if msg.starts_with(&shown) { msg } else { format!("{shown}: {msg}") };
-        Record { error: Some(error), fatal: outputs::is_fatal_io(err), ..Self::new(input, Status::Failed, vec![], timings) }
+        let io_kind = err.chain().find_map(|c| c.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
+        Record { error: Some(error), fatal: outputs::is_fatal_io(err), io_kind, ..Self::new(input, Status::Failed, vec![], timings) }
     }
 
     pub(crate) fn new(input: &Input, status: Status, outputs: Vec<PathBuf>, timings: Timings) -> Self {
-        Record { input: input.path.clone(), status, outputs, timings, error: None, fatal: false, saturated: 0, summary: None, warning: None }
+        Record {
+            input: input.path.clone(),
+            index: input.index,
+            status,
+            outputs,
+            timings,
+            error: None,
+            fatal: false,
+            io_kind: None,
+            saturated: 0,
+            summary: None,
+            warning: None,
+            prediction: None,
+        }
     }
 }

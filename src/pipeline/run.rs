@@ -59,6 +59,12 @@ pub struct Config {
     pub weights: PathBuf,
     /// Requests in flight at once with a remote engine.
     pub in_flight: usize,
+    /// Hand each prediction to the caller in its [`Record`] (the library's in-memory runs).
+    /// The records then wait in a bounded queue, so that a slow caller holds the pipeline
+    /// back rather than letting predictions pile up.
+    pub keep_predictions: bool,
+    /// Each image's error or warning as a line on stderr.
+    pub log: bool,
 }
 
 impl Config {
@@ -70,7 +76,7 @@ impl Config {
             outputs: OutputOptions::default(),
             infer: InferOptions::default(),
             fit: FitMode::Exact,
-            canvas: Canvas { width: 1920, height: 1080 },
+            canvas: Canvas::FULL_HD,
             decode: crate::image_io::DecodeOptions::default(),
             jobs: default_jobs(),
             skip_existing: false,
@@ -81,14 +87,18 @@ impl Config {
             model_id: String::new(),
             weights: PathBuf::new(),
             in_flight: 4,
+            keep_predictions: false,
+            log: true,
         }
     }
 
     /// How each photo meets the network: the maps that no output needs are not made.
+    /// A run that keeps its predictions makes every map it was asked for.
     fn plan(&self) -> Plan {
+        let keep = self.keep_predictions;
         let infer = InferOptions {
-            point_map: self.infer.point_map && self.outputs.needs_points(),
-            normal_map: self.infer.normal_map && self.outputs.needs_normal_floats(),
+            point_map: self.infer.point_map && (keep || self.outputs.needs_points()),
+            normal_map: self.infer.normal_map && (keep || self.outputs.needs_normal_floats()),
             ..self.infer.clone()
         };
         Plan { infer, fit: self.fit, canvas: self.canvas }
@@ -119,7 +129,7 @@ pub enum Engine {
 /// Runs the pipeline over `inputs` on `engine`. `stop` is set from outside (Ctrl-C) to stop
 /// taking new images. Reports each image as it finishes to stderr (and stdout with `json`) and
 /// to `on_record`; returns the summary.
-pub fn run(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, on_record: impl FnMut(&Record)) -> Summary {
+pub fn run(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, on_record: impl FnMut(Record)) -> Summary {
     match engine {
         Engine::Local(model) => run_with(Arc::new(LocalBackend::new(model)), inputs, cfg, stop, on_record),
         Engine::Remote(client) => {
@@ -164,13 +174,7 @@ impl<S> Shared<S> {
 const STATS_SAMPLES: usize = 8;
 
 /// [`run`] on any backend.
-pub fn run_with<B: Backend + 'static>(
-    backend: Arc<B>,
-    inputs: Vec<Input>,
-    cfg: &Config,
-    stop: &Arc<AtomicBool>,
-    mut on_record: impl FnMut(&Record),
-) -> Summary {
+pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, mut on_record: impl FnMut(Record)) -> Summary {
     install_panic_hook();
     let started = Instant::now();
     let jobs = cfg.jobs.max(1);
@@ -180,7 +184,7 @@ pub fn run_with<B: Backend + 'static>(
 
     let (job_tx, job_rx) = bounded::<Input>(jobs);
     let (fwd_tx, fwd_rx) = bounded::<Item<B::Forwarded>>(jobs);
-    let (rec_tx, rec_rx) = unbounded::<Record>();
+    let (rec_tx, rec_rx) = if cfg.keep_predictions { bounded::<Record>(jobs) } else { unbounded::<Record>() };
     let middle = spawn_middle(&backend, &shared, fwd_tx, rec_tx.clone());
     std::thread::scope(|s| {
         let (backend, shared, plan, sha, middle) = (&*backend, &*shared, &plan, &sha, &middle);
@@ -231,10 +235,11 @@ pub fn run_with<B: Backend + 'static>(
 /// Hands the inputs to the decoders, answering at once for those that need no work.
 fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, inputs: Vec<Input>, jobs: Sender<Input>, records: Sender<Record>) {
     let has_normal = backend.has_normal();
-    for input in inputs {
+    for (index, mut input) in inputs.into_iter().enumerate() {
         if shared.halted() {
             break;
         }
+        input.index = index;
         if let Some(p) = &input.problem {
             let _ = records.send(Record::failed(&input, &anyhow!("{p}"), Timings::default()));
             continue;
@@ -355,8 +360,8 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
         let input = photo.input.path.display().to_string();
         Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone())
     });
-    let pred = &finished.pred;
-    let written = outputs::write_all(&cfg.stem(&photo.input), pred, photo.image.as_ref(), &cfg.outputs, sidecar.as_mut())?;
+    let pred = finished.pred;
+    let written = outputs::write_all(&cfg.stem(&photo.input), &pred, photo.image.as_ref(), &cfg.outputs, sidecar.as_mut())?;
     let saturated = match &sidecar {
         Some(s) if cfg.outputs.wants(outputs::Format::Png) => s.depth_png.saturated,
         _ => 0,
@@ -367,12 +372,13 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
         saturated,
         summary: Some(pred.summary_with_median(stats.median.unwrap_or(f32::NAN))),
         warning: photo.warning,
+        prediction: cfg.keep_predictions.then(|| Box::new(pred)),
         ..Record::new(&photo.input, Status::Ok, vec![], timings)
     })
 }
 
 /// The collector (the calling thread): counts, reports and passes on each record.
-fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt: &AtomicBool, on_record: &mut impl FnMut(&Record)) {
+fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt: &AtomicBool, on_record: &mut impl FnMut(Record)) {
     let pb = report::progress_bar(cfg.progress && !cfg.quiet, summary.total);
     for rec in records {
         match rec.status {
@@ -384,11 +390,13 @@ fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt:
         if rec.status == Status::Ok {
             summary.stages.add(&rec.timings);
         }
-        if let Some(w) = &rec.warning {
+        if let Some(w) = rec.warning.as_ref().filter(|_| cfg.log) {
             pb.suspend(|| crate::errln!("moge: warning: {w}"));
         }
         if let Some(err) = &rec.error {
-            pb.suspend(|| crate::errln!("moge: {err}"));
+            if cfg.log {
+                pb.suspend(|| crate::errln!("moge: {err}"));
+            }
             if rec.fatal && summary.fatal.is_none() {
                 summary.fatal = Some(err.clone());
                 halt.store(true, Ordering::Relaxed);
@@ -397,7 +405,7 @@ fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt:
         if cfg.json {
             report::json_line(&rec);
         }
-        pb.suspend(|| on_record(&rec));
+        pb.suspend(|| on_record(rec));
         pb.inc(1);
         if summary.failed > 0 {
             pb.set_message(format!("{} failed", summary.failed));

@@ -16,7 +16,15 @@ use crate::Model;
 pub struct Plan {
     pub infer: InferOptions,
     pub fit: FitMode,
+    /// The canvas of `pad` and `stretch`.
     pub canvas: Canvas,
+}
+
+/// The command line's: upstream's options, each photo at its own size.
+impl Default for Plan {
+    fn default() -> Self {
+        Plan { infer: InferOptions::default(), fit: FitMode::Exact, canvas: Canvas::FULL_HD }
+    }
 }
 
 /// A photo made ready for the forward, and what is needed to bring the outputs back to it.

@@ -291,21 +291,14 @@ fn host_only_rounds_write_new_files_and_leave_nothing() {
     let weights = fixtures().join("tiny_normal.pt");
     let model = moge::Model::load_with(&weights, &moge::Device::Cpu, moge::model::Precision::F32).unwrap();
     let cfg = run::Config {
-        output: out.clone(),
         outputs: moge::outputs::OutputOptions { formats: vec![moge::outputs::Format::Npz, moge::outputs::Format::Png], ..Default::default() },
         infer: moge::InferOptions { num_tokens: Some(200), ..Default::default() },
-        fit: fit::FitMode::Exact,
         canvas: fit::Canvas { width: 64, height: 48 },
-        decode: Default::default(),
         jobs: 1,
-        skip_existing: false,
-        progress: false,
-        quiet: true,
-        json: false,
-        stats: false,
         model_id: "tiny".into(),
         weights,
         in_flight: 1,
+        ..run::Config::new(out.clone())
     };
     let t = run::host_only(std::sync::Arc::new(model), &cfg, &inputs::file_input(&img), 1, 3).unwrap();
     assert_eq!(t.len(), 3);

@@ -1,0 +1,326 @@
+//! `moge_rs._native`: the Python face of [`moge::Predictor`], thin by design. Input forms
+//! (paths, PIL, numpy, torch) are told apart in `python/moge_rs/__init__.py`; here arrive
+//! only a path, an (H, W, 3) uint8 array or a (3, H, W) float32 array. The GIL is released
+//! around every call that does real work, and every Rust error becomes a Python exception
+//! in one place ([`py_err`]).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use moge::fit::{Canvas, FitMode};
+use moge::protocol::PredictOptions;
+use moge::{Plan, Prediction, Predictor};
+use numpy::ndarray::{ArrayView2, ArrayView3};
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyConnectionError, PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+pyo3::create_exception!(_native, MoGeError, PyRuntimeError, "A photo, checkpoint or server that moge could not use; the message says which and why.");
+
+/// The one mapping of Rust errors to Python's: a missing file is `FileNotFoundError`, a server
+/// that cannot be reached `ConnectionError`, anything else `MoGeError`; the message is the
+/// command line's.
+fn py_err(e: anyhow::Error) -> PyErr {
+    let line = moge::console::error_line(&e);
+    let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
+    let unreachable = e.chain().any(|c| c.downcast_ref::<moge::remote::RemoteError>().is_some_and(moge::remote::RemoteError::is_unreachable));
+    if unreachable {
+        PyConnectionError::new_err(line)
+    } else if missing {
+        PyFileNotFoundError::new_err(line)
+    } else {
+        MoGeError::new_err(line)
+    }
+}
+
+/// How one image meets the network: `model(image, ...)`'s keywords, checked once.
+#[pyclass(frozen, module = "moge_rs._native")]
+struct Options {
+    plan: Plan,
+}
+
+#[pymethods]
+impl Options {
+    #[new]
+    #[pyo3(signature = (*, fit="exact", fov_x=None, apply_mask=true, force_projection=true, num_tokens=None, resolution_level=None, canvas=None))]
+    fn new(
+        fit: &str,
+        fov_x: Option<f32>,
+        apply_mask: bool,
+        force_projection: bool,
+        num_tokens: Option<u32>,
+        resolution_level: Option<u32>,
+        canvas: Option<(u32, u32)>,
+    ) -> PyResult<Self> {
+        let fit: FitMode = fit.parse().map_err(|e: moge::names::UnknownName| PyValueError::new_err(e.to_string()))?;
+        // The defaults and checks of the command line and of `moge serve`: 1800 tokens unless a
+        // resolution level is given.
+        let request = PredictOptions {
+            fov_x,
+            apply_mask: Some(apply_mask),
+            force_projection: Some(force_projection),
+            num_tokens,
+            resolution_level,
+            ..Default::default()
+        };
+        let infer = request.infer_options().map_err(PyValueError::new_err)?;
+        let canvas = match canvas {
+            Some((width, height)) => format!("{width}x{height}").parse::<Canvas>().map_err(PyValueError::new_err)?,
+            None => Canvas::FULL_HD,
+        };
+        Ok(Self { plan: Plan { infer, fit, canvas } })
+    }
+}
+
+/// A loaded model (or a server), shared by every Python thread that holds it.
+#[pyclass(frozen, module = "moge_rs._native")]
+struct Model {
+    /// `None` once closed; each call holds its own reference, so a close during a call waits
+    /// for nothing and frees the model when the last call ends.
+    inner: RwLock<Option<Arc<Predictor>>>,
+}
+
+impl Model {
+    fn get(&self) -> PyResult<Arc<Predictor>> {
+        let guard = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        guard.clone().ok_or_else(|| MoGeError::new_err("the model is closed"))
+    }
+
+    fn wrap(p: Predictor) -> Self {
+        Self { inner: RwLock::new(Some(Arc::new(p))) }
+    }
+}
+
+#[pymethods]
+impl Model {
+    /// A published name (`vitl-normal`, ...; from the hub cache, downloaded when missing) or a
+    /// checkpoint path.
+    #[staticmethod]
+    #[pyo3(signature = (model, *, revision=None, precision="auto", device="auto"))]
+    fn load(py: Python<'_>, model: &str, revision: Option<&str>, precision: &str, device: &str) -> PyResult<Self> {
+        let precision = match precision {
+            "auto" => None,
+            p => Some(p.parse::<moge::Precision>().map_err(|e| PyValueError::new_err(e.to_string()))?),
+        };
+        let device = device.parse().map_err(PyValueError::new_err)?;
+        let mut opts = moge::LoadOptions { precision, device, ..Default::default() };
+        if let Some(r) = revision {
+            opts.revision = r.to_owned();
+        }
+        py.detach(|| Predictor::load(model, &opts)).map(Self::wrap).map_err(py_err)
+    }
+
+    /// A running `moge serve` or Tenstorrent MoGe-2 server (tt-MoGe) as the device.
+    #[staticmethod]
+    #[pyo3(signature = (url, *, timeout=60.0, retries=3))]
+    fn connect(py: Python<'_>, url: &str, timeout: f64, retries: u32) -> PyResult<Self> {
+        if !(timeout.is_finite() && timeout > 0.0) {
+            return Err(PyValueError::new_err(format!("timeout {timeout} is not a positive number of seconds")));
+        }
+        let opts = moge::remote::ClientOptions { timeout: std::time::Duration::from_secs_f64(timeout), retries, ..Default::default() };
+        py.detach(|| Predictor::connect(url, opts)).map(Self::wrap).map_err(py_err)
+    }
+
+    fn close(&self) {
+        self.inner.write().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    #[getter]
+    fn has_normal(&self) -> PyResult<bool> {
+        Ok(self.get()?.has_normal())
+    }
+
+    #[getter]
+    fn device(&self) -> PyResult<String> {
+        Ok(self.get()?.device())
+    }
+
+    #[getter]
+    fn server(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.server().map(str::to_owned))
+    }
+
+    /// A photo file, read as `moge predict` reads it.
+    fn predict_file<'py>(&self, py: Python<'py>, path: PathBuf, opts: &Bound<'py, Options>) -> PyResult<Bound<'py, PyDict>> {
+        let (p, plan) = (self.get()?, &opts.get().plan);
+        let pred = py.detach(|| p.predict_file(&path, plan)).map_err(py_err)?;
+        output(py, pred)
+    }
+
+    /// An (H, W, 3) uint8 RGB array.
+    fn predict_rgb<'py>(&self, py: Python<'py>, image: PyReadonlyArray3<'py, u8>, opts: &Bound<'py, Options>) -> PyResult<Bound<'py, PyDict>> {
+        let (p, plan) = (self.get()?, &opts.get().plan);
+        let &[h, w, c] = image.shape() else { unreachable!("a 3-d array") };
+        if c != 3 {
+            return Err(PyValueError::new_err(format!("an 8-bit image is H x W x 3 (RGB); this one is {h} x {w} x {c}")));
+        }
+        let photo = supported(w, h).and_then(|_| {
+            let data = image.as_slice().map(<[u8]>::to_vec).unwrap_or_else(|_| image.as_array().iter().copied().collect());
+            image::RgbImage::from_raw(w as u32, h as u32, data).ok_or_else(|| PyValueError::new_err("internal: the pixels do not fill the image"))
+        })?;
+        let pred = py.detach(|| p.predict_rgb(&photo, plan)).map_err(py_err)?;
+        output(py, pred)
+    }
+
+    /// A (3, H, W) float32 array in [0, 1], as upstream `infer()` takes a tensor.
+    fn predict_float<'py>(&self, py: Python<'py>, image: PyReadonlyArray3<'py, f32>, opts: &Bound<'py, Options>) -> PyResult<Bound<'py, PyDict>> {
+        let (p, plan) = (self.get()?, &opts.get().plan);
+        let &[c, h, w] = image.shape() else { unreachable!("a 3-d array") };
+        if c != 3 {
+            return Err(PyValueError::new_err(format!("a float image is 3 x H x W; this one is {c} x {h} x {w}")));
+        }
+        supported(w, h)?;
+        let view = image.as_slice().ok();
+        let owned;
+        let planar = match view {
+            Some(v) => v,
+            None => {
+                owned = image.as_array().iter().copied().collect::<Vec<f32>>();
+                &owned[..]
+            }
+        };
+        let pred = py.detach(|| p.predict_float(planar, w, h, plan)).map_err(py_err)?;
+        output(py, pred)
+    }
+
+    /// Photo files through the pipeline, their outputs in order.
+    fn predict_many(&self, py: Python<'_>, paths: Vec<PathBuf>, opts: &Bound<'_, Options>) -> PyResult<Predictions> {
+        let (p, plan) = (self.get()?, opts.get().plan.clone());
+        let it = py.detach(|| p.predict_many(paths, &plan)).map_err(py_err)?;
+        Ok(Predictions { inner: Mutex::new(Some(it)) })
+    }
+}
+
+fn supported(w: usize, h: usize) -> PyResult<()> {
+    if u32::try_from(w).is_ok_and(|w| u32::try_from(h).is_ok_and(|h| moge::image_io::is_supported_size(w, h))) {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!("a {w}x{h} image is outside the sizes moge reads (at least 8x8)")))
+    }
+}
+
+/// The iterator of `predict_many`: one output dict per path, in order; a failed photo raises
+/// its error when its turn comes.
+#[pyclass(module = "moge_rs._native")]
+struct Predictions {
+    inner: Mutex<Option<moge::Predictions>>,
+}
+
+#[pymethods]
+impl Predictions {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let next = py.detach(|| self.inner.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(Iterator::next));
+        match next {
+            None => Ok(None),
+            Some(r) => output(py, r.map_err(py_err)?).map(Some),
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, moge::Predictions::remaining)
+    }
+
+    /// Stops the pipeline: the photo on the device finishes, nothing new starts.
+    fn close(&self, py: Python<'_>) {
+        let it = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        py.detach(move || drop(it));
+    }
+}
+
+/// A prediction as a dict of numpy arrays that own the prediction's buffers (no copy).
+fn output(py: Python<'_>, p: Prediction) -> PyResult<Bound<'_, PyDict>> {
+    let (h, w) = (p.height, p.width);
+    let d = PyDict::new(py);
+    let (fx, fy) = p.fov_degrees();
+    d.set_item("summary", p.summary())?;
+    d.set_item("intrinsics", PyArray2::from_owned_array(py, numpy::ndarray::arr2(&p.intrinsics)))?;
+    d.set_item("intrinsics_pixels", PyArray2::from_owned_array(py, numpy::ndarray::arr2(&p.intrinsics_pixels())))?;
+    d.set_item("metric_scale", p.metric_scale)?;
+    d.set_item("fov_x", fx)?;
+    d.set_item("fov_y", fy)?;
+    d.set_item("points", PyArray1::from_vec(py, p.points).reshape([h, w, 3])?)?;
+    d.set_item("depth", PyArray1::from_vec(py, p.depth).reshape([h, w])?)?;
+    let normal = match p.normal {
+        Some(n) => Some(PyArray1::from_vec(py, n).reshape([h, w, 3])?),
+        None => None,
+    };
+    d.set_item("normal", normal)?;
+    d.set_item("mask", PyArray1::from_vec(py, p.mask).reshape([h, w])?)?;
+    Ok(d)
+}
+
+/// The npz of `moge predict` (same bytes) from an output's arrays.
+#[pyfunction]
+#[pyo3(signature = (path, points, depth, normal, mask, intrinsics, metric_scale))]
+#[allow(clippy::too_many_arguments)] // the npz's arrays, each named as in the file
+fn save_npz(
+    py: Python<'_>,
+    path: PathBuf,
+    points: PyReadonlyArray3<'_, f32>,
+    depth: PyReadonlyArray2<'_, f32>,
+    normal: Option<PyReadonlyArray3<'_, f32>>,
+    mask: PyReadonlyArray2<'_, bool>,
+    intrinsics: PyReadonlyArray2<'_, f32>,
+    metric_scale: f32,
+) -> PyResult<()> {
+    let &[h, w] = depth.shape() else { unreachable!("a 2-d array") };
+    let maps = |name: &str, shape: &[usize], want: &[usize]| {
+        if shape == want {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err(format!("{name} is {shape:?}; with depth {h} x {w} it must be {want:?}")))
+        }
+    };
+    maps("points", points.shape(), &[h, w, 3])?;
+    maps("mask", mask.shape(), &[h, w])?;
+    maps("intrinsics", intrinsics.shape(), &[3, 3])?;
+    if let Some(n) = &normal {
+        maps("normal", n.shape(), &[h, w, 3])?;
+    }
+    let k = intrinsics.as_array();
+    let pred = Prediction {
+        width: w,
+        height: h,
+        points: flat3(points.as_array()),
+        depth: flat2(depth.as_array()),
+        normal: normal.map(|n| flat3(n.as_array())),
+        normal_png: None,
+        mask: flat2(mask.as_array()),
+        intrinsics: std::array::from_fn(|i| std::array::from_fn(|j| k[[i, j]])),
+        metric_scale,
+        focal: 0.0,
+        shift: 0.0,
+        grid: (0, 0),
+    };
+    let out = moge::outputs::OutputOptions::default();
+    py.detach(|| moge::outputs::npz::write(&path, &pred, out.npz_compression, out.npz_normal)).map_err(py_err)
+}
+
+fn flat3<T: Copy>(a: ArrayView3<'_, T>) -> Vec<T> {
+    a.as_slice().map(<[T]>::to_vec).unwrap_or_else(|| a.iter().copied().collect())
+}
+
+fn flat2<T: Copy>(a: ArrayView2<'_, T>) -> Vec<T> {
+    a.as_slice().map(<[T]>::to_vec).unwrap_or_else(|| a.iter().copied().collect())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Model>()?;
+    m.add_class::<Options>()?;
+    m.add_class::<Predictions>()?;
+    m.add_function(wrap_pyfunction!(save_npz, m)?)?;
+    m.add("MoGeError", m.py().get_type::<MoGeError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! One face for programs and the bindings (Python, C++): a model here or on a server, asked
+//! for one image at a time from any thread, or for a list through the pipeline with the
+//! predictions handed back in order.
+//!
+//! ```
+//! let opts = moge::LoadOptions { device: moge::DeviceRequest::Cpu, ..Default::default() };
+//! let predictor = moge::Predictor::load("tests/fixtures/tiny_normal.pt", &opts)?;
+//! let plan = moge::Plan::default();
+//! let one = predictor.predict_file("tests/fixtures/images/rgb_40x72.png".as_ref(), &plan)?;
+//! let photos = vec!["tests/fixtures/images/rgb_40x72.png".into(), "tests/fixtures/images/gray_50x50.png".into()];
+//! let many: Vec<_> = predictor.predict_many(photos, &plan)?.collect();
+//! assert_eq!(many.len(), 2);
+//! assert_eq!(many[0].as_ref().unwrap().depth, one.depth);
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use crossbeam_channel::{bounded, Receiver};
+use image::RgbImage;
+
+use crate::fit::FitMode;
+use crate::image_io::DecodeOptions;
+use crate::infer::Prediction;
+use crate::loader::LoadOptions;
+use crate::model::Runner;
+use crate::pipeline::guard::guarded;
+use crate::pipeline::run::{Config, Engine};
+use crate::pipeline::stages::{self, Plan};
+use crate::protocol::{NormalDtype, PredictOptions};
+use crate::remote::{Client, ClientOptions};
+
+/// Where a predictor's forwards run.
+enum Middle {
+    Local(Runner),
+    Remote { client: Arc<Client>, normal: Option<NormalDtype> },
+}
+
+/// A model ready to predict, here or on a server. Shared by reference across threads: the
+/// calls of several threads on one local model run side by side on its device.
+pub struct Predictor {
+    middle: Middle,
+    /// The pipeline's jobs per host stage for [`Predictor::predict_many`].
+    pub jobs: usize,
+}
+
+impl Predictor {
+    /// A model by published name or checkpoint path, as [`crate::load`] loads it.
+    pub fn load(model: &str, opts: &LoadOptions) -> Result<Self> {
+        Ok(Self::local(Arc::new(crate::load(model, opts)?)))
+    }
+
+    /// A model already loaded.
+    pub fn local(model: Arc<crate::Model>) -> Self {
+        Self { middle: Middle::Local(Runner::new(model)), jobs: crate::pipeline::run::default_jobs() }
+    }
+
+    /// A running `moge serve` or Tenstorrent MoGe-2 server (tt-MoGe) at `url` as the device.
+    pub fn connect(url: &str, opts: ClientOptions) -> Result<Self> {
+        let client = Client::connect(url, opts)?;
+        // moge serve can send the normals as computed; tt-MoGe sends float16.
+        let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
+        let normal = dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")).then_some(NormalDtype::Float32);
+        Ok(Self { middle: Middle::Remote { client: Arc::new(client), normal }, jobs: crate::pipeline::run::default_jobs() })
+    }
+
+    /// The local model, `None` on a server.
+    pub fn model(&self) -> Option<&Arc<crate::Model>> {
+        match &self.middle {
+            Middle::Local(runner) => Some(runner.model()),
+            Middle::Remote { .. } => None,
+        }
+    }
+
+    /// The server's address, `None` for a local model.
+    pub fn server(&self) -> Option<&str> {
+        match &self.middle {
+            Middle::Local(_) => None,
+            Middle::Remote { client, .. } => Some(client.url()),
+        }
+    }
+
+    /// Whether the model predicts normals.
+    pub fn has_normal(&self) -> bool {
+        match &self.middle {
+            Middle::Local(runner) => runner.model().has_normal(),
+            Middle::Remote { client, .. } => client.info().get("has_normal").and_then(|v| v.as_bool()).unwrap_or(true),
+        }
+    }
+
+    /// Where the network runs: `cpu`, `cuda:0`, or the server's address.
+    pub fn device(&self) -> String {
+        match &self.middle {
+            Middle::Local(runner) => crate::device::name_of(&runner.model().device),
+            Middle::Remote { client, .. } => format!("{} ({})", client.url(), client.device().unwrap_or("device")),
+        }
+    }
+
+    /// One 8-bit RGB image, as `moge predict` runs a photo once decoded.
+    pub fn predict_rgb(&self, photo: &RgbImage, plan: &Plan) -> Result<Prediction> {
+        check(plan)?;
+        guarded(|| match &self.middle {
+            Middle::Local(runner) => {
+                let staged = stages::prepare(runner.model(), photo, plan)?;
+                let raw = runner.forward(&staged.prep).context("forward failed")?;
+                Ok(stages::finish(runner.model(), &staged, &raw, plan))
+            }
+            Middle::Remote { .. } => {
+                let png = crate::remote::png_for_server(photo)?;
+                self.remote(&png, photo, plan)
+            }
+        })
+    }
+
+    /// One planar (3, H, W) float image in [0, 1], as upstream `infer()` takes a tensor: resized
+    /// as floats, never rounded to 8 bits here. A server takes 8-bit images: there it is rounded.
+    pub fn predict_float(&self, planar: &[f32], width: usize, height: usize, plan: &Plan) -> Result<Prediction> {
+        check(plan)?;
+        if planar.len() != 3 * width * height || !crate::image_io::is_supported_size(width as u32, height as u32) {
+            bail!("a {width}x{height} float image needs 3 x {height} x {width} values, and a size moge reads (got {} values)", planar.len());
+        }
+        if plan.fit != FitMode::Exact {
+            bail!("fit {} takes 8-bit images; a float image runs at its own size (fit exact)", plan.fit.name());
+        }
+        guarded(|| match &self.middle {
+            Middle::Local(runner) => {
+                let model = runner.model();
+                let prep = model.prepare_float(planar, width, height, plan.infer.tokens(model.config.num_tokens_range));
+                let raw = runner.forward(&prep).context("forward failed")?;
+                Ok(model.postprocess(&raw, (width, height, prep.grid), &plan.infer))
+            }
+            Middle::Remote { .. } => {
+                let plane = width * height;
+                let to8 = |v: f32| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
+                let photo = RgbImage::from_fn(width as u32, height as u32, |x, y| {
+                    let i = y as usize * width + x as usize;
+                    image::Rgb([to8(planar[i]), to8(planar[plane + i]), to8(planar[2 * plane + i])])
+                });
+                self.predict_rgb(&photo, plan)
+            }
+        })
+    }
+
+    /// A photo file, read as `moge predict` reads it (EXIF orientation applied, damaged files
+    /// refused with the reason); the prediction equals `moge predict`'s npz bit for bit.
+    pub fn predict_file(&self, path: &Path, plan: &Plan) -> Result<Prediction> {
+        check(plan)?;
+        let decode = DecodeOptions::default();
+        match &self.middle {
+            Middle::Local(_) => {
+                let photo = crate::image_io::load_rgb_with(path, &decode)?.image;
+                self.predict_rgb(&photo, plan).with_context(|| path.display().to_string())
+            }
+            Middle::Remote { .. } => {
+                let loaded = crate::image_io::load_with_source(path, &decode)?;
+                let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)?;
+                self.remote(&send, &loaded.decoded.image, plan).with_context(|| path.display().to_string())
+            }
+        }
+    }
+
+    fn remote(&self, bytes: &[u8], photo: &RgbImage, plan: &Plan) -> Result<Prediction> {
+        let Middle::Remote { client, normal } = &self.middle else { unreachable!("remote() on a local model") };
+        let mut request = PredictOptions::from_options(&plan.infer);
+        request.fit = (plan.fit != FitMode::Exact).then_some(plan.fit);
+        request.npz_normal_dtype = *normal;
+        let r = client.predict(bytes, &request)?;
+        if (r.pred.width, r.pred.height) != (photo.width() as usize, photo.height() as usize) {
+            bail!("the server at {} answered with {}x{} maps for a {}x{} photo", client.url(), r.pred.width, r.pred.height, photo.width(), photo.height());
+        }
+        Ok(r.pred)
+    }
+
+    /// Photo files through the pipeline (decode threads, the device worker or the server's
+    /// requests in flight, post-processing threads), each prediction or its error handed out in
+    /// the order of `paths`. The pipeline runs ahead of the reader by a few photos only, so a
+    /// long list keeps memory flat; dropping the iterator stops it.
+    pub fn predict_many(&self, paths: Vec<PathBuf>, plan: &Plan) -> Result<Predictions> {
+        check(plan)?;
+        let engine = match &self.middle {
+            Middle::Local(runner) => Engine::Local(runner.model().clone()),
+            Middle::Remote { client, .. } => Engine::Remote(client.clone()),
+        };
+        let mut cfg = Config::new(PathBuf::new());
+        cfg.outputs.formats.clear();
+        cfg.keep_predictions = true;
+        cfg.log = false;
+        (cfg.infer, cfg.fit, cfg.canvas) = (plan.infer.clone(), plan.fit, plan.canvas);
+        cfg.jobs = self.jobs.max(1);
+        let inputs: Vec<_> = paths.iter().map(|p| crate::pipeline::inputs::file_input(p)).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        // A few photos beyond the pipeline's own depth: the reader is never starved, and what it
+        // has not read yet is bounded.
+        let (tx, rx) = bounded(2 * cfg.jobs + 4);
+        let worker_stop = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("moge-predict-many".into())
+            .spawn(move || {
+                crate::pipeline::run::run(engine, inputs, &cfg, &worker_stop, |rec| {
+                    let _ = tx.send(rec);
+                });
+            })
+            .context("cannot start the pipeline's thread")?;
+        Ok(Predictions { rx: Some(rx), stop, thread: Some(thread), paths, next: 0, waiting: HashMap::new() })
+    }
+}
+
+fn check(plan: &Plan) -> Result<()> {
+    plan.infer.validate().map_err(anyhow::Error::msg)
+}
+
+/// The predictions of [`Predictor::predict_many`], in the order of its paths.
+pub struct Predictions {
+    rx: Option<Receiver<crate::Record>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    paths: Vec<PathBuf>,
+    next: usize,
+    /// Records that came before their turn, by index.
+    waiting: HashMap<usize, crate::Record>,
+}
+
+impl Predictions {
+    /// How many predictions are still to come.
+    pub fn remaining(&self) -> usize {
+        self.paths.len() - self.next
+    }
+}
+
+impl Iterator for Predictions {
+    type Item = Result<Prediction>;
+
+    fn next(&mut self) -> Option<Result<Prediction>> {
+        if self.next >= self.paths.len() {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        let rec = loop {
+            if let Some(rec) = self.waiting.remove(&i) {
+                break Some(rec);
+            }
+            match self.rx.as_ref().map(|rx| rx.recv()) {
+                Some(Ok(rec)) => {
+                    self.waiting.insert(rec.index, rec);
+                }
+                _ => break None,
+            }
+        };
+        Some(match rec {
+            Some(crate::Record { prediction: Some(p), .. }) => Ok(*p),
+            Some(crate::Record { error: Some(e), io_kind: Some(kind), .. }) => Err(std::io::Error::new(kind, e).into()),
+            Some(crate::Record { error: Some(e), .. }) => Err(anyhow::Error::msg(e)),
+            Some(_) => Err(anyhow::anyhow!("{}: not predicted", self.paths[i].display())),
+            None => Err(anyhow::anyhow!("{}: not predicted: the pipeline stopped", self.paths[i].display())),
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining(), Some(self.remaining()))
+    }
+}
+
+impl Drop for Predictions {
+    /// Stops the pipeline and waits for it: what is on the device finishes, nothing new starts.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(self.rx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
