@@ -16,7 +16,7 @@ use pyo3::exceptions::{PyConnectionError, PyFileNotFoundError, PyRuntimeError, P
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-pyo3::create_exception!(_native, MoGeError, PyRuntimeError, "A photo, checkpoint or server that moge could not use; the message says which and why.");
+pyo3::create_exception!(moge_rs, MoGeError, PyRuntimeError, "A photo, checkpoint or server that moge could not use; the message says which and why.");
 
 /// The one mapping of Rust errors to Python's: a missing file is `FileNotFoundError`, a server
 /// that cannot be reached `ConnectionError`, anything else `MoGeError`; the message is the

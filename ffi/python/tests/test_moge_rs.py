@@ -268,9 +268,15 @@ def test_predict_many_equals_single_calls_in_order(model, tmp_path):
     assert len(many) == len(photos)
     for p, o in zip(photos, many):
         assert_same(o, model(p, num_tokens=800), f"{p.name}: ")
-    # arrays and paths mixed: in order too
-    mixed = model.predict_many([photos[1], np.asarray(model(photos[0]).mask, np.uint8) * 255])
-    assert mixed[0].depth.shape == (72, 40) and mixed[1].depth.shape == (48, 64)
+    # arrays and paths mixed: in order too, and an image that fails does not end the iteration
+    gray = np.asarray(model(photos[0]).mask, np.uint8) * 255
+    mixed = model.imap([photos[1], np.zeros((4, 4, 3), np.uint8), gray])
+    assert len(mixed) == 3 and next(mixed).depth.shape == (72, 40)
+    with pytest.raises(ValueError, match="4x4"):
+        next(mixed)
+    assert next(mixed).depth.shape == (48, 64)
+    with pytest.raises(StopIteration):
+        next(mixed)
 
 
 def test_a_failed_photo_raises_at_its_turn_and_the_rest_come(model, tmp_path):
@@ -278,8 +284,9 @@ def test_a_failed_photo_raises_at_its_turn_and_the_rest_come(model, tmp_path):
     bad.write_bytes(jpeg_bytes()[:400])
     it = model.imap([IMAGES / "rgb_64x48.png", bad, tmp_path / "missing.png", IMAGES / "rgb_40x72.png"])
     assert next(it).depth.shape == (48, 64)
-    with pytest.raises(MoGeError, match="cut.jpg"):
+    with pytest.raises(MoGeError, match="cut.jpg") as e:
         next(it)
+    assert type(e.value).__module__ == "moge_rs" and isinstance(e.value, RuntimeError)
     with pytest.raises(FileNotFoundError, match="missing.png"):
         next(it)
     assert next(it).depth.shape == (72, 40)

@@ -170,6 +170,29 @@ class _Outputs(Iterator[MoGeOutput]):
         self._native.close()
 
 
+class _Each(Iterator[MoGeOutput]):
+    """Images that are not all paths, one call each, in order; like ``_Outputs`` it goes on after
+    an image that failed."""
+
+    def __init__(self, model: "MoGeModel", items: Sequence[ImageLike], opts: "_native.Options"):
+        self._model, self._items, self._opts, self._next = model, items, opts, 0
+
+    def __iter__(self) -> "_Each":
+        return self
+
+    def __next__(self) -> MoGeOutput:
+        if self._next >= len(self._items):
+            raise StopIteration
+        self._next += 1
+        return self._model._one(self._items[self._next - 1], self._opts)
+
+    def __len__(self) -> int:
+        return len(self._items) - self._next
+
+    def close(self) -> None:
+        self._next = len(self._items)
+
+
 class MoGeModel:
     """A MoGe-2 model on this machine's CPU or GPU, or on a server. Threads may share one model."""
 
@@ -259,11 +282,8 @@ class MoGeModel:
         opts = self._options(**options)
         items = images if isinstance(images, (list, tuple)) else list(images)
         if all(_is_path(x) for x in items):
-            return self._imap_paths([os.fspath(x) for x in items], opts)
-        return (self._one(x, opts) for x in items)
-
-    def _imap_paths(self, paths: List[str], opts: "_native.Options") -> Iterator[MoGeOutput]:
-        return _Outputs(self._native.predict_many(paths, opts))
+            return _Outputs(self._native.predict_many([os.fspath(x) for x in items], opts))
+        return _Each(self, items, opts)
 
     def infer(
         self,
