@@ -29,15 +29,15 @@ use crate::infer::Prediction;
 use crate::loader::LoadOptions;
 use crate::model::Runner;
 use crate::pipeline::guard::guarded;
+use crate::pipeline::remote;
 use crate::pipeline::run::{Config, Engine};
 use crate::pipeline::stages::{self, Plan};
-use crate::protocol::{NormalDtype, PredictOptions};
 use crate::remote::{Client, ClientOptions};
 
 /// Where a predictor's forwards run.
 enum Middle {
     Local(Runner),
-    Remote { client: Arc<Client>, normal: Option<NormalDtype> },
+    Remote(Arc<Client>),
 }
 
 /// A model ready to predict, here or on a server. Shared by reference across threads: the
@@ -61,18 +61,15 @@ impl Predictor {
 
     /// A running `moge serve` or Tenstorrent MoGe-2 server (tt-MoGe) at `url` as the device.
     pub fn connect(url: &str, opts: ClientOptions) -> Result<Self> {
-        let client = Client::connect(url, opts)?;
-        // moge serve can send the normals as computed; tt-MoGe sends float16.
-        let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
-        let normal = dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")).then_some(NormalDtype::Float32);
-        Ok(Self { middle: Middle::Remote { client: Arc::new(client), normal }, jobs: crate::pipeline::run::default_jobs() })
+        let client = Arc::new(Client::connect(url, opts)?);
+        Ok(Self { middle: Middle::Remote(client), jobs: crate::pipeline::run::default_jobs() })
     }
 
     /// The local model, `None` on a server.
     pub fn model(&self) -> Option<&Arc<crate::Model>> {
         match &self.middle {
             Middle::Local(runner) => Some(runner.model()),
-            Middle::Remote { .. } => None,
+            Middle::Remote(_) => None,
         }
     }
 
@@ -80,7 +77,7 @@ impl Predictor {
     pub fn server(&self) -> Option<&str> {
         match &self.middle {
             Middle::Local(_) => None,
-            Middle::Remote { client, .. } => Some(client.url()),
+            Middle::Remote(client) => Some(client.url()),
         }
     }
 
@@ -88,7 +85,7 @@ impl Predictor {
     pub fn has_normal(&self) -> bool {
         match &self.middle {
             Middle::Local(runner) => runner.model().has_normal(),
-            Middle::Remote { client, .. } => client.info().get("has_normal").and_then(|v| v.as_bool()).unwrap_or(true),
+            Middle::Remote(client) => client.has_normal(),
         }
     }
 
@@ -96,7 +93,7 @@ impl Predictor {
     pub fn device(&self) -> String {
         match &self.middle {
             Middle::Local(runner) => crate::device::name_of(&runner.model().device),
-            Middle::Remote { client, .. } => format!("{} ({})", client.url(), client.device().unwrap_or("device")),
+            Middle::Remote(client) => format!("{} ({})", client.url(), client.device().unwrap_or("device")),
         }
     }
 
@@ -109,7 +106,7 @@ impl Predictor {
                 let raw = runner.forward(&staged.prep).context("forward failed")?;
                 Ok(stages::finish(runner.model(), &staged, &raw, plan))
             }
-            Middle::Remote { .. } => {
+            Middle::Remote(_) => {
                 let png = crate::remote::png_for_server(photo)?;
                 self.remote(&png, photo, plan)
             }
@@ -133,7 +130,7 @@ impl Predictor {
                 let raw = runner.forward(&prep).context("forward failed")?;
                 Ok(model.postprocess(&raw, (width, height, prep.grid), &plan.infer))
             }
-            Middle::Remote { .. } => {
+            Middle::Remote(_) => {
                 let plane = width * height;
                 let to8 = |v: f32| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
                 let photo = RgbImage::from_fn(width as u32, height as u32, |x, y| {
@@ -155,7 +152,7 @@ impl Predictor {
                 let photo = crate::image_io::load_rgb_with(path, &decode)?.image;
                 self.predict_rgb(&photo, plan).with_context(|| path.display().to_string())
             }
-            Middle::Remote { .. } => {
+            Middle::Remote(_) => {
                 let loaded = crate::image_io::load_with_source(path, &decode)?;
                 let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)?;
                 self.remote(&send, &loaded.decoded.image, plan).with_context(|| path.display().to_string())
@@ -164,14 +161,9 @@ impl Predictor {
     }
 
     fn remote(&self, bytes: &[u8], photo: &RgbImage, plan: &Plan) -> Result<Prediction> {
-        let Middle::Remote { client, normal } = &self.middle else { unreachable!("remote() on a local model") };
-        let mut request = PredictOptions::from_options(&plan.infer);
-        request.fit = (plan.fit != FitMode::Exact).then_some(plan.fit);
-        request.npz_normal_dtype = *normal;
-        let r = client.predict(bytes, &request)?;
-        if (r.pred.width, r.pred.height) != (photo.width() as usize, photo.height() as usize) {
-            bail!("the server at {} answered with {}x{} maps for a {}x{} photo", client.url(), r.pred.width, r.pred.height, photo.width(), photo.height());
-        }
+        let Middle::Remote(client) = &self.middle else { unreachable!("remote() on a local model") };
+        let r = client.predict(bytes, &remote::remote_request(client, &plan.infer, plan.fit))?;
+        remote::check_size(client, &r, (photo.width() as usize, photo.height() as usize))?;
         Ok(r.pred)
     }
 
@@ -183,7 +175,7 @@ impl Predictor {
         check(plan)?;
         let engine = match &self.middle {
             Middle::Local(runner) => Engine::Local(runner.model().clone()),
-            Middle::Remote { client, .. } => Engine::Remote(client.clone()),
+            Middle::Remote(client) => Engine::Remote(client.clone()),
         };
         let mut cfg = Config::new(PathBuf::new());
         cfg.outputs.formats.clear();

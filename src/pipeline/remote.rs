@@ -14,7 +14,7 @@ use super::stages::{ms, Plan};
 use crate::fit::FitMode;
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
-use crate::protocol::{NormalDtype, PredictOptions};
+use crate::protocol::PredictOptions;
 use crate::remote::{Client, RemoteError, Response};
 
 pub struct RemoteBackend {
@@ -26,26 +26,29 @@ pub struct RemoteBackend {
 impl RemoteBackend {
     /// `in_flight` requests at once, each with the options of `infer` and `fit`.
     pub fn new(client: Arc<Client>, infer: &InferOptions, fit: FitMode, in_flight: usize) -> Self {
-        let mut request = remote_request(infer, fit);
-        // moge serve can send the normals as computed, so that the outputs are those of a
-        // local run; tt-MoGe sends float16.
-        let dtypes = client.info().get("npz_normal_dtypes").and_then(|v| v.as_array());
-        if dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")) {
-            request.npz_normal_dtype = Some(NormalDtype::Float32);
-        }
+        let request = remote_request(&client, infer, fit);
         Self { client, request, in_flight: in_flight.max(1) }
     }
 }
 
-/// The options sent with each photo: only those that differ from the defaults that moge serve
-/// and tt-MoGe share, since a server may refuse a field it does not know.
-fn remote_request(infer: &InferOptions, fit: FitMode) -> PredictOptions {
+/// The options sent with each photo to `client`: only those that differ from the defaults that
+/// moge serve and tt-MoGe share, since a server may refuse a field it does not know.
+pub fn remote_request(client: &Client, infer: &InferOptions, fit: FitMode) -> PredictOptions {
     let mut r = PredictOptions::from_options(infer);
     if r.num_tokens == Some(crate::infer::DEFAULT_NUM_TOKENS) {
         r.num_tokens = None;
     }
     r.fit = (fit != FitMode::Exact).then_some(fit);
+    r.npz_normal_dtype = client.normal_dtype();
     r
+}
+
+/// The answer's maps must be the photo's size.
+pub fn check_size(client: &Client, r: &Response, photo_size: (usize, usize)) -> Result<()> {
+    if (r.pred.width, r.pred.height) != photo_size {
+        anyhow::bail!("the server at {} answered with {}x{} maps for a {}x{} photo", client.url(), r.pred.width, r.pred.height, photo_size.0, photo_size.1);
+    }
+    Ok(())
 }
 
 impl Backend for RemoteBackend {
@@ -83,9 +86,7 @@ impl Backend for RemoteBackend {
 
     fn finish(&self, r: Response, photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
         let client = &self.client;
-        if (r.pred.width, r.pred.height) != photo_size {
-            anyhow::bail!("the server at {} answered with {}x{} maps for a {}x{} photo", client.url(), r.pred.width, r.pred.height, photo_size.0, photo_size.1);
-        }
+        check_size(client, &r, photo_size)?;
         let num_tokens = r.meta.get("num_tokens").and_then(|v| v.as_u64()).map(|n| n as u32).unwrap_or_else(|| plan.infer.num_tokens.unwrap_or(0));
         let grid = r.meta.get("grid").and_then(|g| Some((g.get(0)?.as_u64()? as usize, g.get(1)?.as_u64()? as usize))).unwrap_or(r.pred.grid);
         let server = serde_json::json!({
@@ -98,9 +99,8 @@ impl Backend for RemoteBackend {
         Ok(Finished { pred: r.pred, device: format!("remote {}", client.device().unwrap_or("device")), num_tokens, grid, server: Some(server) })
     }
 
-    /// tt-MoGe does not say; its published model has the normal head.
     fn has_normal(&self) -> bool {
-        self.client.info().get("has_normal").and_then(|v| v.as_bool()).unwrap_or(true)
+        self.client.has_normal()
     }
 
     fn model_id(&self, configured: &str) -> String {

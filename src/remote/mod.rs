@@ -37,7 +37,7 @@ pub use npz::read_prediction;
 
 use crate::image_io::Source;
 use crate::infer::Prediction;
-use crate::protocol::{OutputFormat, PredictOptions};
+use crate::protocol::{NormalDtype, OutputFormat, PredictOptions};
 
 /// The longest wait between two attempts that the client chooses itself, and the longest
 /// `Retry-After` it honours.
@@ -255,6 +255,19 @@ impl Client {
     /// The device the server runs on, where `/info` says.
     pub fn device(&self) -> Option<&str> {
         self.info_str(&["device", "device_type", "hardware"])
+    }
+
+    /// Whether the server's model predicts normals; tt-MoGe does not say, and its published
+    /// model has the normal head.
+    pub fn has_normal(&self) -> bool {
+        self.info.get("has_normal").and_then(Value::as_bool).unwrap_or(true)
+    }
+
+    /// The normals' element type to ask for: float32 where the server sends them as computed
+    /// (moge serve), so that the outputs are a local run's; `None` (the server's float16) else.
+    pub fn normal_dtype(&self) -> Option<NormalDtype> {
+        let dtypes = self.info.get("npz_normal_dtypes").and_then(Value::as_array);
+        dtypes.is_some_and(|d| d.iter().any(|t| t == "float32")).then_some(NormalDtype::Float32)
     }
 
     fn info_str(&self, keys: &[&str]) -> Option<&str> {
