@@ -87,19 +87,19 @@ def main():
     one_dir = tmp / "one"
     one_dir.mkdir()
     os.link(photos[0], one_dir / "p0.jpg")
-    ck, moge = args.checkpoint, args.moge
+    ck, moge_bin = args.checkpoint, args.moge
 
     def out():
         return tempfile.mkdtemp(dir=tmp)
 
     variants = {
-        "moge predict": lambda ps: wall([moge, "predict", *ps, "--weights", ck, "-o", out()]),
+        "moge predict": lambda ps: wall([moge_bin, "predict", *ps, "--weights", ck, "-o", out()]),
         "model(path)": lambda ps: wall([sys.executable, "-c", PY_ONE, ck, out(), *ps]),
-        "moge batch": lambda ps: wall([moge, "batch", str(tmp / "photos") if len(ps) > 1 else str(one_dir), "--weights", ck, "-o", out()]),
+        "moge batch": lambda ps: wall([moge_bin, "batch", str(tmp / "photos") if len(ps) > 1 else str(one_dir), "--weights", ck, "-o", out()]),
         "predict_many": lambda ps: wall([sys.executable, "-c", PY_MANY, ck, out(), *ps]),
     }
     try:
-        import moge.model.v2  # noqa: F401
+        import moge.model.v2  # noqa: F401  (binds the name `moge` here: hence moge_bin)
         import torch  # noqa: F401
 
         if ck.endswith(".pt"):
