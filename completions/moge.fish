@@ -113,7 +113,7 @@ pad\t'Letterbox onto the canvas aspect, crop the outputs back'
 stretch\t'Stretch onto the canvas, resample the outputs back'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l canvas -d 'The canvas of --fit pad / stretch' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -s j -l jobs -d 'Host threads for each host stage (decode, post-process and write); default: the number of CPUs, at most 8' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l shard -d 'Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash of its output path), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l shard -d 'Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash of its output path). auto: the shard of this task of a Slurm job array (SLURM_ARRAY_TASK_ID, _MIN and _COUNT) or a Kubernetes indexed Job (JOB_COMPLETION_INDEX, of N with auto/N, or of JOB_COMPLETIONS)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Same as --npz-compression none'

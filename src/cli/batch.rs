@@ -50,8 +50,10 @@ pub struct BatchArgs {
     #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub jobs: Option<u32>,
     /// Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash
-    /// of its output path), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
-    #[arg(long, value_name = "I/N")]
+    /// of its output path). auto: the shard of this task of a Slurm job array
+    /// (SLURM_ARRAY_TASK_ID, _MIN and _COUNT) or a Kubernetes indexed Job (JOB_COMPLETION_INDEX,
+    /// of N with auto/N, or of JOB_COMPLETIONS).
+    #[arg(long, value_name = "I/N|auto[/N]")]
     pub shard: Option<Shard>,
     /// Skip photos whose requested outputs all exist (resume an interrupted run).
     #[arg(long)]

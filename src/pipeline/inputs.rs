@@ -141,9 +141,18 @@ pub struct Shard {
     pub count: u64,
 }
 
+/// `auto` and `auto/N`: the shard from the scheduler's environment, read by [`Shard::from_env`].
 impl std::str::FromStr for Shard {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.strip_prefix("auto") {
+            let count = match rest.strip_prefix('/') {
+                Some(n) => Some(n.trim().parse::<u64>().map_err(|_| format!("'{n}' is not a shard count"))?),
+                None if rest.is_empty() => None,
+                None => return Err(format!("'{s}' is not auto, auto/N or I/N")),
+            };
+            return Shard::from_env(count, |k| std::env::var(k).ok());
+        }
         let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4)"))?;
         let index: u64 = i.trim().parse().map_err(|_| format!("'{i}' is not a shard index"))?;
         let count: u64 = n.trim().parse().map_err(|_| format!("'{n}' is not a shard count"))?;
@@ -165,6 +174,43 @@ pub fn stem_hash(rel: &Path) -> u64 {
 }
 
 impl Shard {
+    /// The shard of this task under a scheduler, from `env` (the process environment):
+    /// - a Slurm job array: `SLURM_ARRAY_TASK_ID` from `SLURM_ARRAY_TASK_MIN` (arrays may start
+    ///   at 1) and `SLURM_ARRAY_TASK_COUNT` tasks (`count`, where given, must agree);
+    /// - a Kubernetes indexed Job: `JOB_COMPLETION_INDEX`, of `count` shards, or of
+    ///   `JOB_COMPLETIONS` where the Job's spec passes its `completions` in the environment.
+    pub fn from_env(count: Option<u64>, env: impl Fn(&str) -> Option<String>) -> Result<Shard, String> {
+        let num = |k: &str| -> Result<Option<u64>, String> {
+            env(k).map(|v| v.trim().parse::<u64>().map_err(|_| format!("--shard auto: {k}={v} is not a number"))).transpose()
+        };
+        let (index, found) = if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
+            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+            let n = num("SLURM_ARRAY_TASK_COUNT")?.ok_or("--shard auto: SLURM_ARRAY_TASK_ID is set but not SLURM_ARRAY_TASK_COUNT")?;
+            if let Some(c) = count.filter(|&c| c != n) {
+                return Err(format!("--shard auto/{c}: the Slurm array has {n} tasks (SLURM_ARRAY_TASK_COUNT)"));
+            }
+            let index = id.checked_sub(min).ok_or_else(|| format!("--shard auto: SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"))?;
+            (index, Some(n))
+        } else if let Some(index) = num("JOB_COMPLETION_INDEX")? {
+            let n = count.or(num("JOB_COMPLETIONS")?);
+            (
+                index,
+                Some(n.ok_or(
+                    "--shard auto: JOB_COMPLETION_INDEX is set but not the count: give --shard auto/N (the Job's completions) or set JOB_COMPLETIONS",
+                )?),
+            )
+        } else {
+            (0, None)
+        };
+        let Some(count) = found else {
+            return Err("--shard auto: not under a scheduler that moge knows: set SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm job array) or JOB_COMPLETION_INDEX (a Kubernetes indexed Job), or give --shard I/N".into());
+        };
+        if count == 0 || index >= count {
+            return Err(format!("--shard auto: shard {index} of {count} from the environment: need 0 <= I < N"));
+        }
+        Ok(Shard { index, count })
+    }
+
     pub fn contains(&self, rel: &Path) -> bool {
         stem_hash(rel) % self.count == self.index
     }
@@ -192,6 +238,47 @@ pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>, out
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn shard_auto_reads_slurm_arrays_from_their_first_index() {
+        let slurm = [("SLURM_ARRAY_TASK_ID", "5"), ("SLURM_ARRAY_TASK_MIN", "1"), ("SLURM_ARRAY_TASK_COUNT", "16")];
+        assert_eq!(Shard::from_env(None, env(&slurm)), Ok(Shard { index: 4, count: 16 }));
+        assert_eq!(Shard::from_env(Some(16), env(&slurm)), Ok(Shard { index: 4, count: 16 }));
+        let e = Shard::from_env(Some(8), env(&slurm)).unwrap_err();
+        assert!(e.contains("auto/8") && e.contains("16 tasks"), "{e}");
+        let from0 = [("SLURM_ARRAY_TASK_ID", "0"), ("SLURM_ARRAY_TASK_COUNT", "4")];
+        assert_eq!(Shard::from_env(None, env(&from0)), Ok(Shard { index: 0, count: 4 }));
+        let e = Shard::from_env(None, env(&[("SLURM_ARRAY_TASK_ID", "3")])).unwrap_err();
+        assert!(e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
+        let e = Shard::from_env(None, env(&[("SLURM_ARRAY_TASK_ID", "x"), ("SLURM_ARRAY_TASK_COUNT", "4")])).unwrap_err();
+        assert!(e.contains("SLURM_ARRAY_TASK_ID=x is not a number"), "{e}");
+    }
+
+    #[test]
+    fn shard_auto_reads_kubernetes_indexed_jobs_with_their_count() {
+        let k8s = [("JOB_COMPLETION_INDEX", "3")];
+        assert_eq!(Shard::from_env(Some(16), env(&k8s)), Ok(Shard { index: 3, count: 16 }));
+        let e = Shard::from_env(None, env(&k8s)).unwrap_err();
+        assert!(e.contains("auto/N") && e.contains("JOB_COMPLETIONS"), "{e}");
+        let with_count = [("JOB_COMPLETION_INDEX", "3"), ("JOB_COMPLETIONS", "4")];
+        assert_eq!(Shard::from_env(None, env(&with_count)), Ok(Shard { index: 3, count: 4 }));
+        let e = Shard::from_env(Some(2), env(&k8s)).unwrap_err();
+        assert!(e.contains("shard 3 of 2"), "{e}");
+    }
+
+    #[test]
+    fn shard_auto_outside_a_scheduler_names_the_variables() {
+        let e = Shard::from_env(Some(4), env(&[])).unwrap_err();
+        for v in ["SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "JOB_COMPLETION_INDEX", "--shard I/N"] {
+            assert!(e.contains(v), "{e}");
+        }
+        assert!("auto/x".parse::<Shard>().unwrap_err().contains("'x' is not a shard count"));
+        assert!("automatic".parse::<Shard>().is_err());
+    }
 
     #[test]
     fn stems_drop_roots_and_parent_components() {

@@ -681,6 +681,8 @@ fn shards_partition_and_lists_mirror_their_paths() {
     let out = tmp.path().join("out");
     let mut seen = BTreeSet::new();
     let mut total = 0;
+    let inputs_of = |o: &Output| json_lines(o).iter().map(|l| l["input"].as_str().unwrap().to_owned()).collect::<BTreeSet<_>>();
+    let mut by_shard = Vec::new();
     for k in 0..3 {
         let shard = format!("{k}/3");
         let o = run(&["batch", s(&input), "-o", s(&out), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--shard", &shard, "--json"]);
@@ -689,9 +691,34 @@ fn shards_partition_and_lists_mirror_their_paths() {
             assert!(seen.insert(l["input"].as_str().unwrap().to_owned()), "an input in two shards");
             total += 1;
         }
+        by_shard.push(inputs_of(&o));
     }
     assert_eq!(total, 9, "the shards cover every input once");
     assert_eq!(tree(&out), all);
+
+    // --shard auto in a Slurm array numbered from 1 (sbatch --array=1-3): the same shards.
+    let scheduler_vars = ["SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT", "JOB_COMPLETION_INDEX", "JOB_COMPLETIONS"];
+    let auto = |vars: &[(&str, String)], shard: &str| {
+        let mut c = moge();
+        c.args(["batch", s(&input), "-o", s(&tmp.path().join("out_auto")), "--weights", s(&m.normal), "--num-tokens", TOKENS, "--shard", shard, "--json"]);
+        scheduler_vars.iter().for_each(|v| {
+            c.env_remove(v);
+        });
+        c.envs(vars.iter().map(|(k, v)| (*k, v.as_str()))).output().unwrap()
+    };
+    for (k, want) in by_shard.iter().enumerate() {
+        let slurm = [("SLURM_ARRAY_TASK_ID", (k + 1).to_string()), ("SLURM_ARRAY_TASK_MIN", "1".into()), ("SLURM_ARRAY_TASK_COUNT", "3".into())];
+        let o = auto(&slurm, "auto");
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(&inputs_of(&o), want, "Slurm task {} is shard {k}/3", k + 1);
+        // A Kubernetes indexed Job, its count given on the command line.
+        let o = auto(&[("JOB_COMPLETION_INDEX", k.to_string())], "auto/3");
+        assert_eq!(&inputs_of(&o), want, "indexed Job {k} is shard {k}/3: {}", text(&o.stderr));
+    }
+    // Outside a scheduler: a usage error naming what it reads.
+    let o = auto(&[], "auto");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("SLURM_ARRAY_TASK_ID") && text(&o.stderr).contains("JOB_COMPLETION_INDEX"), "{}", text(&o.stderr));
 
     // A list on stdin: relative paths keep their directories under OUT; comments skipped; a
     // listed file that is missing fails on its own.

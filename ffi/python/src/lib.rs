@@ -4,13 +4,14 @@
 //! around every call that does real work, and every Rust error becomes a Python exception
 //! in one place ([`py_err`]).
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use moge::fit::{Canvas, FitMode};
 use moge::protocol::PredictOptions;
 use moge::{Plan, Prediction, Predictor};
-use numpy::ndarray::{ArrayView2, ArrayView3};
+use numpy::ndarray::{ArrayView, Dimension};
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyConnectionError, PyFileNotFoundError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -160,10 +161,9 @@ impl Model {
         if c != 3 {
             return Err(PyValueError::new_err(format!("an 8-bit image is H x W x 3 (RGB); this one is {h} x {w} x {c}")));
         }
-        let photo = supported(w, h).and_then(|_| {
-            let data = image.as_slice().map(<[u8]>::to_vec).unwrap_or_else(|_| image.as_array().iter().copied().collect());
-            image::RgbImage::from_raw(w as u32, h as u32, data).ok_or_else(|| PyValueError::new_err("internal: the pixels do not fill the image"))
-        })?;
+        supported(w, h)?;
+        let data = contiguous(&image.as_array()).into_owned();
+        let photo = image::RgbImage::from_raw(w as u32, h as u32, data).ok_or_else(|| PyValueError::new_err("internal: the pixels do not fill the image"))?;
         let pred = py.detach(|| p.predict_rgb(&photo, plan)).map_err(py_err)?;
         output(py, pred)
     }
@@ -176,16 +176,9 @@ impl Model {
             return Err(PyValueError::new_err(format!("a float image is 3 x H x W; this one is {c} x {h} x {w}")));
         }
         supported(w, h)?;
-        let view = image.as_slice().ok();
-        let owned;
-        let planar = match view {
-            Some(v) => v,
-            None => {
-                owned = image.as_array().iter().copied().collect::<Vec<f32>>();
-                &owned[..]
-            }
-        };
-        let pred = py.detach(|| p.predict_float(planar, w, h, plan)).map_err(py_err)?;
+        let view = image.as_array();
+        let planar = contiguous(&view);
+        let pred = py.detach(|| p.predict_float(&planar, w, h, plan)).map_err(py_err)?;
         output(py, pred)
     }
 
@@ -291,11 +284,11 @@ fn save_npz(
     let pred = Prediction {
         width: w,
         height: h,
-        points: flat3(points.as_array()),
-        depth: flat2(depth.as_array()),
-        normal: normal.map(|n| flat3(n.as_array())),
+        points: contiguous(&points.as_array()).into_owned(),
+        depth: contiguous(&depth.as_array()).into_owned(),
+        normal: normal.map(|n| contiguous(&n.as_array()).into_owned()),
         normal_png: None,
-        mask: flat2(mask.as_array()),
+        mask: contiguous(&mask.as_array()).into_owned(),
         intrinsics: std::array::from_fn(|i| std::array::from_fn(|j| k[[i, j]])),
         metric_scale,
         focal: 0.0,
@@ -306,12 +299,12 @@ fn save_npz(
     py.detach(|| moge::outputs::npz::write(&path, &pred, out.npz_compression, out.npz_normal)).map_err(py_err)
 }
 
-fn flat3<T: Copy>(a: ArrayView3<'_, T>) -> Vec<T> {
-    a.as_slice().map(<[T]>::to_vec).unwrap_or_else(|| a.iter().copied().collect())
-}
-
-fn flat2<T: Copy>(a: ArrayView2<'_, T>) -> Vec<T> {
-    a.as_slice().map(<[T]>::to_vec).unwrap_or_else(|| a.iter().copied().collect())
+/// An array's elements in C order: its own memory where it is C-contiguous, else a copy.
+fn contiguous<'a, T: Copy, D: Dimension>(a: &'a ArrayView<'_, T, D>) -> Cow<'a, [T]> {
+    match a.as_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(a.iter().copied().collect()),
+    }
 }
 
 #[pymodule]
