@@ -10,7 +10,9 @@ with one photo, divided by N - 1: the per-photo cost with the load taken out. Th
 alternated, R rounds; medians are printed, with every round.
 
 - `moge predict` (N photos in one call) against `model(path)` + `save_npz` (the same work: the
-  CLI writes each photo's npz);
+  CLI writes each photo's npz), and against `model(path)` alone. `moge predict` runs its photos
+  through the pipeline, so it decodes the next photo and writes the last one's npz while the
+  network runs; one `model(path)` call after another does each of those in turn;
 - `moge batch DIR` against `model.predict_many(paths)` + `save_npz`;
 - upstream: `MoGeModel.infer` on the same photos decoded by cv2, as upstream's CLI reads them.
 """
@@ -30,6 +32,14 @@ ckpt, out, photos = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3:]
 m = moge_rs.MoGeModel.from_pretrained(ckpt)
 for p in photos:
     m(p).save_npz(out / (pathlib.Path(p).stem + ".npz"))
+"""
+
+PY_ONLY = """
+import sys, moge_rs
+ckpt, photos = sys.argv[1], sys.argv[3:]
+m = moge_rs.MoGeModel.from_pretrained(ckpt)
+for p in photos:
+    m(p)
 """
 
 PY_MANY = """
@@ -68,6 +78,7 @@ def main():
     ap.add_argument("--size", default="1280x720")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--moge", default="target/release/moge")
+    ap.add_argument("--only", help="a comma list of the variants to run (default: all)")
     args = ap.parse_args()
     import numpy as np
     from PIL import Image
@@ -95,6 +106,7 @@ def main():
     variants = {
         "moge predict": lambda ps: wall([moge_bin, "predict", *ps, "--weights", ck, "-o", out()]),
         "model(path)": lambda ps: wall([sys.executable, "-c", PY_ONE, ck, out(), *ps]),
+        "model(path) alone": lambda ps: wall([sys.executable, "-c", PY_ONLY, ck, "-", *ps]),
         "moge batch": lambda ps: wall([moge_bin, "batch", str(tmp / "photos") if len(ps) > 1 else str(one_dir), "--weights", ck, "-o", out()]),
         "predict_many": lambda ps: wall([sys.executable, "-c", PY_MANY, ck, out(), *ps]),
     }
@@ -107,6 +119,8 @@ def main():
     except ImportError:
         print("upstream: not installed here (torch and dlr-moge), not measured")
 
+    if args.only:
+        variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
     per = {k: [] for k in variants}
     for r in range(args.rounds):
         for name, run in variants.items():
@@ -118,10 +132,14 @@ def main():
     print(f"\n{cpu}, {os.cpu_count()} cores, {args.photos} photos {args.size}, {args.rounds} rounds, medians:")
     for k, v in med.items():
         print(f"  {k:>15}: {v:.3f} s per photo  (rounds: {', '.join(f'{x:.3f}' for x in per[k])})")
-    print(f"  model(path) / moge predict: {med['model(path)'] / med['moge predict']:.3f}")
-    print(f"  predict_many / moge batch:  {med['predict_many'] / med['moge batch']:.3f}")
-    if "upstream infer" in med:
-        print(f"  upstream / model(path):     {med['upstream infer'] / med['model(path)']:.2f}x")
+    for a, b, fmt in [
+        ("model(path)", "moge predict", "{:.3f}"),
+        ("model(path) alone", "moge predict", "{:.3f}"),
+        ("predict_many", "moge batch", "{:.3f}"),
+        ("upstream infer", "model(path)", "{:.2f}x"),
+    ]:
+        if a in med and b in med:
+            print(f"  {a} / {b}: " + fmt.format(med[a] / med[b]))
 
 
 if __name__ == "__main__":
