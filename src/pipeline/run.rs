@@ -69,14 +69,16 @@ pub struct Config {
 
 impl Config {
     /// The command line's defaults (npz outputs, one host thread per core up to 8 per host
-    /// stage, the photo's own size, no reports), writing under `output`.
+    /// stage, the photo's own size, no reports) with [`Plan::default`]'s options, writing under
+    /// `output`.
     pub fn new(output: impl Into<PathBuf>) -> Self {
+        let Plan { infer, fit, canvas } = Plan::default();
         Self {
             output: output.into(),
             outputs: OutputOptions::default(),
-            infer: InferOptions::default(),
-            fit: FitMode::Exact,
-            canvas: Canvas::FULL_HD,
+            infer,
+            fit,
+            canvas,
             decode: crate::image_io::DecodeOptions::default(),
             jobs: default_jobs(),
             skip_existing: false,

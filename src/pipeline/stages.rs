@@ -20,7 +20,8 @@ pub struct Plan {
     pub canvas: Canvas,
 }
 
-/// The command line's: upstream's options, each photo at its own size.
+/// Upstream `infer()`'s options (resolution level 9: not the command line's 1800 tokens), each
+/// photo at its own size.
 impl Default for Plan {
     fn default() -> Self {
         Plan { infer: InferOptions::default(), fit: FitMode::Exact, canvas: Canvas::FULL_HD }
