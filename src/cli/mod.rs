@@ -130,39 +130,42 @@ impl InputArgs {
 pub struct RemoteArgs {
     /// Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server
     /// (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["weights", "precision", "device"])]
-    pub server: Option<String>,
-    /// Requests in flight at once with --server (so that the server's device never waits).
+    /// Given more than once (or as a comma list): a pool, each photo going to the least loaded
+    /// server that is up; a server that fails is taken out, its photos sent to the others, and
+    /// taken back when it answers `/health` again.
+    #[arg(long, value_name = "URL", value_delimiter = ',', conflicts_with_all = ["weights", "precision", "device"])]
+    pub server: Vec<String>,
+    /// Requests in flight at once to each server (so that its device never waits).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), requires = "server")]
     pub in_flight: u32,
     /// Seconds one request to the server may take before it is retried.
     #[arg(long, value_name = "S", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86_400), requires = "server")]
     pub server_timeout: u32,
     /// Retries of a request that failed for the network's or the server's sake (no connection,
-    /// a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried.
+    /// a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo whose
+    /// server fails once its retries are spent goes to another server.
     #[arg(long, value_name = "N", default_value_t = 3, requires = "server")]
     pub server_retries: u32,
 }
 
 impl RemoteArgs {
-    /// The engine: the server, checked to answer, or the model loaded here.
+    /// The engine: the server(s), checked to answer, or the model loaded here.
     pub fn engine(&self, model: &ModelArgs) -> anyhow::Result<(PathBuf, moge::pipeline::run::Engine)> {
         use moge::pipeline::run::Engine;
-        match &self.server {
-            Some(url) => {
-                let opts = moge::remote::ClientOptions {
-                    timeout: std::time::Duration::from_secs(self.server_timeout as u64),
-                    retries: self.server_retries,
-                    in_flight: self.in_flight as usize,
-                    ..Default::default()
-                };
-                let client = moge::remote::Client::connect(url, opts)?;
-                Ok((PathBuf::new(), Engine::Remote(std::sync::Arc::new(client))))
-            }
-            None => {
+        use std::sync::Arc;
+        let opts = moge::remote::ClientOptions {
+            timeout: std::time::Duration::from_secs(self.server_timeout as u64),
+            retries: self.server_retries,
+            in_flight: self.in_flight as usize,
+            ..Default::default()
+        };
+        match self.server.as_slice() {
+            [] => {
                 let (weights, m) = model.load()?;
-                Ok((weights, Engine::Local(std::sync::Arc::new(m))))
+                Ok((weights, Engine::Local(Arc::new(m))))
             }
+            [url] => Ok((PathBuf::new(), Engine::Remote(Arc::new(moge::remote::Client::connect(url, opts)?)))),
+            urls => Ok((PathBuf::new(), Engine::Pool(Arc::new(moge::pipeline::pool::Pool::connect(urls, opts)?)))),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! - [`inputs`]: discovery (recursive, sorted, hidden skipped), lists, `--shard`.
 //! - [`stages`]: each stage's work on one photo with the local model, whatever its source and sink.
 //! - [`backend`]: the middle stage's interface, implemented by [`local`] (the model here) and
-//!   [`remote`] (a MoGe-2 HTTP server).
+//!   [`remote`] (a MoGe-2 HTTP server) and [`pool`] (several, with failover).
 //! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
 //!   `predict` and `serve`.
 //! - [`guard`]: a panic in one image's work fails that image only.
@@ -14,6 +14,7 @@ pub mod backend;
 pub mod guard;
 pub mod inputs;
 pub mod local;
+pub mod pool;
 pub mod record;
 pub mod remote;
 pub mod report;

@@ -51,6 +51,39 @@ pub fn check_size(client: &Client, r: &Response, photo_size: (usize, usize)) -> 
     Ok(())
 }
 
+/// On a decode thread: the photo read here (a damaged one fails here, with its reason) and the
+/// file to send for it.
+pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
+    let t = Instant::now();
+    let loaded = crate::image_io::load_with_source(&input.path, decode)?;
+    let decode_ms = ms(t);
+    let t = Instant::now();
+    let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)
+        .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
+        .into_owned();
+    Ok(Staging { photo: loaded.decoded.image, warning: loaded.decoded.warning, staged: send, decode_ms, prepare_ms: ms(t) })
+}
+
+/// `client`'s answer `r` for a photo of `photo_size`, and what the sidecar says of the server.
+pub fn finish(client: &Client, r: Response, photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
+    check_size(client, &r, photo_size)?;
+    let num_tokens = r.meta.get("num_tokens").and_then(|v| v.as_u64()).map(|n| n as u32).unwrap_or_else(|| plan.infer.num_tokens.unwrap_or(0));
+    let grid = r.meta.get("grid").and_then(|g| Some((g.get(0)?.as_u64()? as usize, g.get(1)?.as_u64()? as usize))).unwrap_or(r.pred.grid);
+    let server = serde_json::json!({
+        "url": client.url(),
+        "model": client.model(),
+        "device": client.device(),
+        "attempts": r.attempts,
+        "timing_ms": r.meta.get("timing_ms"),
+    });
+    Ok(Finished { pred: r.pred, device: format!("remote {}", client.device().unwrap_or("device")), num_tokens, grid, server: Some(server) })
+}
+
+/// The weights' digest as `client`'s server gives it.
+pub fn weights_digest(client: &Client) -> String {
+    client.info().get("weights_sha256").and_then(|v| v.as_str()).unwrap_or("unavailable: not given by the server").to_owned()
+}
+
 impl Backend for RemoteBackend {
     /// The image file to send.
     type Staged = Vec<u8>;
@@ -65,14 +98,7 @@ impl Backend for RemoteBackend {
     }
 
     fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
-        let t = Instant::now();
-        let loaded = crate::image_io::load_with_source(&input.path, decode)?;
-        let decode_ms = ms(t);
-        let t = Instant::now();
-        let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)
-            .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
-            .into_owned();
-        Ok(Staging { photo: loaded.decoded.image, warning: loaded.decoded.warning, staged: send, decode_ms, prepare_ms: ms(t) })
+        stage(input, decode)
     }
 
     fn forward(&self, bytes: Vec<u8>) -> Result<Response> {
@@ -85,18 +111,7 @@ impl Backend for RemoteBackend {
     }
 
     fn finish(&self, r: Response, photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
-        let client = &self.client;
-        check_size(client, &r, photo_size)?;
-        let num_tokens = r.meta.get("num_tokens").and_then(|v| v.as_u64()).map(|n| n as u32).unwrap_or_else(|| plan.infer.num_tokens.unwrap_or(0));
-        let grid = r.meta.get("grid").and_then(|g| Some((g.get(0)?.as_u64()? as usize, g.get(1)?.as_u64()? as usize))).unwrap_or(r.pred.grid);
-        let server = serde_json::json!({
-            "url": client.url(),
-            "model": client.model(),
-            "device": client.device(),
-            "attempts": r.attempts,
-            "timing_ms": r.meta.get("timing_ms"),
-        });
-        Ok(Finished { pred: r.pred, device: format!("remote {}", client.device().unwrap_or("device")), num_tokens, grid, server: Some(server) })
+        finish(&self.client, r, photo_size, plan)
     }
 
     fn has_normal(&self) -> bool {
@@ -108,6 +123,6 @@ impl Backend for RemoteBackend {
     }
 
     fn weights_digest(&self, _weights: &Path) -> String {
-        self.client.info().get("weights_sha256").and_then(|v| v.as_str()).unwrap_or("unavailable: not given by the server").to_owned()
+        weights_digest(&self.client)
     }
 }

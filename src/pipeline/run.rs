@@ -23,6 +23,7 @@ use super::backend::Backend;
 use super::guard::{guarded, install_panic_hook};
 use super::inputs::Input;
 use super::local::{LocalBackend, LocalForwarded};
+use super::pool::{Pool, PoolBackend};
 use super::record::{Record, Status};
 use super::remote::RemoteBackend;
 use super::report::{self, Summary};
@@ -126,6 +127,9 @@ pub enum Engine {
     /// MoGe-2 server): photos are decoded here, sent several at a time, and the answers written
     /// here.
     Remote(Arc<crate::remote::Client>),
+    /// Several such servers, one per device, each photo sent to the least loaded one that is
+    /// up (see [`super::pool`]).
+    Pool(Arc<Pool>),
 }
 
 /// Runs the pipeline over `inputs` on `engine`. `stop` is set from outside (Ctrl-C) to stop
@@ -138,6 +142,7 @@ pub fn run(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBo
             let backend = RemoteBackend::new(client, &cfg.infer, cfg.fit, cfg.in_flight);
             run_with(Arc::new(backend), inputs, cfg, stop, on_record)
         }
+        Engine::Pool(pool) => run_with(Arc::new(PoolBackend::new(pool, &cfg.infer, cfg.fit)), inputs, cfg, stop, on_record),
     }
 }
 

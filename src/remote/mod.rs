@@ -62,11 +62,21 @@ pub struct ClientOptions {
     /// Largest answer accepted. float32 maps of a 12-megapixel photo are ~350 MB as npz, a
     /// third more in base64.
     pub max_response_bytes: u64,
+    /// Whether a prediction that found no connection is tried again here. A pool of servers
+    /// sends it to another server at once instead.
+    pub retry_unreachable: bool,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(60), retries: 3, in_flight: 4, backoff: Duration::from_millis(250), max_response_bytes: 2 << 30 }
+        Self {
+            timeout: Duration::from_secs(60),
+            retries: 3,
+            in_flight: 4,
+            backoff: Duration::from_millis(250),
+            max_response_bytes: 2 << 30,
+            retry_unreachable: true,
+        }
     }
 }
 
@@ -237,6 +247,12 @@ impl Client {
         Ok(client)
     }
 
+    /// One `GET /health`, not retried: whether the server is there and ready (a server that
+    /// is loading or warming up answers 503).
+    pub fn health(&self) -> Result<(), RemoteError> {
+        self.call("/health", None, 0, false).0.map(drop)
+    }
+
     /// The server's base URL, as requests are made to it.
     pub fn url(&self) -> &str {
         &self.base
@@ -312,7 +328,7 @@ impl Client {
         let options = PredictOptions { output_format: Some(output_format), ..req.clone() };
         let body = Body { image, options: &options };
         let body = serde_json::to_vec(&body).expect("the request serialises");
-        let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, true);
+        let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, self.opts.retry_unreachable);
         let url = self.endpoint("/predict");
         let (pred, meta) = parse_prediction(reply?).map_err(|message| RemoteError::Protocol { url, message })?;
         let timing = |k: &str| meta.get("timing_ms").and_then(|t| t.get(k)).and_then(Value::as_f64);

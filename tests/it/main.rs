@@ -20,6 +20,7 @@ mod hub;
 mod layers;
 mod numerics;
 mod parity;
+mod pool;
 mod predict;
 mod remote_client;
 mod serve;

@@ -2,74 +2,16 @@
 //! bounds every wait, and stops the server at the end (Drop kills it if a test fails first).
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::Value;
 
-use crate::support::cli::{moge, run, wait_bounded};
+use crate::support::cli::{moge, run};
 use crate::support::npz::Npz;
 use crate::support::paths::fixtures;
-
-struct Server {
-    child: Child,
-    url: String,
-    addr: String,
-}
-
-impl Server {
-    /// Starts `moge serve` with the tiny fixture model and waits (at most 60 s) for its ready line.
-    fn start(extra: &[&str]) -> Server {
-        let port = if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] };
-        let mut child = moge()
-            .args(["serve", "--precision", "f32", "--weights"])
-            .arg(fixtures().join("tiny_normal.pt"))
-            .args(port)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
-            let _ = child.kill();
-            let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            panic!("no ready line from moge serve; stderr: {err}")
-        });
-        let url = line.strip_prefix("moge: listening on ").unwrap_or_else(|| panic!("ready line: {line:?}")).to_owned();
-        let addr = url.strip_prefix("http://").unwrap().to_owned();
-        Server { child, url, addr }
-    }
-
-    fn sigterm(&self) {
-        // SAFETY: kill takes no pointers; the pid is the server's, our child, which only `wait`
-        // reaps and no test signals after that, so it names no other process.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-    }
-
-    /// The exit status, waiting at most `limit`.
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        wait_bounded(&mut self.child, limit, "moge serve")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::serve::Server;
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(60))).build().into()

@@ -8,6 +8,8 @@ pub mod paths;
 pub mod png;
 pub mod reference;
 pub mod rng;
+pub mod serve;
+pub mod stand_in;
 pub mod synth;
 pub mod tiny_model;
 pub mod torch_zip;

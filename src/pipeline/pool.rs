@@ -1,0 +1,409 @@
+//! A pool of MoGe-2 servers as the middle stage (`--server A --server B ...`): one server per
+//! device (a GPU, a Tenstorrent chip), photos decoded and outputs written here as with one
+//! server.
+//!
+//! Each server takes up to its own number of requests at once; a photo goes to the least loaded
+//! server that is up. A server that fails (no connection, no answer in time, a 5xx or 429 once
+//! the client's retries are spent) is taken out and the photo is sent to another; a thread
+//! probes the servers that are out (`GET /health`, once a second) and takes each back when it
+//! answers. The run stops with a fatal error only when no server has answered for
+//! [`ALL_DOWN_GRACE`].
+//!
+//! Every server must run the same model (name, weights digest, normal head, normals' type), so
+//! that a photo's outputs do not depend on which one answered; its sidecar names that one.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::backend::{Backend, Finished, Staging};
+use super::inputs::Input;
+use super::remote;
+use super::stages::Plan;
+use crate::fit::FitMode;
+use crate::image_io::DecodeOptions;
+use crate::infer::InferOptions;
+use crate::protocol::PredictOptions;
+use crate::remote::{Client, ClientOptions, RemoteError, Response};
+
+/// How often the servers that are out are probed.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long the pool waits for a server to come back once every one is out, before the run
+/// stops: a moment's outage of the network (or a rolling restart) is not the end of a batch.
+pub const ALL_DOWN_GRACE: Duration = Duration::from_secs(5);
+/// A photo on which this many servers failed with a 500 fails itself: it is the photo, not the
+/// servers (each is taken out for one probe at most).
+const PHOTO_500_LIMIT: usize = 2;
+
+/// Why the pool cannot go on. Why each server was taken out went to stderr when it was.
+#[derive(Debug, thiserror::Error)]
+#[error("no server of the pool answers ({urls})")]
+pub struct NoServerLeft {
+    pub urls: String,
+}
+
+/// What the pool knows of a server's model: servers that differ here give different outputs.
+#[derive(Debug, Clone, PartialEq)]
+struct Identity {
+    model: Option<String>,
+    weights: Option<String>,
+    has_normal: bool,
+    normal_dtype: Option<crate::protocol::NormalDtype>,
+}
+
+impl Identity {
+    fn of(c: &Client) -> Self {
+        Identity {
+            model: c.model().map(str::to_owned),
+            weights: c.info().get("weights_sha256").and_then(|v| v.as_str()).map(str::to_owned),
+            has_normal: c.has_normal(),
+            normal_dtype: c.normal_dtype(),
+        }
+    }
+
+    /// Why `other` cannot serve beside `self`; a digest one of them does not give yet (moge serve
+    /// digests its weights in the background) is not held against it.
+    fn differs(&self, other: &Identity) -> Option<String> {
+        let weights = matches!((&self.weights, &other.weights), (Some(a), Some(b)) if a != b);
+        let (a, b) = (Identity { weights: None, ..self.clone() }, Identity { weights: None, ..other.clone() });
+        (weights || a != b).then(|| format!("{} (weights {})", other.describe(), other.weights.as_deref().unwrap_or("not given")))
+    }
+
+    fn describe(&self) -> String {
+        let normal = match (self.has_normal, self.normal_dtype) {
+            (false, _) => "no normals",
+            (true, Some(_)) => "float32 normals",
+            (true, None) => "float16 normals",
+        };
+        format!("{}, {normal}", self.model.as_deref().unwrap_or("an unnamed model"))
+    }
+}
+
+enum Health {
+    Up,
+    /// Taken out (why was said on stderr); probed until it answers.
+    Down,
+    /// Runs another model: never used.
+    Excluded,
+}
+
+struct Member {
+    url: String,
+    /// Set once the server has answered `/info` (at the start, or when it first comes up).
+    client: OnceLock<Arc<Client>>,
+    limit: usize,
+}
+
+struct State {
+    busy: Vec<usize>,
+    health: Vec<Health>,
+}
+
+struct Inner {
+    members: Vec<Member>,
+    state: Mutex<State>,
+    changed: Condvar,
+    /// The model of the first server that answered: every other must match it.
+    reference: Identity,
+    opts: ClientOptions,
+    closing: AtomicBool,
+}
+
+/// The servers, and which of them are up and how busy.
+pub struct Pool {
+    inner: Arc<Inner>,
+    prober: Option<JoinHandle<()>>,
+}
+
+/// The pool as the middle stage of a run.
+pub struct PoolBackend {
+    pool: Arc<Pool>,
+    /// The options sent with each photo: the same for every server, since they run the same
+    /// kind of server ([`Identity`]).
+    request: PredictOptions,
+}
+
+/// A photo's answer, and which server gave it.
+pub struct PoolForwarded {
+    member: usize,
+    response: Response,
+    /// The servers that failed on this photo before, in order.
+    resent_from: Vec<String>,
+}
+
+impl Pool {
+    /// Connects to every server in `urls` (at once, each in its own thread), `opts.in_flight`
+    /// requests at most to each. Servers that cannot be reached now are named on stderr and
+    /// probed until they answer; the pool fails only when none answers, or when two run
+    /// different models.
+    pub fn connect(urls: &[String], opts: ClientOptions) -> Result<Self> {
+        anyhow::ensure!(!urls.is_empty(), "a pool needs at least one server");
+        let opts = ClientOptions { retry_unreachable: false, ..opts };
+        let connected: Vec<Result<Client>> = std::thread::scope(|s| {
+            let handles: Vec<_> = urls.iter().map(|u| s.spawn(|| Client::connect(u, opts.clone()))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the connection thread panicked")))).collect()
+        });
+        let mut reference: Option<(String, Identity)> = None;
+        let mut members = Vec::with_capacity(urls.len());
+        let mut health = Vec::with_capacity(urls.len());
+        let mut first_error = None;
+        for (url, c) in urls.iter().zip(connected) {
+            let member = Member { url: url.clone(), client: OnceLock::new(), limit: opts.in_flight.max(1) };
+            match c {
+                Ok(client) => {
+                    let id = Identity::of(&client);
+                    match &reference {
+                        None => reference = Some((client.url().to_owned(), id)),
+                        Some((first, want)) => {
+                            if let Some(got) = want.differs(&id) {
+                                anyhow::bail!("the servers of the pool run different models: {first} runs {}, {} runs {got}", want.describe(), client.url());
+                            }
+                        }
+                    }
+                    let _ = member.client.set(Arc::new(client));
+                    health.push(Health::Up);
+                }
+                // A server that is not there now may come up later; any other failure (not a
+                // MoGe server, a bad URL) is the user's to fix.
+                Err(e) if e.downcast_ref::<RemoteError>().is_some_and(RemoteError::is_unreachable) => {
+                    let reason = crate::console::error_line(&e);
+                    crate::errln!("moge: warning: {reason}; probing it every {} s", PROBE_EVERY.as_secs());
+                    health.push(Health::Down);
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e.context(format!("{url}: cannot join the pool"))),
+            }
+            members.push(member);
+        }
+        let Some((_, reference)) = reference else {
+            return Err(first_error.expect("a server failed").context("no server of the pool answers"));
+        };
+        let state = State { busy: vec![0; members.len()], health };
+        let inner = Arc::new(Inner { members, state: Mutex::new(state), changed: Condvar::new(), reference, opts, closing: AtomicBool::new(false) });
+        let prober = {
+            let inner = inner.clone();
+            std::thread::Builder::new().name("moge-probe".into()).spawn(move || inner.probe_loop())?
+        };
+        Ok(Self { inner, prober: Some(prober) })
+    }
+
+    /// The servers, as given.
+    pub fn urls(&self) -> Vec<&str> {
+        self.inner.members.iter().map(|m| m.url.as_str()).collect()
+    }
+
+    /// A server that answered at the start.
+    fn first(&self) -> &Client {
+        self.inner.members.iter().find_map(|m| m.client.get()).expect("a pool has a server that answered")
+    }
+
+    /// Which servers are up now, as given.
+    pub fn up(&self) -> Vec<&str> {
+        let st = self.inner.lock();
+        self.inner.members.iter().zip(&st.health).filter(|(_, h)| matches!(h, Health::Up)).map(|(m, _)| m.url.as_str()).collect()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.inner.closing.store(true, Ordering::Relaxed);
+        self.inner.changed.notify_all();
+        if let Some(t) = self.prober.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place on the least loaded server that is up, waiting while every one is full; an error
+    /// once none has been up for [`ALL_DOWN_GRACE`].
+    fn take(&self) -> Result<usize, NoServerLeft> {
+        let mut st = self.lock();
+        let mut none_since: Option<Instant> = None;
+        loop {
+            let free = (0..self.members.len())
+                .filter(|&i| matches!(st.health[i], Health::Up) && st.busy[i] < self.members[i].limit)
+                .min_by_key(|&i| (st.busy[i] * 1024 / self.members[i].limit, st.busy[i]));
+            if let Some(i) = free {
+                st.busy[i] += 1;
+                return Ok(i);
+            }
+            let any_up = st.health.iter().any(|h| matches!(h, Health::Up));
+            let wait = if any_up {
+                none_since = None;
+                PROBE_EVERY
+            } else {
+                let since = *none_since.get_or_insert_with(Instant::now);
+                match ALL_DOWN_GRACE.checked_sub(since.elapsed()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Err(NoServerLeft { urls: self.members.iter().map(|m| m.url.as_str()).collect::<Vec<_>>().join(", ") }),
+                }
+            };
+            st = self.changed.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn release(&self, i: usize) {
+        self.lock().busy[i] -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Takes server `i` out after `why`; said once on stderr, when it goes.
+    fn take_out(&self, i: usize, why: &RemoteError) {
+        let mut st = self.lock();
+        if matches!(st.health[i], Health::Up) {
+            let left = st.health.iter().filter(|h| matches!(h, Health::Up)).count() - 1;
+            crate::errln!("moge: warning: {why}: taken out of the pool ({left} of {} servers left); its photos go to the others", self.members.len());
+            st.health[i] = Health::Down;
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Until the pool closes: every [`PROBE_EVERY`], each server that is out is asked
+    /// `/health` (one that never answered is connected to), and taken back when it answers.
+    fn probe_loop(&self) {
+        loop {
+            {
+                let st = self.lock();
+                let _ = self.changed.wait_timeout(st, PROBE_EVERY);
+            }
+            if self.closing.load(Ordering::Relaxed) {
+                return;
+            }
+            let down: Vec<usize> = {
+                let st = self.lock();
+                (0..self.members.len()).filter(|&i| matches!(st.health[i], Health::Down)).collect()
+            };
+            for i in down {
+                if self.closing.load(Ordering::Relaxed) {
+                    return;
+                }
+                let back = self.probe(i);
+                let mut st = self.lock();
+                match back {
+                    Ok(()) => {
+                        crate::errln!("moge: the server at {} answers again: back in the pool", self.members[i].url);
+                        st.health[i] = Health::Up;
+                    }
+                    Err(Some(excluded)) => {
+                        crate::errln!("moge: warning: {excluded}: left out of the pool");
+                        st.health[i] = Health::Excluded;
+                    }
+                    Err(None) => {}
+                }
+                drop(st);
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// Whether server `i` is back; `Err(Some(why))` when it is there but runs another model.
+    fn probe(&self, i: usize) -> Result<(), Option<String>> {
+        let m = &self.members[i];
+        if let Some(c) = m.client.get() {
+            return c.health().map_err(|_| None);
+        }
+        // The first answer of a server that was not there at the start: its model is checked.
+        let client = Client::connect(&m.url, self.opts.clone()).map_err(|_| None)?;
+        if let Some(got) = self.reference.differs(&Identity::of(&client)) {
+            return Err(Some(format!("the server at {} runs {got}, not {}", client.url(), self.reference.describe())));
+        }
+        let _ = m.client.set(Arc::new(client));
+        Ok(())
+    }
+}
+
+/// Whether a failure is the server's (it is taken out and the photo sent elsewhere) rather
+/// than the photo's.
+fn is_servers(e: &RemoteError) -> bool {
+    match e {
+        RemoteError::Unreachable { .. } | RemoteError::Timeout { .. } | RemoteError::Server { .. } => true,
+        RemoteError::Rejected { status, .. } => matches!(status, 408 | 429),
+        RemoteError::Protocol { .. } => false,
+    }
+}
+
+impl PoolBackend {
+    /// Every photo sent with the options of `infer` and `fit`.
+    pub fn new(pool: Arc<Pool>, infer: &InferOptions, fit: FitMode) -> Self {
+        let request = remote::remote_request(pool.first(), infer, fit);
+        Self { pool, request }
+    }
+
+    fn client(&self, i: usize) -> &Client {
+        self.pool.inner.members[i].client.get().expect("a server that is up has answered")
+    }
+}
+
+impl Backend for PoolBackend {
+    type Staged = Vec<u8>;
+    type Forwarded = PoolForwarded;
+
+    fn lanes(&self) -> usize {
+        self.pool.inner.members.iter().map(|m| m.limit).sum()
+    }
+
+    fn queue(&self) -> usize {
+        self.lanes()
+    }
+
+    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
+        remote::stage(input, decode)
+    }
+
+    fn forward(&self, bytes: Vec<u8>) -> Result<PoolForwarded> {
+        let inner = &self.pool.inner;
+        let mut resent_from = Vec::new();
+        let mut failed_500 = 0;
+        loop {
+            let i = inner.take()?;
+            let answer = self.client(i).predict(&bytes, &self.request);
+            inner.release(i);
+            match answer {
+                Ok(response) => return Ok(PoolForwarded { member: i, response, resent_from }),
+                Err(e) if is_servers(&e) => {
+                    failed_500 += usize::from(matches!(e, RemoteError::Server { status: 500, .. }));
+                    if failed_500 >= PHOTO_500_LIMIT {
+                        return Err(anyhow::Error::new(e).context(format!("{PHOTO_500_LIMIT} servers failed on this photo")));
+                    }
+                    inner.take_out(i, &e);
+                    resent_from.push(inner.members[i].url.clone());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn is_fatal(&self, err: &anyhow::Error) -> bool {
+        err.downcast_ref::<NoServerLeft>().is_some()
+    }
+
+    fn finish(&self, f: PoolForwarded, photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
+        let mut finished = remote::finish(self.client(f.member), f.response, photo_size, plan)?;
+        if let (Some(server), false) = (&mut finished.server, f.resent_from.is_empty()) {
+            server["resent_from"] = serde_json::json!(f.resent_from);
+        }
+        Ok(finished)
+    }
+
+    fn has_normal(&self) -> bool {
+        self.pool.inner.reference.has_normal
+    }
+
+    fn model_id(&self, configured: &str) -> String {
+        self.pool.first().model().map_or_else(|| configured.to_owned(), str::to_owned)
+    }
+
+    fn weights_digest(&self, _weights: &Path) -> String {
+        remote::weights_digest(self.pool.first())
+    }
+}
