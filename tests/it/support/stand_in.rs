@@ -126,7 +126,7 @@ fn made_up(width: usize, height: usize) -> Prediction {
         depth.push(z);
         points.extend([(u - 0.5) / fx * z, (v - 0.5) / fy * z, z]);
     }
-    let normal = [0.0, -0.7071, -0.7071].repeat(n);
+    let normal = [0.0, -std::f32::consts::FRAC_1_SQRT_2, -std::f32::consts::FRAC_1_SQRT_2].repeat(n);
     Prediction {
         width,
         height,
