@@ -558,7 +558,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__serve)
-            opts="-j -h --weights --model --revision --precision --device --host --port --jobs --queue --max-body-mb --max-tokens --canvas --depth-scale --npz-compression --no-exif --max-megapixels --allow-truncated --help"
+            opts="-j -h --weights --model --revision --precision --device --host --port --jobs --queue --max-body-mb --max-tokens --canvas --depth-scale --npz-compression --warmup --no-exif --max-megapixels --allow-truncated --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

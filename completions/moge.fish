@@ -64,10 +64,10 @@ small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the sl
 complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
 float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l in-flight -d 'Requests in flight at once with --server (so that the server\'s device never waits)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here. Given more than once (or as a comma list): a pool, each photo going to the least loaded server that is up; a server that fails is taken out, its photos sent to the others, and taken back when it answers `/health` again' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l in-flight -d 'Requests in flight at once to each server (so that its device never waits)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l server-timeout -d 'Seconds one request to the server may take before it is retried' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo whose server fails once its retries are spent goes to another server' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Same as --npz-compression none'
@@ -104,10 +104,10 @@ small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the sl
 complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
 float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l in-flight -d 'Requests in flight at once with --server (so that the server\'s device never waits)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l server -d 'Send the photos to a running server (`moge serve`, or the Tenstorrent MoGe-2 server (tt-MoGe)) instead of loading a model here; photos are decoded and outputs written here. Given more than once (or as a comma list): a pool, each photo going to the least loaded server that is up; a server that fails is taken out, its photos sent to the others, and taken back when it answers `/health` again' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l in-flight -d 'Requests in flight at once to each server (so that its device never waits)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l server-timeout -d 'Seconds one request to the server may take before it is retried' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo whose server fails once its retries are spent goes to another server' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
 stretch\t'Stretch onto the canvas, resample the outputs back'"
@@ -146,6 +146,7 @@ complete -c moge -n "__fish_moge_using_subcommand serve" -l npz-compression -d '
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
 complete -c moge -n "__fish_moge_using_subcommand serve" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
+complete -c moge -n "__fish_moge_using_subcommand serve" -l warmup -d 'Run one forward on a --canvas sized image before answering /health with 200, so that the first request is not slow'
 complete -c moge -n "__fish_moge_using_subcommand serve" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
 complete -c moge -n "__fish_moge_using_subcommand serve" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
 complete -c moge -n "__fish_moge_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -8,13 +8,15 @@ use clap::Args;
 
 use super::{InputArgs, ModelArgs, EXIT_OK};
 use moge::fit::Canvas;
-use moge::server::{self, Shared};
+use moge::server::{self, Service};
 
 #[derive(Args, Debug)]
 #[command(after_help = "The API is that of the Tenstorrent MoGe-2 server (tt-MoGe): POST /predict with JSON {\"image\": base64, \
 \"output_format\": \"npz\"|\"png\"|\"json\"|\"npz_binary\", ...} or with the image file as the body and the options in the query \
-string; GET /health; GET /info. When ready, one line 'moge: listening on http://HOST:PORT' goes to stdout. Ctrl-C or SIGTERM \
-stops taking requests, finishes those in progress and exits 0.")]
+string; GET /info; GET /metrics (Prometheus text format). The server listens from the start: GET /health/live answers 200 at once \
+(liveness), GET /health 503 until the model is loaded and, with --warmup, warmed up (readiness). When ready, one line \
+'moge: listening on http://HOST:PORT' goes to stdout. Ctrl-C or SIGTERM makes /health answer 503, stops taking requests, finishes \
+those in progress and exits 0.")]
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -47,26 +49,16 @@ pub struct ServeArgs {
     /// How the npz arrays are stored (see `moge batch --help`).
     #[arg(long, value_enum, value_name = "HOW", default_value_t = moge::outputs::npz::Compression::default().into())]
     pub npz_compression: super::values::CompressionArg,
+    /// Run one forward on a --canvas sized image before answering /health with 200, so that the
+    /// first request is not slow.
+    #[arg(long)]
+    pub warmup: bool,
     #[command(flatten)]
     pub input: InputArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<i32> {
-    let (weights, model) = args.model.load()?;
     let jobs = args.jobs.map(|j| j as usize).unwrap_or_else(moge::pipeline::run::default_jobs);
-    let cfg = server::Config {
-        model_id: args.model.id(),
-        weights,
-        decode: args.input.options(),
-        canvas: args.canvas,
-        depth_png_scale: args.depth_scale,
-        npz_compression: args.npz_compression.into(),
-        jobs,
-        queue: args.queue as usize,
-        max_body: args.max_body_mb as usize * 1_000_000,
-        body_timeout: Duration::from_secs(60),
-        max_tokens: args.max_tokens,
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(2 * jobs + 4)
@@ -74,18 +66,41 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the HTTP runtime")?;
-    let model = Arc::new(model);
-    let summary = format!("{} ({}, {:?}, {})", cfg.model_id, model.config.encoder.backbone, model.precision, moge::device::name_of(&model.device));
-    let state = Shared::new(model, cfg);
+    let service = Service::new();
     runtime.block_on(async {
+        // Listening first: a cluster's liveness probe is answered while a large model loads.
         let listener = server::bind(&args.host, args.port).await?;
         let addr = listener.local_addr()?;
+        let serving = tokio::spawn(server::serve(listener, service.clone()));
+        let model_args = args.model.clone();
+        let (weights, model) = tokio::task::spawn_blocking(move || model_args.load()).await.context("loading the model")??;
+        let cfg = server::Config {
+            model_id: args.model.id(),
+            weights,
+            decode: args.input.options(),
+            canvas: args.canvas,
+            depth_png_scale: args.depth_scale,
+            npz_compression: args.npz_compression.into(),
+            jobs,
+            queue: args.queue as usize,
+            max_body: args.max_body_mb as usize * 1_000_000,
+            body_timeout: Duration::from_secs(60),
+            max_tokens: args.max_tokens,
+        };
+        let summary = format!("{} ({}, {:?}, {})", cfg.model_id, model.config.encoder.backbone, model.precision, moge::device::name_of(&model.device));
+        service.load(Arc::new(model), cfg);
+        if args.warmup {
+            let sv = service.clone();
+            let took = tokio::task::spawn_blocking(move || sv.warm_up()).await.context("warming up")??;
+            moge::errln!("moge: warmed up: one forward at {}x{} in {took:.0} ms", args.canvas.width, args.canvas.height);
+        }
+        service.ready();
         moge::errln!("moge: serving {summary}; Ctrl-C stops");
         // The one line scripts wait for.
         moge::outln!("moge: listening on http://{addr}");
-        server::serve(listener, state.clone()).await
+        serving.await.context("the HTTP server stopped")?
     })?;
-    state.close();
+    service.close();
     moge::errln!("moge: stopped");
     Ok(EXIT_OK)
 }

@@ -6,11 +6,18 @@
 //! on a host thread, so that with several clients the device never waits for host work.
 //! Admission is bounded: past `queue` requests in progress the answer is 503 with
 //! `Retry-After`, never more memory.
+//!
+//! For a cluster: the server listens while the model loads, so that `GET /health/live`
+//! (liveness) answers at once, while `GET /health` (readiness) answers 503 until the model is
+//! loaded and, if asked, warmed up by one forward ([`Service::warm_up`]), and again once it is
+//! stopping; `GET /metrics` is in the Prometheus text format ([`metrics`]).
 
+pub mod metrics;
 pub mod request;
 pub mod response;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -31,8 +38,9 @@ use crate::outputs::npz::Compression;
 use crate::pipeline::guard::catch;
 use crate::pipeline::stages::{self, ms, Plan, Staged};
 use crate::pipeline::worker::{self, Refused, Worker};
-use crate::protocol::OutputFormat;
+use crate::protocol::{OutputFormat, PredictOptions};
 use crate::Model;
+use metrics::Metrics;
 use response::{Meta, JSON_MAX_PIXELS};
 
 /// What is fixed for the server's life.
@@ -146,22 +154,146 @@ impl Shared {
     }
 }
 
+/// Where the server is in its life; only `Ready` takes predictions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Loading = 0,
+    WarmingUp = 1,
+    Ready = 2,
+    Stopping = 3,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Loading => "loading",
+            Phase::WarmingUp => "warming up",
+            Phase::Ready => "ok",
+            Phase::Stopping => "stopping",
+        }
+    }
+}
+
+/// The server from its first moment: the model once loaded, its phase and its metrics.
+pub struct Service {
+    phase: AtomicU8,
+    loaded: OnceLock<Arc<Shared>>,
+    pub metrics: Metrics,
+}
+
+impl Service {
+    /// A server with no model yet: `/health` answers 503 and `/predict` is refused.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Service { phase: AtomicU8::new(Phase::Loading as u8), loaded: OnceLock::new(), metrics: Metrics::default() })
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::SeqCst) {
+            0 => Phase::Loading,
+            1 => Phase::WarmingUp,
+            2 => Phase::Ready,
+            _ => Phase::Stopping,
+        }
+    }
+
+    fn set_phase(&self, p: Phase) {
+        self.phase.store(p as u8, Ordering::SeqCst);
+        self.metrics.set_ready(p == Phase::Ready);
+    }
+
+    /// The model is loaded: starts its device worker. Not ready until [`Service::ready`].
+    pub fn load(&self, model: Arc<Model>, cfg: Config) {
+        if self.loaded.set(Shared::new(model, cfg)).is_ok() {
+            self.set_phase(Phase::WarmingUp);
+        }
+    }
+
+    /// One request's work (decode aside) on an image of the canvas's size with a request's
+    /// default options, on the device worker, so that the first request is not the one that
+    /// pays for the first forward (kernels chosen, buffers and caches made). Its milliseconds.
+    pub fn warm_up(&self) -> anyhow::Result<f64> {
+        use anyhow::Context;
+        let st = self.loaded.get().context("warm-up before the model is loaded")?;
+        let infer = PredictOptions::default().infer_options().map_err(anyhow::Error::msg)?;
+        let plan = Plan { infer, fit: crate::fit::FitMode::Exact, canvas: st.cfg.canvas };
+        let (w, h) = (st.cfg.canvas.width, st.cfg.canvas.height);
+        let photo = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, 128]));
+        let t = Instant::now();
+        let staged = stages::prepare(&st.model, &photo, &plan)?;
+        let (tx, rx) = oneshot::channel();
+        st.worker.submit(DeviceJob { staged, reply: tx }).map_err(|_| anyhow::anyhow!("the device worker stopped"))?;
+        let (staged, out) = rx.blocking_recv().context("the device worker stopped")?;
+        let (raw, _) = out?;
+        let _ = stages::finish(&st.model, &staged, &raw, &plan);
+        Ok(ms(t))
+    }
+
+    /// From now on `/health` answers 200 and predictions are taken.
+    pub fn ready(&self) {
+        if self.loaded.get().is_some() {
+            self.set_phase(Phase::Ready);
+        }
+    }
+
+    /// Stops taking predictions (`/health` answers 503), for a graceful stop.
+    pub fn stopping(&self) {
+        self.set_phase(Phase::Stopping);
+    }
+
+    /// Waits until every request already with the device worker has had its forward.
+    pub fn close(&self) {
+        self.stopping();
+        if let Some(st) = self.loaded.get() {
+            st.close();
+        }
+    }
+
+    /// The loaded server, when it takes predictions.
+    fn serving(&self) -> Result<&Arc<Shared>, ApiError> {
+        match (self.phase(), self.loaded.get()) {
+            (Phase::Ready, Some(st)) => Ok(st),
+            (phase, _) => Err(ApiError::busy(format!("not ready: {}", phase.name()))),
+        }
+    }
+}
+
 /// The routes, on `state` (tests drive this without a socket).
-pub fn app(state: Arc<Shared>) -> Router {
+pub fn app(state: Arc<Service>) -> Router {
     Router::new()
         .route("/predict", post(predict))
         .route("/health", get(health))
+        .route("/health/live", get(live))
+        .route("/metrics", get(metrics))
         .route("/info", get(info))
         // tt-MoGe's stub, so that tools which probe an OpenAI-style server find something.
         .route("/v1/models", get(models))
         .with_state(state)
 }
 
-async fn health() -> Response {
-    axum::Json(json!({ "status": "ok" })).into_response()
+/// Readiness: 200 once predictions are taken, 503 with Retry-After before and while stopping.
+async fn health(State(sv): State<Arc<Service>>) -> Response {
+    let phase = sv.phase();
+    let body = axum::Json(json!({ "status": phase.name() }));
+    if phase == Phase::Ready {
+        return body.into_response();
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, HeaderValue::from(1))], body).into_response()
 }
 
-async fn info(State(st): State<Arc<Shared>>) -> Response {
+/// Liveness: 200 whenever the server answers at all.
+async fn live(State(sv): State<Arc<Service>>) -> Response {
+    axum::Json(json!({ "status": "alive", "phase": sv.phase().name() })).into_response()
+}
+
+async fn metrics(State(sv): State<Arc<Service>>) -> Response {
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], sv.metrics.render()).into_response()
+}
+
+async fn info(State(sv): State<Arc<Service>>) -> Response {
+    let Some(st) = sv.loaded.get() else {
+        return ApiError::busy("not ready: loading").into_response();
+    };
     let m = &st.model;
     axum::Json(json!({
         "server": "moge",
@@ -184,25 +316,37 @@ async fn info(State(st): State<Arc<Shared>>) -> Response {
     .into_response()
 }
 
-async fn models(State(st): State<Arc<Shared>>) -> Response {
-    axum::Json(json!({ "object": "list", "data": [{ "id": st.cfg.model_id, "object": "model", "owned_by": "moge" }] })).into_response()
+async fn models(State(sv): State<Arc<Service>>) -> Response {
+    let id = sv.loaded.get().map(|st| st.cfg.model_id.as_str()).unwrap_or("loading");
+    axum::Json(json!({ "object": "list", "data": [{ "id": id, "object": "model", "owned_by": "moge" }] })).into_response()
 }
 
-async fn predict(State(st): State<Arc<Shared>>, headers: HeaderMap, RawQuery(query): RawQuery, body: Body) -> Response {
+async fn predict(State(sv): State<Arc<Service>>, headers: HeaderMap, RawQuery(query): RawQuery, body: Body) -> Response {
     let started = Instant::now();
-    match predict_inner(&st, &headers, query.as_deref(), body, started).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
+    let answer = match sv.serving() {
+        Ok(st) => predict_inner(st, &sv.metrics, &headers, query.as_deref(), body, started).await,
+        Err(e) => Err(e),
+    };
+    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    sv.metrics.answered(response.status().as_u16(), started.elapsed().as_secs_f64());
+    response
 }
 
-async fn predict_inner(st: &Arc<Shared>, headers: &HeaderMap, query: Option<&str>, body: Body, started: Instant) -> Result<Response, ApiError> {
+async fn predict_inner(
+    st: &Arc<Shared>,
+    metrics: &Metrics,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Body,
+    started: Instant,
+) -> Result<Response, ApiError> {
     // Admission first: the body is held in memory from here on.
     let _permit = st
         .admit
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::busy(format!("busy: {} requests in progress, the most this server takes (moge serve --queue)", st.cfg.queue)))?;
+    let _in_progress = metrics.in_progress();
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -253,13 +397,16 @@ async fn predict_inner(st: &Arc<Shared>, headers: &HeaderMap, query: Option<&str
     // The forward.
     let queued = Instant::now();
     let (tx, rx) = oneshot::channel();
+    let at_device = metrics.at_device();
     match st.worker.try_submit(DeviceJob { staged, reply: tx }) {
         Ok(()) => {}
         Err(Refused::Busy(_)) => return Err(ApiError::busy("busy: the device queue is full")),
         Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
     }
     let (staged, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
+    drop(at_device);
     let (raw, device_ms) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
+    metrics.forward(device_ms / 1e3);
     let queue_ms = (ms(queued) - device_ms).max(0.0);
 
     // Post-process and encode on a host thread.
@@ -324,10 +471,15 @@ pub async fn bind(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListen
         .with_context(|| format!("cannot listen on {host}: ports {port}..{} are all taken", port.saturating_add(tries - 1)))
 }
 
-/// Serves on `listener` until Ctrl-C or SIGTERM; then stops accepting, lets the requests in
-/// progress finish, and returns.
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<Shared>) -> anyhow::Result<()> {
-    axum::serve(listener, app(state.clone())).with_graceful_shutdown(shutdown_signal()).await?;
+/// Serves on `listener` until Ctrl-C or SIGTERM; then answers `/health` with 503, stops
+/// accepting, lets the requests in progress finish, and returns.
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<Service>) -> anyhow::Result<()> {
+    let sv = state.clone();
+    let stop = async move {
+        shutdown_signal().await;
+        sv.stopping();
+    };
+    axum::serve(listener, app(state)).with_graceful_shutdown(stop).await?;
     Ok(())
 }
 

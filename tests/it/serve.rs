@@ -466,3 +466,110 @@ fn varied_grids_keep_the_per_grid_cache_bounded() {
     assert_eq!(get(&format!("{}/info", s.url)).json()["cached_grids"].as_u64(), Some(cap as u64));
     assert!(predict(tokens[0]) == first, "the first grid, computed again after its eviction, gave other bytes");
 }
+
+/// The samples of a Prometheus text exposition: `name{labels}` to value.
+fn samples(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {l:?}"));
+            (name.to_owned(), value.parse().unwrap_or_else(|_| panic!("not a value: {l:?}")))
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_count_the_requests_that_were_made() {
+    let s = Server::start(&["--warmup"]);
+    let m = get(&format!("{}/metrics", s.url));
+    assert_eq!(m.status, 200);
+    assert!(m.header("content-type").unwrap().starts_with("application/openmetrics-text"));
+    let before = samples(std::str::from_utf8(&m.body).unwrap());
+    assert_eq!(before["moge_ready"], 1.0);
+    // The warm-up is no request.
+    assert_eq!(before["moge_request_duration_seconds_count"], 0.0);
+    assert_eq!(before["moge_images_total"], 0.0);
+
+    let photo = photo_png(64, 48);
+    for _ in 0..3 {
+        assert_eq!(post_json(&s, &serde_json::json!({"image": b64(&photo), "output_format": "npz_binary"})).status, 200);
+    }
+    assert_eq!(post_json(&s, &serde_json::json!({"image": b64(b"not an image")})).status, 400);
+    let text = String::from_utf8(get(&format!("{}/metrics", s.url)).body).unwrap();
+    let after = samples(&text);
+    assert_eq!(after["moge_requests_total{status=\"200\"}"], 3.0, "{text}");
+    assert_eq!(after["moge_requests_total{status=\"400\"}"], 1.0, "{text}");
+    assert_eq!(after["moge_images_total"], 3.0);
+    assert_eq!(after["moge_request_duration_seconds_count"], 4.0);
+    assert_eq!(after["moge_device_duration_seconds_count"], 3.0);
+    assert!(after["moge_device_duration_seconds_sum"] > 0.0);
+    assert!(after["moge_request_duration_seconds_sum"] >= after["moge_device_duration_seconds_sum"]);
+    // Every request counted falls in the last bucket; none is still in progress.
+    assert_eq!(after["moge_request_duration_seconds_bucket{le=\"+Inf\"}"], 4.0, "{text}");
+    assert_eq!(after["moge_requests_in_progress"], 0.0);
+    assert_eq!(after["moge_device_queue_depth"], 0.0);
+    assert!(text.trim_end().ends_with("# EOF"));
+}
+
+#[test]
+fn health_is_503_until_the_model_is_loaded_and_warm() {
+    use moge::server::{self, Phase, Service};
+    let service = Service::new();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let app = server::app(service.clone());
+    let serving = rt.spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(async move { drop(stopped.await) }).await.unwrap();
+    });
+
+    let check = |status: u16, phase: &str| {
+        let h = get(&format!("{url}/health"));
+        assert_eq!((h.status, h.json()["status"].as_str().unwrap()), (status, phase));
+        if status == 503 {
+            assert_eq!(h.header("retry-after"), Some("1"));
+        }
+        let live = get(&format!("{url}/health/live"));
+        assert_eq!((live.status, live.json()["phase"].as_str().unwrap()), (200, phase));
+    };
+    check(503, "loading");
+    let refused = post(&format!("{url}/predict"), "image/png", &photo_png(32, 24));
+    assert_eq!(refused.status, 503);
+    assert!(refused.error().contains("not ready: loading"));
+    assert_eq!(get(&format!("{url}/info")).status, 503);
+
+    let weights = fixtures().join("tiny_normal.pt");
+    let model = std::sync::Arc::new(moge::Model::load(&weights, &moge::Device::Cpu).unwrap());
+    let cfg = server::Config {
+        model_id: "tiny".into(),
+        weights,
+        decode: Default::default(),
+        canvas: moge::fit::Canvas { width: 320, height: 240 },
+        depth_png_scale: 0.001,
+        npz_compression: Default::default(),
+        jobs: 1,
+        queue: 2,
+        max_body: 1 << 20,
+        body_timeout: Duration::from_secs(10),
+        max_tokens: 10_000,
+    };
+    service.load(model, cfg);
+    assert_eq!(service.phase(), Phase::WarmingUp);
+    check(503, "warming up");
+    assert_eq!(post(&format!("{url}/predict"), "image/png", &photo_png(32, 24)).status, 503);
+    assert!(service.warm_up().unwrap() > 0.0);
+    service.ready();
+    check(200, "ok");
+    assert_eq!(post(&format!("{url}/predict"), "image/png", &photo_png(32, 24)).status, 200);
+    let text = String::from_utf8(get(&format!("{url}/metrics")).body).unwrap();
+    assert_eq!(samples(&text)["moge_requests_total{status=\"503\"}"], 2.0, "{text}");
+    assert_eq!(samples(&text)["moge_ready"], 1.0);
+
+    service.stopping();
+    check(503, "stopping");
+    assert_eq!(samples(&String::from_utf8(get(&format!("{url}/metrics")).body).unwrap())["moge_ready"], 0.0);
+    let _ = stop.send(());
+    rt.block_on(serving).unwrap();
+    service.close();
+}
