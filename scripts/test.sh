@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the project, as README.md gives it: cargo's (the library, the `moge` binary and
-# its command line), then the Python bindings', built with maturin into a fresh virtual
-# environment and imported by a real interpreter. Needs python3 with venv and pip, and PyPI.
+# its command line), then the Python bindings' (built with maturin into a fresh virtual
+# environment and imported by a real interpreter) and deploy/'s. Needs python3 with venv and pip,
+# and PyPI.
 # Each step's wall time goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +21,11 @@ step cargo test --profile ci --locked --workspace --doc
 venv=target/pytest-venv
 python3 -m venv --clear "$venv"
 pip=("$venv/bin/pip" --disable-pip-version-check --quiet)
-step "${pip[@]}" install "maturin>=1.9,<2" numpy pillow pytest
+step "${pip[@]}" install "maturin>=1.9,<2" numpy pillow pytest pyyaml jsonschema
 # The wheel from the same profile and target directory as the tests above: only the binding
 # crate and what it adds are compiled again.
 export MATURIN_PEP517_ARGS="--profile ci --locked"
 PATH="$PWD/$venv/bin:$PATH" step "${pip[@]}" install --no-build-isolation ./ffi/python
-MOGE_BIN="$PWD/target/ci/moge" step "$venv/bin/python" -m pytest ffi/python/tests -q -p no:cacheprovider
+# The bindings, then deploy/ (the Kubernetes manifests against their schema, the Slurm script run as
+# array tasks, the Dockerfile read), both with the binary built above.
+MOGE_BIN="$PWD/target/ci/moge" step "$venv/bin/python" -m pytest ffi/python/tests deploy/tests -q -p no:cacheprovider

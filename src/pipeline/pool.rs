@@ -65,12 +65,16 @@ impl Identity {
         }
     }
 
-    /// Why `other` cannot serve beside `self`; a digest one of them does not give yet (moge serve
-    /// digests its weights in the background) is not held against it.
+    /// Why `other` cannot serve beside `self`: the same weights (by digest where both give one,
+    /// else by the model's name; moge serve digests its weights in the background, and names a
+    /// checkpoint file by its file name) with the same normals.
     fn differs(&self, other: &Identity) -> Option<String> {
-        let weights = matches!((&self.weights, &other.weights), (Some(a), Some(b)) if a != b);
-        let (a, b) = (Identity { weights: None, ..self.clone() }, Identity { weights: None, ..other.clone() });
-        (weights || a != b).then(|| format!("{} (weights {})", other.describe(), other.weights.as_deref().unwrap_or("not given")))
+        let same_weights = match (&self.weights, &other.weights) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.model == other.model,
+        };
+        let same = same_weights && self.has_normal == other.has_normal && self.normal_dtype == other.normal_dtype;
+        (!same).then(|| format!("{} (weights {})", other.describe(), other.weights.as_deref().unwrap_or("not given")))
     }
 
     fn describe(&self) -> String {
