@@ -138,12 +138,13 @@ pub struct RemoteArgs {
     /// Requests in flight at once to each server (so that its device never waits).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), requires = "server")]
     pub in_flight: u32,
-    /// Seconds one request to the server may take before it is retried.
+    /// Seconds one request to the server may take before it is retried (in a pool: sent to
+    /// another server).
     #[arg(long, value_name = "S", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86_400), requires = "server")]
     pub server_timeout: u32,
     /// Retries of a request that failed for the network's or the server's sake (no connection,
-    /// a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo whose
-    /// server fails once its retries are spent goes to another server.
+    /// a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo that got
+    /// no answer goes to another server at once, one that got 5xx once the retries are spent.
     #[arg(long, value_name = "N", default_value_t = 3, requires = "server")]
     pub server_retries: u32,
 }

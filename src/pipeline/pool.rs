@@ -3,10 +3,10 @@
 //! server.
 //!
 //! Each server takes up to its own number of requests at once; a photo goes to the least loaded
-//! server that is up. A server that fails (no connection, no answer in time, a 5xx or 429 once
-//! the client's retries are spent) is taken out and the photo is sent to another; a thread
-//! probes the servers that are out (`GET /health`, once a second) and takes each back when it
-//! answers. The run stops with a fatal error only when no server has answered for
+//! server that is up. A server that fails (no connection, no answer in time, at once; a 5xx or
+//! 429 once the client's retries are spent) is taken out and the photo is sent to another; a
+//! thread probes the servers that are out (`GET /health`, once a second, less often for one that
+//! keeps failing soon after it came back) and takes each back when it answers. The run stops with a fatal error only when no server has answered for
 //! [`ALL_DOWN_GRACE`].
 //!
 //! Every server must run the same model (name, weights digest, normal head, normals' type), so
@@ -32,6 +32,10 @@ use crate::remote::{Client, ClientOptions, RemoteError, Response};
 
 /// How often the servers that are out are probed.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// The longest wait between two probes of a server that keeps failing.
+const MAX_PROBE_WAIT: Duration = Duration::from_secs(60);
+/// A server taken out again within this time of coming back counts one more strike.
+const FLAP_WINDOW: Duration = Duration::from_secs(30);
 /// How long the pool waits for a server to come back once every one is out, before the run
 /// stops: a moment's outage of the network (or a rolling restart) is not the end of a batch.
 pub const ALL_DOWN_GRACE: Duration = Duration::from_secs(5);
@@ -105,6 +109,19 @@ struct Member {
 struct State {
     busy: Vec<usize>,
     health: Vec<Health>,
+    /// When each server that is out is probed next.
+    next_probe: Vec<Instant>,
+    /// Times taken out in a row, each soon after it came back: a server whose `/health`
+    /// answers while its predictions fail is probed less and less often.
+    strikes: Vec<u32>,
+    back_at: Vec<Option<Instant>>,
+}
+
+impl State {
+    /// The wait before server `i`'s next probe: [`PROBE_EVERY`], doubled with each strike.
+    fn probe_wait(&self, i: usize) -> Duration {
+        PROBE_EVERY.saturating_mul(1 << self.strikes[i].saturating_sub(1).min(6)).min(MAX_PROBE_WAIT)
+    }
 }
 
 struct Inner {
@@ -146,7 +163,7 @@ impl Pool {
     /// different models.
     pub fn connect(urls: &[String], opts: ClientOptions) -> Result<Self> {
         anyhow::ensure!(!urls.is_empty(), "a pool needs at least one server");
-        let opts = ClientOptions { retry_unreachable: false, ..opts };
+        let opts = ClientOptions { retry_no_answer: false, ..opts };
         let connected: Vec<Result<Client>> = std::thread::scope(|s| {
             let handles: Vec<_> = urls.iter().map(|u| s.spawn(|| Client::connect(u, opts.clone()))).collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the connection thread panicked")))).collect()
@@ -186,7 +203,8 @@ impl Pool {
         let Some((_, reference)) = reference else {
             return Err(first_error.expect("a server failed").context("no server of the pool answers"));
         };
-        let state = State { busy: vec![0; members.len()], health };
+        let n = members.len();
+        let state = State { busy: vec![0; n], health, next_probe: vec![Instant::now() + PROBE_EVERY; n], strikes: vec![1; n], back_at: vec![None; n] };
         let inner = Arc::new(Inner { members, state: Mutex::new(state), changed: Condvar::new(), reference, opts, closing: AtomicBool::new(false) });
         let prober = {
             let inner = inner.clone();
@@ -267,45 +285,52 @@ impl Inner {
             let left = st.health.iter().filter(|h| matches!(h, Health::Up)).count() - 1;
             crate::errln!("moge: warning: {why}: taken out of the pool ({left} of {} servers left); its photos go to the others", self.members.len());
             st.health[i] = Health::Down;
+            let flapping = st.back_at[i].is_some_and(|t| t.elapsed() < FLAP_WINDOW);
+            st.strikes[i] = if flapping { st.strikes[i] + 1 } else { 1 };
+            st.next_probe[i] = Instant::now() + st.probe_wait(i);
         }
         drop(st);
         self.changed.notify_all();
     }
 
-    /// Until the pool closes: every [`PROBE_EVERY`], each server that is out is asked
-    /// `/health` (one that never answered is connected to), and taken back when it answers.
+    /// Until the pool closes: each server that is out is asked `/health` when its probe is due
+    /// (one that never answered is connected to), and taken back when it answers.
     fn probe_loop(&self) {
         loop {
-            {
+            let due: Vec<usize> = {
                 let st = self.lock();
-                let _ = self.changed.wait_timeout(st, PROBE_EVERY);
-            }
+                let now = Instant::now();
+                let down = || (0..self.members.len()).filter(|&i| matches!(st.health[i], Health::Down));
+                let due: Vec<usize> = down().filter(|&i| st.next_probe[i] <= now).collect();
+                if due.is_empty() {
+                    let next = down().map(|i| st.next_probe[i].saturating_duration_since(now)).min().unwrap_or(PROBE_EVERY);
+                    drop(self.changed.wait_timeout(st, next.max(Duration::from_millis(10))));
+                }
+                due
+            };
             if self.closing.load(Ordering::Relaxed) {
                 return;
             }
-            let down: Vec<usize> = {
-                let st = self.lock();
-                (0..self.members.len()).filter(|&i| matches!(st.health[i], Health::Down)).collect()
-            };
-            for i in down {
-                if self.closing.load(Ordering::Relaxed) {
-                    return;
-                }
+            for i in due {
                 let back = self.probe(i);
                 let mut st = self.lock();
                 match back {
                     Ok(()) => {
                         crate::errln!("moge: the server at {} answers again: back in the pool", self.members[i].url);
                         st.health[i] = Health::Up;
+                        st.back_at[i] = Some(Instant::now());
                     }
                     Err(Some(excluded)) => {
                         crate::errln!("moge: warning: {excluded}: left out of the pool");
                         st.health[i] = Health::Excluded;
                     }
-                    Err(None) => {}
+                    Err(None) => st.next_probe[i] = Instant::now() + st.probe_wait(i),
                 }
                 drop(st);
                 self.changed.notify_all();
+                if self.closing.load(Ordering::Relaxed) {
+                    return;
+                }
             }
         }
     }

@@ -62,9 +62,9 @@ pub struct ClientOptions {
     /// Largest answer accepted. float32 maps of a 12-megapixel photo are ~350 MB as npz, a
     /// third more in base64.
     pub max_response_bytes: u64,
-    /// Whether a prediction that found no connection is tried again here. A pool of servers
-    /// sends it to another server at once instead.
-    pub retry_unreachable: bool,
+    /// Whether a prediction that got no answer (no connection, or none within `timeout`) is
+    /// tried again here. A pool of servers sends it to another server at once instead.
+    pub retry_no_answer: bool,
 }
 
 impl Default for ClientOptions {
@@ -75,7 +75,7 @@ impl Default for ClientOptions {
             in_flight: 4,
             backoff: Duration::from_millis(250),
             max_response_bytes: 2 << 30,
-            retry_unreachable: true,
+            retry_no_answer: true,
         }
     }
 }
@@ -160,6 +160,22 @@ pub fn png_for_server(image: &RgbImage) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Which failures to get an answer [`Client::call`] tries again (5xx, 408 and 429 always, while
+/// its retries last), and a shorter limit for each attempt than the client's own.
+#[derive(Clone, Copy)]
+struct Again {
+    unreachable: bool,
+    timeout: bool,
+    limit: Option<Duration>,
+}
+
+impl Again {
+    const NEVER: Again = Again { unreachable: false, timeout: false, limit: None };
+}
+
+/// The longest a `/health` probe of [`Client::health`] waits.
+const PROBE_LIMIT: Duration = Duration::from_secs(5);
+
 /// Which answer format the server is known to give.
 const FORMAT_UNKNOWN: u8 = 0;
 const FORMAT_BINARY: u8 = 1;
@@ -216,7 +232,7 @@ impl Client {
         let mut client = Client { base, agent, opts, info: Value::Null, format: AtomicU8::new(FORMAT_UNKNOWN), slots };
         // No retry when nothing answers (the usual mistake: reported at once), the retries for
         // a server that is there but not ready (503 while it loads).
-        let (health, _) = client.call("/health", None, client.opts.retries, false);
+        let (health, _) = client.call("/health", None, client.opts.retries, Again { unreachable: false, timeout: true, limit: None });
         match health {
             Ok(_) => {}
             Err(RemoteError::Unreachable { url, reason, attempts }) if reason.starts_with("connection refused") => {
@@ -228,7 +244,7 @@ impl Client {
             }
             Err(e) => return Err(e.into()),
         }
-        let (info, _) = client.call("/info", None, 0, false);
+        let (info, _) = client.call("/info", None, 0, Again::NEVER);
         client.info = match info {
             Ok(reply) => serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
             Err(e @ RemoteError::Unreachable { .. }) => return Err(e.into()),
@@ -247,10 +263,10 @@ impl Client {
         Ok(client)
     }
 
-    /// One `GET /health`, not retried: whether the server is there and ready (a server that
-    /// is loading or warming up answers 503).
+    /// One `GET /health`, not retried and given at most 5 s: whether the server is there and
+    /// ready (a server that is loading or warming up answers 503).
     pub fn health(&self) -> Result<(), RemoteError> {
-        self.call("/health", None, 0, false).0.map(drop)
+        self.call("/health", None, 0, Again { limit: Some(PROBE_LIMIT), ..Again::NEVER }).0.map(drop)
     }
 
     /// The server's base URL, as requests are made to it.
@@ -328,7 +344,8 @@ impl Client {
         let options = PredictOptions { output_format: Some(output_format), ..req.clone() };
         let body = Body { image, options: &options };
         let body = serde_json::to_vec(&body).expect("the request serialises");
-        let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, self.opts.retry_unreachable);
+        let again = Again { unreachable: self.opts.retry_no_answer, timeout: self.opts.retry_no_answer, limit: None };
+        let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, again);
         let url = self.endpoint("/predict");
         let (pred, meta) = parse_prediction(reply?).map_err(|message| RemoteError::Protocol { url, message })?;
         let timing = |k: &str| meta.get("timing_ms").and_then(|t| t.get(k)).and_then(Value::as_f64);
@@ -340,8 +357,8 @@ impl Client {
     }
 
     /// `path` until a 2xx, a failure not worth repeating, or `retries` more attempts; the
-    /// attempts made. `retry_unreachable`: whether no connection is worth repeating.
-    fn call(&self, path: &str, body: Option<&[u8]>, retries: u32, retry_unreachable: bool) -> (Result<Reply, RemoteError>, u32) {
+    /// attempts made.
+    fn call(&self, path: &str, body: Option<&[u8]>, retries: u32, again: Again) -> (Result<Reply, RemoteError>, u32) {
         let url = self.endpoint(path);
         let mut attempt = 0;
         loop {
@@ -350,7 +367,7 @@ impl Client {
             let backoff = self.backoff(attempt);
             let reply = {
                 let _turn = self.slots.take();
-                self.once(&url, body)
+                self.once(&url, body, again.limit)
             };
             let (error, wait) = match reply {
                 Ok(r) if (200..300).contains(&r.status) => return (Ok(r), attempt),
@@ -381,12 +398,19 @@ impl Client {
                 }
                 Err(NoAnswer::Unreachable(reason)) => {
                     let e = RemoteError::Unreachable { url: self.base.clone(), reason, attempts: attempt };
-                    if !retry_unreachable {
+                    if !again.unreachable {
                         return (Err(e), attempt);
                     }
                     (e, backoff)
                 }
-                Err(NoAnswer::Timeout) => (RemoteError::Timeout { url: url.clone(), limit: self.opts.timeout, attempts: attempt }, backoff),
+                Err(NoAnswer::Timeout) => {
+                    let limit = again.limit.unwrap_or(self.opts.timeout).min(self.opts.timeout);
+                    let e = RemoteError::Timeout { url: url.clone(), limit, attempts: attempt };
+                    if !again.timeout {
+                        return (Err(e), attempt);
+                    }
+                    (e, backoff)
+                }
                 Err(NoAnswer::Protocol(message)) => return (Err(RemoteError::Protocol { url, message }), attempt),
             };
             if last {
@@ -402,11 +426,12 @@ impl Client {
         base.saturating_mul(1 << (n - 1).min(16)).min(base.max(MAX_BACKOFF))
     }
 
-    /// One request and its whole answer.
-    fn once(&self, url: &str, body: Option<&[u8]>) -> Result<Reply, NoAnswer> {
+    /// One request and its whole answer, within `limit` where one is given.
+    fn once(&self, url: &str, body: Option<&[u8]>, limit: Option<Duration>) -> Result<Reply, NoAnswer> {
+        let time = Some(limit.unwrap_or(self.opts.timeout).min(self.opts.timeout));
         let sent = match body {
-            Some(b) => self.agent.post(url).header("content-type", "application/json").send(b),
-            None => self.agent.get(url).call(),
+            Some(b) => self.agent.post(url).header("content-type", "application/json").config().timeout_global(time).build().send(b),
+            None => self.agent.get(url).config().timeout_global(time).build().call(),
         };
         let mut resp = sent.map_err(no_answer)?;
         let status = resp.status().as_u16();

@@ -142,6 +142,43 @@ fn a_pool_of_three_servers_writes_what_a_local_run_writes_even_when_one_dies() {
     let by = answered_by(&survived);
     assert_eq!(by.len(), 40);
     assert!(by.iter().all(|b| urls.contains(b)), "{by:?}");
+    // The photo that found the server gone was sent again, and its sidecar says so.
+    assert!(resent_from(&survived).iter().any(|r| r == &[urls[1].clone()]), "{:?}", resent_from(&survived));
+}
+
+/// The `resent_from` list of each sidecar under `dir` that has one.
+fn resent_from(dir: &Path) -> Vec<Vec<String>> {
+    tree(dir)
+        .iter()
+        .filter(|f| f.ends_with(".json"))
+        .filter_map(|f| {
+            let v: Value = serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap();
+            let r = v["inference"]["server"].get("resent_from")?.as_array()?.iter().map(|u| u.as_str().unwrap().to_owned()).collect();
+            Some(r)
+        })
+        .collect()
+}
+
+#[test]
+fn a_server_that_does_not_answer_in_time_is_taken_out_and_its_photo_sent_elsewhere() {
+    let hung = StandIn::start(Duration::from_secs(60));
+    let good = StandIn::start(Duration::from_millis(50));
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 12, 48, 32);
+    let out_dir = dir.path().join("out");
+    let urls = format!("{},{}", hung.url(), good.url());
+    let t = Instant::now();
+    let out =
+        finish(batch(&photos, &out_dir, &["--server", &urls, "--in-flight", "1", "--server-timeout", "1", "--format", "npz,json"]), Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // One timeout, not one per retry: the photo went elsewhere at once.
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    assert!(stderr.contains(&format!("no answer from the server at {}/predict within 1.0 s: taken out", hung.url())), "{stderr}");
+    assert_eq!(count(&out_dir, ".npz"), 12);
+    assert!(answered_by(&out_dir).iter().all(|u| *u == good.url()));
+    assert_eq!(resent_from(&out_dir), vec![vec![hung.url()]]);
+    assert_eq!(good.requests(), 12);
 }
 
 #[test]
