@@ -67,13 +67,18 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         .build()
         .context("cannot start the HTTP runtime")?;
     let service = Service::new();
-    runtime.block_on(async {
+    let ran = runtime.block_on(async {
         // Listening first: a cluster's liveness probe is answered while a large model loads.
         let listener = server::bind(&args.host, args.port).await?;
         let addr = listener.local_addr()?;
-        let serving = tokio::spawn(server::serve(listener, service.clone()));
+        let mut serving = tokio::spawn(server::serve(listener, service.clone()));
         let model_args = args.model.clone();
-        let (weights, model) = tokio::task::spawn_blocking(move || model_args.load()).await.context("loading the model")??;
+        let loading = tokio::task::spawn_blocking(move || model_args.load());
+        // Ctrl-C or SIGTERM while the model loads stops the server at once.
+        let (weights, model) = tokio::select! {
+            loaded = loading => loaded.context("loading the model")??,
+            stopped = &mut serving => return stopped.context("the HTTP server stopped")?.map(drop),
+        };
         let cfg = server::Config {
             model_id: args.model.id(),
             weights,
@@ -91,15 +96,23 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         service.load(Arc::new(model), cfg);
         if args.warmup {
             let sv = service.clone();
-            let took = tokio::task::spawn_blocking(move || sv.warm_up()).await.context("warming up")??;
+            let warming = tokio::task::spawn_blocking(move || sv.warm_up());
+            let took = tokio::select! {
+                took = warming => took.context("warming up")??,
+                stopped = &mut serving => return stopped.context("the HTTP server stopped")?.map(drop),
+            };
             moge::errln!("moge: warmed up: one forward at {}x{} in {took:.0} ms", args.canvas.width, args.canvas.height);
         }
         service.ready();
         moge::errln!("moge: serving {summary}; Ctrl-C stops");
         // The one line scripts wait for.
         moge::outln!("moge: listening on http://{addr}");
-        serving.await.context("the HTTP server stopped")?
-    })?;
+        serving.await.context("the HTTP server stopped")??;
+        anyhow::Ok(())
+    });
+    // A load still running (stopped before it ended) is not waited for.
+    runtime.shutdown_background();
+    ran?;
     service.close();
     moge::errln!("moge: stopped");
     Ok(EXIT_OK)

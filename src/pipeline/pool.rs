@@ -14,7 +14,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -101,8 +101,9 @@ enum Health {
 
 struct Member {
     url: String,
-    /// Set once the server has answered `/info` (at the start, or when it first comes up).
-    client: OnceLock<Arc<Client>>,
+    /// The connection of the server's last `/info` (at the start, or when it last came back);
+    /// `None` until it has answered once.
+    client: RwLock<Option<Arc<Client>>>,
     limit: usize,
 }
 
@@ -173,7 +174,7 @@ impl Pool {
         let mut health = Vec::with_capacity(urls.len());
         let mut first_error = None;
         for (url, c) in urls.iter().zip(connected) {
-            let member = Member { url: url.clone(), client: OnceLock::new(), limit: opts.in_flight.max(1) };
+            let member = Member { url: url.clone(), client: RwLock::new(None), limit: opts.in_flight.max(1) };
             match c {
                 Ok(client) => {
                     let id = Identity::of(&client);
@@ -185,12 +186,13 @@ impl Pool {
                             }
                         }
                     }
-                    let _ = member.client.set(Arc::new(client));
+                    *member.client.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(client));
                     health.push(Health::Up);
                 }
-                // A server that is not there now may come up later; any other failure (not a
-                // MoGe server, a bad URL) is the user's to fix.
-                Err(e) if e.downcast_ref::<RemoteError>().is_some_and(RemoteError::is_unreachable) => {
+                // A server that is not there now, not ready yet (503 while it loads) or not
+                // answering may come up later; any other failure (not a MoGe server, a bad URL)
+                // is the user's to fix.
+                Err(e) if e.downcast_ref::<RemoteError>().is_some_and(is_servers) => {
                     let reason = crate::console::error_line(&e);
                     crate::errln!("moge: warning: {reason}; probing it every {} s", PROBE_EVERY.as_secs());
                     health.push(Health::Down);
@@ -218,9 +220,9 @@ impl Pool {
         self.inner.members.iter().map(|m| m.url.as_str()).collect()
     }
 
-    /// A server that answered at the start.
-    fn first(&self) -> &Client {
-        self.inner.members.iter().find_map(|m| m.client.get()).expect("a pool has a server that answered")
+    /// A server that has answered.
+    fn first(&self) -> Arc<Client> {
+        self.inner.members.iter().find_map(|m| m.client()).expect("a pool has a server that answered")
     }
 
     /// Which servers are up now, as given.
@@ -232,11 +234,22 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.inner.closing.store(true, Ordering::Relaxed);
+        // Under the lock, so that the prober, between its look at the flag and its wait, does
+        // not miss the wake-up.
+        {
+            let _st = self.inner.lock();
+            self.inner.closing.store(true, Ordering::Relaxed);
+        }
         self.inner.changed.notify_all();
         if let Some(t) = self.prober.take() {
             let _ = t.join();
         }
+    }
+}
+
+impl Member {
+    fn client(&self) -> Option<Arc<Client>> {
+        self.client.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -299,6 +312,9 @@ impl Inner {
         loop {
             let due: Vec<usize> = {
                 let st = self.lock();
+                if self.closing.load(Ordering::Relaxed) {
+                    return;
+                }
                 let now = Instant::now();
                 let down = || (0..self.members.len()).filter(|&i| matches!(st.health[i], Health::Down));
                 let due: Vec<usize> = down().filter(|&i| st.next_probe[i] <= now).collect();
@@ -336,17 +352,15 @@ impl Inner {
     }
 
     /// Whether server `i` is back; `Err(Some(why))` when it is there but runs another model.
+    /// `/health` and `/info` are asked anew (within 5 s each), so that a server restarted with
+    /// other weights is not taken back.
     fn probe(&self, i: usize) -> Result<(), Option<String>> {
         let m = &self.members[i];
-        if let Some(c) = m.client.get() {
-            return c.health().map_err(|_| None);
-        }
-        // The first answer of a server that was not there at the start: its model is checked.
-        let client = Client::connect(&m.url, self.opts.clone()).map_err(|_| None)?;
+        let client = Client::probe(&m.url, self.opts.clone()).map_err(|_| None)?;
         if let Some(got) = self.reference.differs(&Identity::of(&client)) {
             return Err(Some(format!("the server at {} runs {got}, not {}", client.url(), self.reference.describe())));
         }
-        let _ = m.client.set(Arc::new(client));
+        *m.client.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(client));
         Ok(())
     }
 }
@@ -364,12 +378,12 @@ fn is_servers(e: &RemoteError) -> bool {
 impl PoolBackend {
     /// Every photo sent with the options of `infer` and `fit`.
     pub fn new(pool: Arc<Pool>, infer: &InferOptions, fit: FitMode) -> Self {
-        let request = remote::remote_request(pool.first(), infer, fit);
+        let request = remote::remote_request(&pool.first(), infer, fit);
         Self { pool, request }
     }
 
-    fn client(&self, i: usize) -> &Client {
-        self.pool.inner.members[i].client.get().expect("a server that is up has answered")
+    fn client(&self, i: usize) -> Arc<Client> {
+        self.pool.inner.members[i].client().expect("a server that is up has answered")
     }
 }
 
@@ -406,6 +420,11 @@ impl Backend for PoolBackend {
                     }
                     inner.take_out(i, &e);
                     resent_from.push(inner.members[i].url.clone());
+                    // A photo every server fails on (too large for the time limit, or one that
+                    // brings a server down) fails itself rather than going round for ever.
+                    if resent_from.len() >= inner.members.len().max(PHOTO_500_LIMIT) {
+                        return Err(anyhow::Error::new(e).context(format!("{} attempts on the pool's servers failed on this photo", resent_from.len())));
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -417,7 +436,7 @@ impl Backend for PoolBackend {
     }
 
     fn finish(&self, f: PoolForwarded, photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
-        let mut finished = remote::finish(self.client(f.member), f.response, photo_size, plan)?;
+        let mut finished = remote::finish(&self.client(f.member), f.response, photo_size, plan)?;
         if let (Some(server), false) = (&mut finished.server, f.resent_from.is_empty()) {
             server["resent_from"] = serde_json::json!(f.resent_from);
         }
@@ -433,6 +452,6 @@ impl Backend for PoolBackend {
     }
 
     fn weights_digest(&self, _weights: &Path) -> String {
-        remote::weights_digest(self.pool.first())
+        remote::weights_digest(&self.pool.first())
     }
 }

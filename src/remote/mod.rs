@@ -43,6 +43,8 @@ use crate::protocol::{NormalDtype, OutputFormat, PredictOptions};
 /// `Retry-After` it honours.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// The most memory reserved up front for an answer of a declared length.
+const PREALLOCATE_MAX: u64 = 256 << 20;
 /// Error bodies are messages: what is read of one.
 const MAX_ERROR_BODY: u64 = 1 << 20;
 
@@ -216,6 +218,17 @@ impl Client {
     /// where the server has none). `url` is `http://host:port`, `https://...` or `host:port`,
     /// with or without a path prefix and trailing slash.
     pub fn connect(url: &str, opts: ClientOptions) -> Result<Client> {
+        let retries = opts.retries;
+        Self::connect_with(url, opts, retries, Again { unreachable: false, timeout: true, limit: None })
+    }
+
+    /// [`Client::connect`] for a probe: `/health` and `/info` asked once each, within 5 s each;
+    /// the predictions then as `opts` says.
+    pub fn probe(url: &str, opts: ClientOptions) -> Result<Client> {
+        Self::connect_with(url, opts, 0, Again { limit: Some(PROBE_LIMIT), ..Again::NEVER })
+    }
+
+    fn connect_with(url: &str, opts: ClientOptions, retries: u32, again: Again) -> Result<Client> {
         let base = normalise_url(url)?;
         let agent = ureq::Agent::new_with_config(
             ureq::Agent::config_builder()
@@ -232,7 +245,7 @@ impl Client {
         let mut client = Client { base, agent, opts, info: Value::Null, format: AtomicU8::new(FORMAT_UNKNOWN), slots };
         // No retry when nothing answers (the usual mistake: reported at once), the retries for
         // a server that is there but not ready (503 while it loads).
-        let (health, _) = client.call("/health", None, client.opts.retries, Again { unreachable: false, timeout: true, limit: None });
+        let (health, _) = client.call("/health", None, retries, again);
         match health {
             Ok(_) => {}
             Err(RemoteError::Unreachable { url, reason, attempts }) if reason.starts_with("connection refused") => {
@@ -244,7 +257,7 @@ impl Client {
             }
             Err(e) => return Err(e.into()),
         }
-        let (info, _) = client.call("/info", None, 0, Again::NEVER);
+        let (info, _) = client.call("/info", None, 0, Again { unreachable: false, timeout: false, ..again });
         client.info = match info {
             Ok(reply) => serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
             Err(e @ RemoteError::Unreachable { .. }) => return Err(e.into()),
@@ -437,8 +450,9 @@ impl Client {
         let status = resp.status().as_u16();
         let limit = if (200..300).contains(&status) { self.opts.max_response_bytes } else { MAX_ERROR_BODY };
         // The whole answer in one allocation where its length is given (a 1080p npz is ~60 MB:
-        // growing a vector to it copies it several times over).
-        let declared = resp.body().content_length().filter(|&n| n <= limit).unwrap_or(0);
+        // growing a vector to it copies it several times over), up to a bound: what a server
+        // declares is not trusted with more memory than it sends.
+        let declared = resp.body().content_length().filter(|&n| n <= limit).unwrap_or(0).min(PREALLOCATE_MAX);
         let mut body = Vec::with_capacity(declared as usize);
         let read = std::io::Read::read_to_end(&mut resp.body_mut().with_config().limit(limit).reader(), &mut body);
         let body = match read {

@@ -197,15 +197,17 @@ impl Service {
         }
     }
 
-    fn set_phase(&self, p: Phase) {
-        self.phase.store(p as u8, Ordering::SeqCst);
-        self.metrics.set_ready(p == Phase::Ready);
+    /// Moves from `from` to `to`; a server that is stopping stays so.
+    fn advance(&self, from: Phase, to: Phase) {
+        if self.phase.compare_exchange(from as u8, to as u8, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            self.metrics.set_ready(to == Phase::Ready);
+        }
     }
 
     /// The model is loaded: starts its device worker. Not ready until [`Service::ready`].
     pub fn load(&self, model: Arc<Model>, cfg: Config) {
         if self.loaded.set(Shared::new(model, cfg)).is_ok() {
-            self.set_phase(Phase::WarmingUp);
+            self.advance(Phase::Loading, Phase::WarmingUp);
         }
     }
 
@@ -232,13 +234,14 @@ impl Service {
     /// From now on `/health` answers 200 and predictions are taken.
     pub fn ready(&self) {
         if self.loaded.get().is_some() {
-            self.set_phase(Phase::Ready);
+            self.advance(Phase::WarmingUp, Phase::Ready);
         }
     }
 
     /// Stops taking predictions (`/health` answers 503), for a graceful stop.
     pub fn stopping(&self) {
-        self.set_phase(Phase::Stopping);
+        self.phase.store(Phase::Stopping as u8, Ordering::SeqCst);
+        self.metrics.set_ready(false);
     }
 
     /// Waits until every request already with the device worker has had its forward.

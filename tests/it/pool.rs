@@ -177,7 +177,10 @@ fn a_server_that_does_not_answer_in_time_is_taken_out_and_its_photo_sent_elsewhe
     assert!(stderr.contains(&format!("no answer from the server at {}/predict within 1.0 s: taken out", hung.url())), "{stderr}");
     assert_eq!(count(&out_dir, ".npz"), 12);
     assert!(answered_by(&out_dir).iter().all(|u| *u == good.url()));
-    assert_eq!(resent_from(&out_dir), vec![vec![hung.url()]]);
+    // The hung server may be probed back (its /health answers) and fail a photo again before
+    // the batch ends: each such photo was sent on to the good one.
+    let resent = resent_from(&out_dir);
+    assert!(!resent.is_empty() && resent.iter().all(|r| *r == [hung.url()]), "{resent:?}");
     assert_eq!(good.requests(), 12);
 }
 
@@ -244,7 +247,8 @@ fn a_server_that_comes_back_is_used_again() {
 
 #[test]
 fn four_servers_finish_a_batch_at_least_3x_faster_than_one() {
-    let delay = Duration::from_millis(200);
+    // Long enough that starting the client and connecting (which both runs pay) stay small.
+    let delay = Duration::from_millis(300);
     let dir = tempfile::tempdir().unwrap();
     let photos = photos(dir.path(), 24, 32, 24);
     let timed = |servers: &[StandIn], out: &str| {
@@ -280,5 +284,23 @@ fn servers_that_run_different_models_are_refused() {
     assert!(stderr.contains("the servers of the pool run different models"), "{stderr}");
     assert!(stderr.contains("tiny_normal.pt") && stderr.contains(&stand_in.url()), "{stderr}");
     assert_eq!(stand_in.requests(), 0);
+    assert_eq!(count(&out_dir, ".npz"), 0);
+}
+
+#[test]
+fn a_photo_every_server_fails_on_fails_alone() {
+    // Both servers hang on every photo: each photo is tried once per server, then fails with
+    // the reason, rather than going round for ever.
+    let (a, b) = (StandIn::start(Duration::from_secs(60)), StandIn::start(Duration::from_secs(60)));
+    let dir = tempfile::tempdir().unwrap();
+    let photos = photos(dir.path(), 2, 48, 32);
+    let out_dir = dir.path().join("out");
+    let urls = format!("{},{}", a.url(), b.url());
+    let out = finish(batch(&photos, &out_dir, &["--server", &urls, "--in-flight", "1", "--server-timeout", "1"]), Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for p in ["p00.png", "p01.png"] {
+        assert!(stderr.lines().any(|l| l.contains(p) && l.contains("2 attempts on the pool's servers failed on this photo: no answer")), "{stderr}");
+    }
     assert_eq!(count(&out_dir, ".npz"), 0);
 }
