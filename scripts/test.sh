@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the project, as README.md gives it: cargo's (the library, the `moge` binary and
-# its command line), then the Python bindings' (built with maturin into a fresh virtual
-# environment and imported by a real interpreter) and deploy/'s. Needs python3 with venv and pip,
-# and PyPI.
+# its command line), the C++ library's (built with CMake and g++), then the Python bindings' (built
+# with maturin into a fresh virtual environment and imported by a real interpreter) and deploy/'s.
+# Needs cmake, python3 with venv and pip, and PyPI.
 # Each step's wall time goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,13 @@ step() {
 # and its dependencies instead of compiling them again (~150 s on 2 cores).
 step cargo test --profile ci --locked --workspace --tests
 step cargo test --profile ci --locked --workspace --doc
+# The C++ library (ffi/cxx) built by CMake and g++ on this build (same profile, target directory
+# and package selection, so cargo only adds the static library), then its tests through CTest:
+# the maps against the command line's npz, threads, every error; the example; an install found
+# with find_package and with pkg-config. Needs cmake.
+step cmake -S ffi/cxx -B target/cxx-build -DMOGE_CARGO_PROFILE=ci -DMOGE_BUILD_TESTS=ON "-DMOGE_CARGO_PACKAGES=--workspace;--lib;--bins"
+step cmake --build target/cxx-build -j "$(nproc)"
+step ctest --test-dir target/cxx-build --output-on-failure
 venv=target/pytest-venv
 python3 -m venv --clear "$venv"
 pip=("$venv/bin/pip" --disable-pip-version-check --quiet)

@@ -28,6 +28,15 @@ impl Default for Plan {
     }
 }
 
+impl Plan {
+    /// The plan of a request's options (the HTTP API's, which the bindings take too), with their
+    /// defaults and checks (1800 tokens unless a resolution level is given; not both), on
+    /// `canvas`.
+    pub fn from_request(request: &crate::protocol::PredictOptions, canvas: Canvas) -> Result<Plan, String> {
+        Ok(Plan { infer: request.infer_options()?, fit: request.fit.unwrap_or(FitMode::Exact), canvas })
+    }
+}
+
 /// A photo made ready for the forward, and what is needed to bring the outputs back to it.
 #[derive(Debug, Clone)]
 pub struct Staged {

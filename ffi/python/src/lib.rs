@@ -55,9 +55,8 @@ impl Options {
         canvas: Option<(u32, u32)>,
     ) -> PyResult<Self> {
         let fit: FitMode = fit.parse().map_err(|e: moge::names::UnknownName| PyValueError::new_err(e.to_string()))?;
-        // The defaults and checks of the command line and of `moge serve`: 1800 tokens unless a
-        // resolution level is given.
         let request = PredictOptions {
+            fit: Some(fit),
             fov_x,
             apply_mask: Some(apply_mask),
             force_projection: Some(force_projection),
@@ -65,12 +64,12 @@ impl Options {
             resolution_level,
             ..Default::default()
         };
-        let infer = request.infer_options().map_err(PyValueError::new_err)?;
         let canvas = match canvas {
             Some((width, height)) => format!("{width}x{height}").parse::<Canvas>().map_err(PyValueError::new_err)?,
             None => Canvas::FULL_HD,
         };
-        Ok(Self { plan: Plan { infer, fit, canvas } })
+        let plan = Plan::from_request(&request, canvas).map_err(PyValueError::new_err)?;
+        Ok(Self { plan })
     }
 }
 

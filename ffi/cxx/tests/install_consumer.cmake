@@ -1,0 +1,41 @@
+# Installs the library built in BUILD_DIR into a fresh prefix, then builds the example as another
+# project would: with find_package(moge) (tests/consumer) and with pkg-config and the compiler
+# alone; runs both on the fixture model and checks that each wrote its depth PNG.
+set(prefix "${BUILD_DIR}/install-test")
+file(REMOVE_RECURSE "${prefix}")
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+endfunction()
+run("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}/usr")
+foreach(f include/moge/moge.h lib/libmoge_cxx.a lib/cmake/moge/mogeConfig.cmake lib/pkgconfig/moge.pc)
+  if(NOT EXISTS "${prefix}/usr/${f}")
+    message(FATAL_ERROR "the install has no ${f}")
+  endif()
+endforeach()
+# Moved after the install: the package and the .pc file find it where it is now.
+file(RENAME "${prefix}/usr" "${prefix}/moved")
+set(root "${prefix}/moved")
+
+run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/tests/consumer" -B "${prefix}/build" "-DCMAKE_PREFIX_PATH=${root}" "-DCMAKE_CXX_COMPILER=${CXX}")
+run("${CMAKE_COMMAND}" --build "${prefix}/build")
+run("${prefix}/build/consumer" "${FIXTURES}/tiny_normal.pt" "${FIXTURES}/images/rgb_64x48.png" "${prefix}/find_package.png")
+
+set(ENV{PKG_CONFIG_PATH} "${root}/lib/pkgconfig")
+execute_process(COMMAND pkg-config --cflags --libs moge OUTPUT_VARIABLE flags RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config does not find moge")
+endif()
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run("${CXX}" "${SOURCE_DIR}/examples/depth_png.cpp" -o "${prefix}/pkg_config_consumer" ${flags})
+run("${prefix}/pkg_config_consumer" "${FIXTURES}/tiny_normal.pt" "${FIXTURES}/images/rgb_64x48.png" "${prefix}/pkg_config.png")
+
+foreach(png find_package.png pkg_config.png)
+  file(READ "${prefix}/${png}" head LIMIT 8 HEX)
+  if(NOT head STREQUAL "89504e470d0a1a0a")
+    message(FATAL_ERROR "${png} is not a PNG")
+  endif()
+endforeach()
+message(STATUS "installed, moved, found with find_package and with pkg-config: both examples ran")
