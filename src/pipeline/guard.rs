@@ -29,8 +29,9 @@ pub fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// Runs `f`, a panic in it returned as its message.
 pub fn catch<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
-    IN_GUARD.with(|g| g.set(true));
+    // Nested guards (a binding's around the library's) leave the outer one in force.
+    let outer = IN_GUARD.with(|g| g.replace(true));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    IN_GUARD.with(|g| g.set(false));
+    IN_GUARD.with(|g| g.set(outer));
     r.map_err(|p| p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into()))
 }

@@ -74,11 +74,12 @@ mod ffi {
         /// (tt-MoGe) (`http://host:port`).
         fn load(model_or_path: &str, options: &LoadOptions) -> Result<Box<Model>>;
 
-        /// An 8-bit 3-channel image of `height` rows of `row_stride` bytes each (at least
-        /// `3 * width`), read in place.
+        /// An 8-bit 3-channel image of `height` rows, each starting `row_stride` bytes after the
+        /// last (at least `3 * width`), read in place.
         ///
         /// # Safety
-        /// `data` points to `height * row_stride` readable bytes for the length of the call.
+        /// `data` points to `(height - 1) * row_stride + 3 * width` readable bytes (a cv::Mat cut
+        /// from a larger one has them) for the length of the call.
         unsafe fn infer_rgb(self: &Model, data: *const u8, width: u32, height: u32, row_stride: usize, options: &Options) -> Result<Box<Prediction>>;
         /// A photo file, read as `moge predict` reads it (EXIF orientation applied, a damaged
         /// file refused with the reason); the maps equal `moge predict`'s npz bit for bit.
@@ -118,6 +119,13 @@ mod ffi {
 pub struct Model {
     predictor: Arc<Predictor>,
 }
+
+// C++ threads share one Model (the bridge's promise); a Prediction may move between them.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Model>();
+    shared::<Prediction>();
+};
 
 pub struct Prediction {
     pred: moge::Prediction,
@@ -220,9 +228,10 @@ impl Model {
             let row = 3 * width as usize;
             anyhow::ensure!(row_stride >= row, "a row stride of {row_stride} bytes is shorter than a row of {width} pixels ({row} bytes)");
             let len = row_stride.checked_mul(height as usize - 1).and_then(|n| n.checked_add(row));
+            let len = len.filter(|&n| n <= isize::MAX as usize);
             let len = len.ok_or_else(|| anyhow::anyhow!("a {width}x{height} image with a row stride of {row_stride} bytes does not fit in memory"))?;
-            // SAFETY: the caller gives `height * row_stride` readable bytes (the bridge's
-            // contract); `len` is at most that: the last row needs only its pixels.
+            // SAFETY: the caller gives `(height - 1) * row_stride + 3 * width` readable bytes
+            // (the bridge's contract), which is `len`, at most isize::MAX.
             let bytes = unsafe { std::slice::from_raw_parts(data, len) };
             let mut photo = image::RgbImage::new(width, height);
             for (dst, src) in photo.chunks_exact_mut(row).zip(bytes.chunks(row_stride)) {

@@ -128,7 +128,8 @@ void check_equal(const moge::Prediction& p, std::map<std::string, Array>& npz, c
   check(same_bits(p.depth(), npz["depth"]), what + ": depth");
   check(npz["normal"].dtype == "<f4" && p.has_normal() && same_bits(p.normal(), npz["normal"]), what + ": normal");
   check(npz["mask"].dtype == "|u1" && same_bits(p.mask(), npz["mask"]), what + ": mask");
-  const float* k = reinterpret_cast<const float*>(npz["intrinsics"].data.data());
+  float k[9];
+  std::memcpy(k, npz["intrinsics"].data.data(), sizeof k);
   auto in = p.intrinsics();
   check(in.fx == k[0] && in.cx == k[2] && in.fy == k[4] && in.cy == k[5], what + ": intrinsics");
   float scale, got = p.metric_scale();
@@ -192,7 +193,8 @@ int main() {
   for (uint32_t y = 0; y < h; ++y) std::memcpy(&padded[y * stride], &rgb[size_t(y) * w * 3], size_t(w) * 3);
   check_equal(*model->infer_rgb(padded.data(), w, h, stride, opts), npz, "infer_rgb (row stride 256)");
 
-  // The accessors hand out the prediction's memory: the same pointers each time, sizes as said.
+  // The accessors hand out the prediction's memory: the same pointers each time (an accessor that
+  // copied would give a new buffer per call), sizes as said.
   check(from_rgb->depth().data() == from_rgb->depth().data() && from_rgb->points().data() == from_rgb->points().data(), "no copy");
   check(from_rgb->points().size() == size_t(w) * h * 3 && from_rgb->mask().size() == size_t(w) * h, "sizes");
   check(std::fabs(from_rgb->fov_x() - 55.0f) < 1e-3f, "fov_x as given");
@@ -200,12 +202,14 @@ int main() {
   check(std::fabs(px.fx - from_rgb->intrinsics().fx * w) < 1e-3f, "intrinsics in pixels");
 
   // Threads sharing the model: each result the command line's.
+  const Array& want_depth = npz.at("depth");
+  const Array& want_points = npz.at("points");
   std::vector<std::thread> threads;
   std::vector<int> same(4, 0);
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       auto p = model->infer_rgb(rgb.data(), w, h, size_t(w) * 3, opts);
-      same[t] = same_bits(p->depth(), npz["depth"]) && same_bits(p->points(), npz["points"]);
+      same[t] = same_bits(p->depth(), want_depth) && same_bits(p->points(), want_points);
     });
   for (auto& t : threads) t.join();
   for (int t = 0; t < 4; ++t) check(same[t], "thread " + std::to_string(t));
@@ -248,6 +252,8 @@ int main() {
   check(contains(e, "row stride"), "short stride: " + e);
   e = thrown([&] { model->infer_rgb(nullptr, w, h, size_t(w) * 3, opts); });
   check(contains(e, "null"), "null data: " + e);
+  e = thrown([&] { model->infer_rgb(rgb.data(), 0, h, 0, opts); });
+  check(contains(e, "0x48"), "zero width: " + e);
   e = thrown([&] { from_rgb->save_depth_png("depth.png", 0.0f); });
   check(contains(e, "scale"), "bad depth scale: " + e);
   e = thrown([&] { moge::load("http://127.0.0.1:9", load); });
