@@ -121,6 +121,7 @@ impl InputArgs {
             apply_exif: !self.no_exif,
             max_pixels: (self.max_megapixels as f64 * 1e6).round() as u64,
             allow_truncated: self.allow_truncated,
+            fov_from_exif: false,
         }
     }
 }
@@ -232,9 +233,12 @@ pub struct InferArgs {
     /// Upstream's resolution level 0..9 (1200..3600 tokens); replaces --num-tokens.
     #[arg(long, value_name = "L", value_parser = parse_resolution_level)]
     pub resolution_level: Option<u32>,
-    /// Known horizontal field of view in degrees (otherwise it is recovered).
-    #[arg(long, value_name = "DEG", value_parser = parse_fov)]
-    pub fov_x: Option<f32>,
+    /// Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each
+    /// photo's from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with
+    /// FocalPlaneXResolution), recovered where the photo has none (the sidecar's
+    /// `inference.fov_x_source` says which).
+    #[arg(long, value_name = "DEG|exif", value_parser = parse_fov)]
+    pub fov_x: Option<Fov>,
     /// Keep invalid pixels (no inf / zero normals outside the mask).
     #[arg(long)]
     pub no_mask: bool,
@@ -243,9 +247,19 @@ pub struct InferArgs {
     pub no_force_projection: bool,
 }
 
-fn parse_fov(s: &str) -> Result<f32, String> {
-    let v: f32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    moge::infer::check_fov_x(v)
+/// `--fov-x`: degrees, or each photo's own from its EXIF.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fov {
+    Degrees(f32),
+    Exif,
+}
+
+fn parse_fov(s: &str) -> Result<Fov, String> {
+    if s.eq_ignore_ascii_case("exif") {
+        return Ok(Fov::Exif);
+    }
+    let v: f32 = s.parse().map_err(|_| format!("'{s}' is not a number of degrees or `exif`"))?;
+    moge::infer::check_fov_x(v).map(Fov::Degrees)
 }
 
 /// A whole number within `bounds`, in clap's words for a number out of its range.
@@ -267,7 +281,10 @@ impl InferArgs {
         moge::InferOptions {
             num_tokens: if self.resolution_level.is_some() { None } else { Some(self.num_tokens) },
             resolution_level: self.resolution_level.unwrap_or(9),
-            fov_x: self.fov_x,
+            fov_x: match self.fov_x {
+                Some(Fov::Degrees(d)) => Some(d),
+                _ => None,
+            },
             force_projection: !self.no_force_projection,
             apply_mask: !self.no_mask,
             point_map: true,
@@ -328,7 +345,7 @@ pub fn pipeline_config(
     moge::pipeline::run::Config {
         outputs: out.options(),
         infer: infer.options(),
-        decode: input.options(),
+        decode: moge::image_io::DecodeOptions { fov_from_exif: infer.fov_x == Some(Fov::Exif), ..input.options() },
         jobs: 1,
         quiet: false,
         model_id: model.id(),

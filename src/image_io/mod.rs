@@ -2,7 +2,10 @@
 //! replicated to three channels, alpha dropped (not composited), 16-bit reduced by keeping the
 //! high byte, EXIF orientation applied.
 
+pub mod focal;
 mod integrity;
+
+pub use focal::ExifFov;
 
 use std::path::Path;
 
@@ -30,11 +33,13 @@ pub struct DecodeOptions {
     pub max_pixels: u64,
     /// Decode truncated files as far as the decoder goes (a warning instead of an error).
     pub allow_truncated: bool,
+    /// Read the camera's horizontal field of view from the EXIF focal length (`--fov-x exif`).
+    pub fov_from_exif: bool,
 }
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        Self { apply_exif: true, max_pixels: MAX_PIXELS, allow_truncated: false }
+        Self { apply_exif: true, max_pixels: MAX_PIXELS, allow_truncated: false, fov_from_exif: false }
     }
 }
 
@@ -43,6 +48,8 @@ impl Default for DecodeOptions {
 pub struct Decoded {
     pub image: RgbImage,
     pub warning: Option<String>,
+    /// The field of view from the EXIF focal length, when asked for and there.
+    pub exif_fov: Option<ExifFov>,
 }
 
 /// What the file held beyond its pixels: whether another decoder given the same bytes (a
@@ -149,6 +156,14 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     // Read even when it is not applied: the file still carries it for another reader.
     let orientation = decoder.orientation().ok().filter(|&o| o != image::metadata::Orientation::NoTransforms);
     let wide_samples = decoder.color_type().bytes_per_pixel() > decoder.color_type().channel_count();
+    let exif_fov = match opts.fov_from_exif {
+        true => {
+            use image::metadata::Orientation as O;
+            let turned = opts.apply_exif && matches!(orientation, Some(O::Rotate90 | O::Rotate270 | O::Rotate90FlipH | O::Rotate270FlipH));
+            decoder.exif_metadata().ok().flatten().and_then(|raw| focal::fov_x(&raw, (w, h), turned))
+        }
+        false => None,
+    };
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(e, &name, bytes.len()))?;
     if let Some(o) = orientation.filter(|_| opts.apply_exif) {
         img.apply_orientation(o);
@@ -158,7 +173,7 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
         bail!("image is {}x{}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}", rgb.width(), rgb.height());
     }
     let source = Source { format, oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
-    Ok((Decoded { image: rgb, warning }, source))
+    Ok((Decoded { image: rgb, warning, exif_fov }, source))
 }
 
 /// A decoder's error in words: running out of bytes is a truncated file.

@@ -82,8 +82,10 @@ pub struct InferenceInfo {
     /// The canvas of pad / stretch (width, height).
     pub canvas: Option<(u32, u32)>,
     pub exif_orientation: bool,
-    /// The horizontal field of view given with --fov-x (degrees).
+    /// The horizontal field of view given with --fov-x, or read from the photo's EXIF (degrees).
     pub fov_x_given: Option<f32>,
+    /// Where the field of view came from: `given`, `exif: <the tags>`, or `estimated` by the model.
+    pub fov_x_source: String,
     /// With `--server`: its URL, model and device, and its own timings of this image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<serde_json::Value>,

@@ -388,7 +388,7 @@ impl PoolBackend {
 }
 
 impl Backend for PoolBackend {
-    type Staged = Vec<u8>;
+    type Staged = remote::Upload;
     type Forwarded = PoolForwarded;
 
     fn lanes(&self) -> usize {
@@ -399,17 +399,18 @@ impl Backend for PoolBackend {
         self.lanes()
     }
 
-    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
+    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<remote::Upload>> {
         remote::stage(input, decode)
     }
 
-    fn forward(&self, bytes: Vec<u8>) -> Result<PoolForwarded> {
+    fn forward(&self, upload: remote::Upload) -> Result<PoolForwarded> {
+        let options = upload.options(&self.request);
         let inner = &self.pool.inner;
         let mut resent_from = Vec::new();
         let mut failed_500 = 0;
         loop {
             let i = inner.take()?;
-            let answer = self.client(i).predict(&bytes, &self.request);
+            let answer = self.client(i).predict(&upload.bytes, &options);
             inner.release(i);
             match answer {
                 Ok(response) => return Ok(PoolForwarded { member: i, response, resent_from }),

@@ -51,9 +51,25 @@ pub fn check_size(client: &Client, r: &Response, photo_size: (usize, usize)) -> 
     Ok(())
 }
 
+/// A photo to send: its file, and the field of view its EXIF gave (`--fov-x exif`).
+pub struct Upload {
+    pub bytes: Vec<u8>,
+    pub fov_x: Option<f32>,
+}
+
+impl Upload {
+    /// The options sent with this photo: `request`, with the photo's own field of view.
+    pub fn options<'a>(&self, request: &'a PredictOptions) -> std::borrow::Cow<'a, PredictOptions> {
+        match self.fov_x {
+            Some(fov) => std::borrow::Cow::Owned(PredictOptions { fov_x: Some(fov), ..request.clone() }),
+            None => std::borrow::Cow::Borrowed(request),
+        }
+    }
+}
+
 /// On a decode thread: the photo read here (a damaged one fails here, with its reason) and the
 /// file to send for it.
-pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
+pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Upload>> {
     let t = Instant::now();
     let loaded = crate::image_io::load_with_source(&input.path, decode)?;
     let decode_ms = ms(t);
@@ -61,7 +77,9 @@ pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> 
     let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)
         .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
         .into_owned();
-    Ok(Staging { photo: loaded.decoded.image, warning: loaded.decoded.warning, staged: send, decode_ms, prepare_ms: ms(t) })
+    let d = loaded.decoded;
+    let staged = Upload { bytes: send, fov_x: d.exif_fov.as_ref().map(|f| f.degrees) };
+    Ok(Staging { photo: d.image, warning: d.warning, exif_fov: d.exif_fov, staged, decode_ms, prepare_ms: ms(t) })
 }
 
 /// `client`'s answer `r` for a photo of `photo_size`, and what the sidecar says of the server.
@@ -85,8 +103,7 @@ pub fn weights_digest(client: &Client) -> String {
 }
 
 impl Backend for RemoteBackend {
-    /// The image file to send.
-    type Staged = Vec<u8>;
+    type Staged = Upload;
     type Forwarded = Response;
 
     fn lanes(&self) -> usize {
@@ -97,12 +114,12 @@ impl Backend for RemoteBackend {
         self.in_flight
     }
 
-    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Vec<u8>>> {
+    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Upload>> {
         stage(input, decode)
     }
 
-    fn forward(&self, bytes: Vec<u8>) -> Result<Response> {
-        Ok(self.client.predict(&bytes, &self.request)?)
+    fn forward(&self, upload: Upload) -> Result<Response> {
+        Ok(self.client.predict(&upload.bytes, &upload.options(&self.request))?)
     }
 
     /// A server that cannot be reached fails every later photo too.

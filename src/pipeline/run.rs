@@ -160,6 +160,7 @@ struct Photo {
     size: (usize, usize),
     timings: Timings,
     warning: Option<String>,
+    exif_fov: Option<crate::image_io::ExifFov>,
 }
 
 /// What the threads of one run share.
@@ -296,7 +297,7 @@ fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> 
     let size = (s.photo.width() as usize, s.photo.height() as usize);
     let image = cfg.outputs.needs_image().then_some(s.photo);
     let warning = s.warning.map(|w| format!("{}: {w}", input.path.display()));
-    Ok(Item { photo: Photo { input: input.clone(), image, size, timings, warning }, payload: s.staged })
+    Ok(Item { photo: Photo { input: input.clone(), image, size, timings, warning, exif_fov: s.exif_fov }, payload: s.staged })
 }
 
 /// The middle stage: the backend's lanes over a bounded queue. What is queued once the run
@@ -361,7 +362,13 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
             fit: cfg.fit.name().into(),
             canvas: (cfg.fit != FitMode::Exact).then_some((cfg.canvas.width, cfg.canvas.height)),
             exif_orientation: cfg.decode.apply_exif,
-            fov_x_given: cfg.infer.fov_x,
+            fov_x_given: photo.exif_fov.as_ref().map(|f| f.degrees).or(cfg.infer.fov_x),
+            fov_x_source: match (&photo.exif_fov, cfg.infer.fov_x, cfg.decode.fov_from_exif) {
+                (Some(f), _, _) => format!("exif: {}", f.from),
+                (None, Some(_), _) => "given".into(),
+                (None, None, true) => "estimated: no EXIF focal length".into(),
+                (None, None, false) => "estimated".into(),
+            },
             server: finished.server,
         };
         let input = photo.input.path.display().to_string();

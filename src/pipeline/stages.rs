@@ -29,6 +29,18 @@ impl Default for Plan {
 }
 
 impl Plan {
+    /// This plan for a photo whose EXIF gave its field of view.
+    pub fn with_exif_fov(&self, fov: Option<&crate::image_io::ExifFov>) -> std::borrow::Cow<'_, Plan> {
+        match fov {
+            Some(f) => {
+                let mut plan = self.clone();
+                plan.infer.fov_x = Some(f.degrees);
+                std::borrow::Cow::Owned(plan)
+            }
+            None => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
     /// The plan of a request's options (the HTTP API's, which the bindings take too), with their
     /// defaults and checks (1800 tokens unless a resolution level is given; not both), on
     /// `canvas`.

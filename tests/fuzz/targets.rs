@@ -4,16 +4,19 @@
 // allocation out of proportion to its input.
 
 /// A photo, as `predict` and `batch` read it (format sniffing, integrity check, size limit,
-/// EXIF orientation, conversion to 8-bit RGB). Odd lengths also try `--allow-truncated`.
+/// EXIF orientation and focal length, conversion to 8-bit RGB). Odd lengths also try
+/// `--allow-truncated`.
 pub fn decode(data: &[u8]) {
     let opts = moge::image_io::DecodeOptions {
         apply_exif: true,
         // 4 megapixels: keeps the fuzzer's memory limit for real decodes of claimed sizes.
         max_pixels: 1 << 22,
         allow_truncated: data.len() % 2 == 1,
+        fov_from_exif: true,
     };
     if let Ok(d) = moge::image_io::decode_bytes(data, &opts) {
         assert_eq!(d.image.as_raw().len(), d.image.width() as usize * d.image.height() as usize * 3);
+        assert!(d.exif_fov.is_none_or(|f| f.degrees > 0.0 && f.degrees < 180.0));
     }
 }
 

@@ -12,6 +12,7 @@ mod cli_assets;
 mod commands;
 mod damaged_inputs;
 mod degenerate;
+mod exif_focal;
 mod fullsize;
 mod fuzz_replay;
 mod generic_ops;
