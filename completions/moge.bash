@@ -88,7 +88,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -135,6 +135,10 @@ _moge() {
                     return 0
                     ;;
                 --fov-x)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -206,7 +210,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -253,6 +257,10 @@ _moge() {
                     return 0
                     ;;
                 --fov-x)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -464,7 +472,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
+            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -507,6 +515,10 @@ _moge() {
                     return 0
                     ;;
                 --fov-x)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

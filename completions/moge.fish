@@ -49,6 +49,7 @@ complete -c moge -n "__fish_moge_using_subcommand predict" -l device -d 'Where t
 complete -c moge -n "__fish_moge_using_subcommand predict" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
 png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
 json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
@@ -89,6 +90,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l device -d 'Where the
 complete -c moge -n "__fish_moge_using_subcommand batch" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
 png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
 json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
@@ -166,6 +168,7 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l device -d 'Where the
 complete -c moge -n "__fish_moge_using_subcommand bench" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
 png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
 json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'

@@ -121,7 +121,7 @@ impl InputArgs {
             apply_exif: !self.no_exif,
             max_pixels: (self.max_megapixels as f64 * 1e6).round() as u64,
             allow_truncated: self.allow_truncated,
-            fov_from_exif: false,
+            fov: Default::default(),
         }
     }
 }
@@ -239,6 +239,11 @@ pub struct InferArgs {
     /// `inference.fov_x_source` says which).
     #[arg(long, value_name = "DEG|exif", value_parser = parse_fov)]
     pub fov_x: Option<Fov>,
+    /// The camera matrix in pixels, where it is known: each photo's horizontal field of view is
+    /// then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy,
+    /// cx and cy are not used (said once where they differ from that).
+    #[arg(long, value_name = "FX,FY,CX,CY", value_parser = parse_intrinsics, conflicts_with = "fov_x")]
+    pub intrinsics: Option<[f32; 4]>,
     /// Keep invalid pixels (no inf / zero normals outside the mask).
     #[arg(long)]
     pub no_mask: bool,
@@ -262,6 +267,15 @@ fn parse_fov(s: &str) -> Result<Fov, String> {
     moge::infer::check_fov_x(v).map(Fov::Degrees)
 }
 
+fn parse_intrinsics(s: &str) -> Result<[f32; 4], String> {
+    let v: Vec<f32> = s.split(',').map(|p| p.trim().parse::<f32>()).collect::<Result<_, _>>().map_err(|_| format!("'{s}' is not four numbers FX,FY,CX,CY"))?;
+    let [fx, fy, cx, cy] = v[..] else { return Err(format!("'{s}' is not four numbers FX,FY,CX,CY")) };
+    if !(fx.is_finite() && fx > 0.0 && fy.is_finite() && fy > 0.0 && cx.is_finite() && cy.is_finite()) {
+        return Err(format!("'{s}': fx and fy must be positive pixels, cx and cy finite"));
+    }
+    Ok([fx, fy, cx, cy])
+}
+
 /// A whole number within `bounds`, in clap's words for a number out of its range.
 fn parse_within(s: &str, bounds: moge::infer::Bounds) -> Result<u32, String> {
     let v: u64 = s.parse().map_err(|e: std::num::ParseIntError| e.to_string())?;
@@ -277,6 +291,16 @@ fn parse_resolution_level(s: &str) -> Result<u32, String> {
 }
 
 impl InferArgs {
+    /// Where each photo's field of view is known from.
+    pub fn fov_from(&self) -> moge::image_io::FovFrom {
+        use moge::image_io::FovFrom;
+        match (self.fov_x, self.intrinsics) {
+            (Some(Fov::Exif), _) => FovFrom::Exif,
+            (_, Some([fx, fy, cx, cy])) => FovFrom::Intrinsics { fx, fy, cx, cy },
+            _ => FovFrom::Estimate,
+        }
+    }
+
     pub fn options(&self) -> moge::InferOptions {
         moge::InferOptions {
             num_tokens: if self.resolution_level.is_some() { None } else { Some(self.num_tokens) },
@@ -345,7 +369,7 @@ pub fn pipeline_config(
     moge::pipeline::run::Config {
         outputs: out.options(),
         infer: infer.options(),
-        decode: moge::image_io::DecodeOptions { fov_from_exif: infer.fov_x == Some(Fov::Exif), ..input.options() },
+        decode: moge::image_io::DecodeOptions { fov: infer.fov_from(), ..input.options() },
         jobs: 1,
         quiet: false,
         model_id: model.id(),

@@ -1,5 +1,5 @@
-//! The camera's focal length from a photo's EXIF (`--fov-x exif`), as the horizontal field of
-//! view of the photo as shown (after its orientation).
+//! A photo's horizontal field of view (as shown, after its orientation) from what is known of its
+//! camera: its EXIF focal length (`--fov-x exif`) or a camera matrix (`--intrinsics`).
 //!
 //! `FocalLengthIn35mmFilm` first: the focal length that gives a 36 x 24 mm frame the photo's
 //! diagonal field of view (the CIPA definition, whatever the sensor's aspect). Else
@@ -12,9 +12,9 @@ use ::exif::{In, Reader, Tag, Value};
 /// The diagonal of a 36 x 24 mm frame, in mm.
 const FULL_FRAME_DIAGONAL: f64 = 43.266_615_305_567_87;
 
-/// A field of view read from EXIF, and what it was read from.
+/// A photo's field of view known beside the model (EXIF, or a camera matrix), and where from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ExifFov {
+pub struct KnownFov {
     /// Horizontal, in degrees, of the photo as shown.
     pub degrees: f32,
     /// The tags it came from, with their values (for the sidecar).
@@ -35,7 +35,7 @@ fn number(exif: &::exif::Exif, tag: Tag) -> Option<f64> {
 /// The horizontal field of view of the photo whose raw EXIF block is `raw`, stored as
 /// `stored` (width, height) and shown rotated by a quarter turn when `quarter_turn`; `None`
 /// where the EXIF gives no focal length this can use.
-pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<ExifFov> {
+pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<KnownFov> {
     let exif = Reader::new().read_raw(raw.to_vec()).ok()?;
     let (sw, sh) = (stored.0 as f64, stored.1 as f64);
     let (w, h) = if quarter_turn { (sh, sw) } else { (sw, sh) };
@@ -62,7 +62,37 @@ pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<ExifF
     finite(fov, format!("FocalLength {focal_mm} mm at FocalPlaneXResolution {per_unit} per {unit_mm} mm"))
 }
 
-fn finite(fov: f64, from: String) -> Option<ExifFov> {
+/// The horizontal field of view of a photo of `size` (as shown) from a camera matrix in pixels
+/// `[fx, fy, cx, cy]`: from fx alone, since MoGe-2 takes square pixels and a centred principal
+/// point; where the matrix says otherwise for this photo, what it says is named.
+pub fn from_intrinsics(k: [f32; 4], size: (u32, u32)) -> Option<KnownFov> {
+    let [fx, fy, cx, cy] = k.map(f64::from);
+    let (w, h) = (size.0 as f64, size.1 as f64);
+    let mut from = format!("intrinsics fx {fx}");
+    let mut unused = Vec::new();
+    if (fy - fx).abs() > 0.005 * fx {
+        unused.push(format!("fy {fy}"));
+    }
+    if (cx - w / 2.0).abs() > 0.01 * w || (cy - h / 2.0).abs() > 0.01 * h {
+        unused.push(format!("principal point ({cx}, {cy}) off the centre ({}, {})", w / 2.0, h / 2.0));
+    }
+    if !unused.is_empty() {
+        // Said once on stderr (each photo's sidecar says it too).
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            crate::errln!(
+                "moge: note: --intrinsics: MoGe-2 takes square pixels and the principal point at the photo's centre; it uses fx only, not {} ({}x{} photo)",
+                unused.join(", "),
+                w,
+                h
+            );
+        }
+        from.push_str(&format!(" (not used: {})", unused.join(", ")));
+    }
+    finite((2.0 * (w / (2.0 * fx)).atan()).to_degrees(), from)
+}
+
+fn finite(fov: f64, from: String) -> Option<KnownFov> {
     // The model takes a field of view strictly between 0 and 180 degrees.
-    (fov.is_finite() && fov > 0.0 && fov < 179.0).then_some(ExifFov { degrees: fov as f32, from })
+    (fov.is_finite() && fov > 0.0 && fov < 179.0).then_some(KnownFov { degrees: fov as f32, from })
 }

@@ -5,7 +5,7 @@
 pub mod focal;
 mod integrity;
 
-pub use focal::ExifFov;
+pub use focal::KnownFov;
 
 use std::path::Path;
 
@@ -33,13 +33,26 @@ pub struct DecodeOptions {
     pub max_pixels: u64,
     /// Decode truncated files as far as the decoder goes (a warning instead of an error).
     pub allow_truncated: bool,
-    /// Read the camera's horizontal field of view from the EXIF focal length (`--fov-x exif`).
-    pub fov_from_exif: bool,
+    /// Where each photo's field of view is known from, beside the model's estimate.
+    pub fov: FovFrom,
+}
+
+/// Where a photo's horizontal field of view is known from.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum FovFrom {
+    /// Nowhere: the model estimates it (or `--fov-x DEG` gives one for every photo).
+    #[default]
+    Estimate,
+    /// The photo's EXIF focal length (`--fov-x exif`).
+    Exif,
+    /// A camera matrix in pixels (`--intrinsics`): fx gives each photo's field of view over its
+    /// width; MoGe-2 takes square pixels and a centred principal point.
+    Intrinsics { fx: f32, fy: f32, cx: f32, cy: f32 },
 }
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        Self { apply_exif: true, max_pixels: MAX_PIXELS, allow_truncated: false, fov_from_exif: false }
+        Self { apply_exif: true, max_pixels: MAX_PIXELS, allow_truncated: false, fov: FovFrom::Estimate }
     }
 }
 
@@ -49,7 +62,7 @@ pub struct Decoded {
     pub image: RgbImage,
     pub warning: Option<String>,
     /// The field of view from the EXIF focal length, when asked for and there.
-    pub exif_fov: Option<ExifFov>,
+    pub known_fov: Option<KnownFov>,
 }
 
 /// What the file held beyond its pixels: whether another decoder given the same bytes (a
@@ -156,13 +169,13 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     // Read even when it is not applied: the file still carries it for another reader.
     let orientation = decoder.orientation().ok().filter(|&o| o != image::metadata::Orientation::NoTransforms);
     let wide_samples = decoder.color_type().bytes_per_pixel() > decoder.color_type().channel_count();
-    let exif_fov = match opts.fov_from_exif {
-        true => {
+    let known_fov = match opts.fov {
+        FovFrom::Exif => {
             use image::metadata::Orientation as O;
             let turned = opts.apply_exif && matches!(orientation, Some(O::Rotate90 | O::Rotate270 | O::Rotate90FlipH | O::Rotate270FlipH));
             decoder.exif_metadata().ok().flatten().and_then(|raw| focal::fov_x(&raw, (w, h), turned))
         }
-        false => None,
+        _ => None,
     };
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(e, &name, bytes.len()))?;
     if let Some(o) = orientation.filter(|_| opts.apply_exif) {
@@ -172,8 +185,12 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     if rgb.width() < MIN_SIDE || rgb.height() < MIN_SIDE {
         bail!("image is {}x{}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}", rgb.width(), rgb.height());
     }
+    let known_fov = match opts.fov {
+        FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (rgb.width(), rgb.height())),
+        _ => known_fov,
+    };
     let source = Source { format, oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
-    Ok((Decoded { image: rgb, warning, exif_fov }, source))
+    Ok((Decoded { image: rgb, warning, known_fov }, source))
 }
 
 /// A decoder's error in words: running out of bytes is a truncated file.

@@ -72,7 +72,7 @@ pub struct Staging<S> {
     /// What was wrong with the photo that was processed all the same.
     pub warning: Option<String>,
     /// The field of view read from the photo's EXIF and used for it (`--fov-x exif`).
-    pub exif_fov: Option<crate::image_io::ExifFov>,
+    pub known_fov: Option<crate::image_io::KnownFov>,
     pub staged: S,
     pub decode_ms: f64,
     pub prepare_ms: f64,

@@ -78,8 +78,8 @@ pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Upload>> {
         .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
         .into_owned();
     let d = loaded.decoded;
-    let staged = Upload { bytes: send, fov_x: d.exif_fov.as_ref().map(|f| f.degrees) };
-    Ok(Staging { photo: d.image, warning: d.warning, exif_fov: d.exif_fov, staged, decode_ms, prepare_ms: ms(t) })
+    let staged = Upload { bytes: send, fov_x: d.known_fov.as_ref().map(|f| f.degrees) };
+    Ok(Staging { photo: d.image, warning: d.warning, known_fov: d.known_fov, staged, decode_ms, prepare_ms: ms(t) })
 }
 
 /// `client`'s answer `r` for a photo of `photo_size`, and what the sidecar says of the server.

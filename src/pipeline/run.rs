@@ -30,6 +30,7 @@ use super::report::{self, Summary};
 use super::stages::{ms, Plan};
 use super::worker::Worker;
 use crate::fit::{Canvas, FitMode};
+use crate::image_io::FovFrom;
 use crate::infer::InferOptions;
 use crate::outputs::json::{DepthStats, InferenceInfo, ModelInfo, Sidecar, Timings};
 use crate::outputs::{self, OutputOptions};
@@ -160,7 +161,7 @@ struct Photo {
     size: (usize, usize),
     timings: Timings,
     warning: Option<String>,
-    exif_fov: Option<crate::image_io::ExifFov>,
+    known_fov: Option<crate::image_io::KnownFov>,
 }
 
 /// What the threads of one run share.
@@ -297,7 +298,7 @@ fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> 
     let size = (s.photo.width() as usize, s.photo.height() as usize);
     let image = cfg.outputs.needs_image().then_some(s.photo);
     let warning = s.warning.map(|w| format!("{}: {w}", input.path.display()));
-    Ok(Item { photo: Photo { input: input.clone(), image, size, timings, warning, exif_fov: s.exif_fov }, payload: s.staged })
+    Ok(Item { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, payload: s.staged })
 }
 
 /// The middle stage: the backend's lanes over a bounded queue. What is queued once the run
@@ -362,12 +363,13 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
             fit: cfg.fit.name().into(),
             canvas: (cfg.fit != FitMode::Exact).then_some((cfg.canvas.width, cfg.canvas.height)),
             exif_orientation: cfg.decode.apply_exif,
-            fov_x_given: photo.exif_fov.as_ref().map(|f| f.degrees).or(cfg.infer.fov_x),
-            fov_x_source: match (&photo.exif_fov, cfg.infer.fov_x, cfg.decode.fov_from_exif) {
-                (Some(f), _, _) => format!("exif: {}", f.from),
+            fov_x_given: photo.known_fov.as_ref().map(|f| f.degrees).or(cfg.infer.fov_x),
+            fov_x_source: match (&photo.known_fov, cfg.infer.fov_x, cfg.decode.fov) {
+                (Some(f), _, FovFrom::Exif) => format!("exif: {}", f.from),
+                (Some(f), _, _) => f.from.clone(),
                 (None, Some(_), _) => "given".into(),
-                (None, None, true) => "estimated: no EXIF focal length".into(),
-                (None, None, false) => "estimated".into(),
+                (None, None, FovFrom::Exif) => "estimated: no EXIF focal length".into(),
+                (None, None, _) => "estimated".into(),
             },
             server: finished.server,
         };

@@ -30,7 +30,7 @@ impl Default for Plan {
 
 impl Plan {
     /// This plan for a photo whose EXIF gave its field of view.
-    pub fn with_exif_fov(&self, fov: Option<&crate::image_io::ExifFov>) -> std::borrow::Cow<'_, Plan> {
+    pub fn with_known_fov(&self, fov: Option<&crate::image_io::KnownFov>) -> std::borrow::Cow<'_, Plan> {
         match fov {
             Some(f) => {
                 let mut plan = self.clone();

@@ -12,11 +12,11 @@ pub fn decode(data: &[u8]) {
         // 4 megapixels: keeps the fuzzer's memory limit for real decodes of claimed sizes.
         max_pixels: 1 << 22,
         allow_truncated: data.len() % 2 == 1,
-        fov_from_exif: true,
+        fov: moge::image_io::FovFrom::Exif,
     };
     if let Ok(d) = moge::image_io::decode_bytes(data, &opts) {
         assert_eq!(d.image.as_raw().len(), d.image.width() as usize * d.image.height() as usize * 3);
-        assert!(d.exif_fov.is_none_or(|f| f.degrees > 0.0 && f.degrees < 180.0));
+        assert!(d.known_fov.is_none_or(|f| f.degrees > 0.0 && f.degrees < 180.0));
     }
 }
 

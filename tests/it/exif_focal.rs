@@ -205,3 +205,60 @@ fn fov_x_takes_degrees_or_exif_and_nothing_else() {
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("'wide' is not a number of degrees or `exif`"));
 }
+
+#[test]
+fn intrinsics_give_each_photo_its_field_of_view_from_fx() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos_dir = dir.path().join("photos");
+    std::fs::create_dir(&photos_dir).unwrap();
+    std::fs::write(photos_dir.join("a.jpg"), jpeg_with_exif(80, 60, None)).unwrap();
+    // One camera's photos: one size.
+    std::fs::write(photos_dir.join("b.jpg"), jpeg_with_exif(80, 60, Some(exif_block(&[], &[(PIXEL_X, V::Long(80))])))).unwrap();
+    let weights = fixtures().join("tiny_normal.pt");
+    let batch = |out: &Path, k: &str| {
+        run(&[
+            "batch",
+            photos_dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--weights",
+            weights.to_str().unwrap(),
+            "--precision",
+            "f32",
+            "--intrinsics",
+            k,
+            "--format",
+            "json",
+        ])
+    };
+    // A centred camera with square pixels: used as it is, nothing said.
+    let out = dir.path().join("centred");
+    let r = batch(&out, "70,70,40,30");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(!stderr.contains("--intrinsics"), "{stderr}");
+    for (name, w) in [("a", 80.0), ("b", 80.0)] {
+        let side: Value = serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap();
+        let want = degrees(w / (2.0 * 70.0));
+        assert!((side["fov_x"].as_f64().unwrap() - want).abs() < 1e-3, "{name}: {} against {want}", side["fov_x"]);
+        assert_eq!(side["inference"]["fov_x_source"], "intrinsics fx 70", "{name}");
+    }
+    // fy and an off-centre principal point are not used, and that is said once.
+    let off = dir.path().join("off");
+    let r = batch(&off, "70,75,10,30");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("moge: note: --intrinsics").count(), 1, "{stderr}");
+    let side: Value = serde_json::from_slice(&std::fs::read(off.join("a.json")).unwrap()).unwrap();
+    assert!((side["fov_x"].as_f64().unwrap() - degrees(80.0 / 140.0)).abs() < 1e-3);
+    let said = side["inference"]["fov_x_source"].as_str().unwrap();
+    assert!(said.contains("not used: fy 75") && said.contains("principal point (10, 30) off the centre (40, 30)"), "{said}");
+    // Four numbers, positive focal lengths; not with --fov-x.
+    for bad in ["70,70,40", "0,70,40,30", "a,b,c,d"] {
+        let r = batch(&dir.path().join("bad"), bad);
+        assert_eq!(r.status.code(), Some(2), "{bad}");
+    }
+    let r = run(&["batch", ".", "-o", "x", "--intrinsics", "70,70,40,30", "--fov-x", "60"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("cannot be used with"));
+}
