@@ -6,10 +6,12 @@
 //! - [`geometry`]: PyTorch-faithful resizes, the UV plane, the focal/shift solve.
 //! - [`infer`]: upstream `MoGeModel.infer` post-processing into a [`Prediction`].
 //! - [`loader`]: a model by published name or checkpoint path, on a device, at a precision.
-//! - [`image_io`]: reading photos as the upstream CLI reads them.
+//! - [`image_io`]: reading photos as the upstream CLI reads them (and a camera's field of view
+//!   from their EXIF).
 //! - [`fit`]: `--fit pad|stretch`, every photo onto one canvas aspect and the outputs back.
 //! - [`outputs`]: writing predictions (npz, ...).
-//! - [`pipeline`]: decode threads, the device worker (or a server), encode threads.
+//! - [`pipeline`]: decode threads, the device worker (or a server, or a pool of them), encode
+//!   threads.
 //! - [`predictor`]: a model here or on a server for one image or a list, predictions in memory
 //!   (the face of the Python and C++ bindings).
 //! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
@@ -23,7 +25,8 @@
 //! What a program needs is re-exported here: [`load`] a model by name or path ([`LoadOptions`]),
 //! [`Model::infer`] an image in memory or [`Model::infer_file`] a photo with [`InferOptions`],
 //! and [`run`] the pipeline over a list of photos with a callback per result ([`Record`]),
-//! locally ([`Engine::Local`]) or on a server ([`Engine::Remote`]).
+//! locally ([`Engine::Local`]), on a server ([`Engine::Remote`]) or on a pool of servers
+//! ([`Engine::Pool`]).
 //!
 //! One photo in memory:
 //!
