@@ -20,7 +20,8 @@ use moge::pipeline::run::{self, Config};
 #[command(after_help = "Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal error, 130 interrupted.")]
 pub struct BatchArgs {
     /// Directories (searched recursively for jpg, jpeg, png, webp, bmp, tif, tiff; hidden
-    /// files and directories skipped) or image files.
+    /// files and directories skipped) or image files. HEIC/HEIF and AVIF photos are found too and
+    /// each fails with what to convert them with (not decoded yet).
     #[arg(value_name = "DIR", required_unless_present = "from_list")]
     pub inputs: Vec<PathBuf>,
     /// Also read image paths from FILE, one per line ('-' for stdin; '#' starts a comment).

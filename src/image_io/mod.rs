@@ -129,6 +129,12 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     if bytes.is_empty() {
         bail!("empty file");
     }
+    if let Some(kind) = undecoded_container(bytes) {
+        bail!(
+            "a {kind} photo, which this moge cannot decode yet; convert it first, e.g. `heif-convert IN OUT.jpg` (Debian and Ubuntu: \
+             package libheif-examples) or `ffmpeg -i IN OUT.png`"
+        );
+    }
     let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().context("cannot read")?;
     let Some(format) = reader.format() else { bail!("not an image (unrecognised format)") };
     let name = match format {
@@ -191,6 +197,27 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     };
     let source = Source { format, oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
     Ok((Decoded { image: rgb, warning, known_fov }, source))
+}
+
+/// `HEIC/HEIF` or `AVIF` for a file in those ISO base media containers (an `ftyp` box first,
+/// by its major or a compatible brand).
+fn undecoded_container(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.len() < 16 || &bytes[4..8] != b"ftyp" {
+        return None;
+    }
+    let size = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+    let end = size.clamp(16, bytes.len());
+    // The major brand, then the compatible brands after the minor version.
+    let brands = std::iter::once(&bytes[8..12]).chain(bytes[16..end].chunks_exact(4));
+    let mut kind = None;
+    for b in brands {
+        match b {
+            b"avif" | b"avis" => return Some("AVIF"),
+            b"heic" | b"heix" | b"hevc" | b"hevx" | b"heim" | b"heis" | b"hevm" | b"hevs" | b"mif1" | b"msf1" => kind = Some("HEIC/HEIF"),
+            _ => {}
+        }
+    }
+    kind
 }
 
 /// A decoder's error in words: running out of bytes is a truncated file.

@@ -8,8 +8,10 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-/// Extensions taken from directories (compared case-insensitively).
-pub const EXTENSIONS: [&str; 7] = ["jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff"];
+/// Extensions taken from directories (compared case-insensitively). HEIC/HEIF and AVIF, which
+/// this build does not decode, are taken too, so that a phone's photos are each reported with
+/// what to do rather than skipped without a word.
+pub const EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "heic", "heif", "avif"];
 
 /// One photo to process.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -192,3 +192,42 @@ fn a_decompression_bomb_is_refused_before_decoding_and_the_limit_can_be_raised()
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("64x48") && err.contains("over the limit of 0.001 megapixels"), "{err}");
 }
+
+/// The start of an ISO base media file: an `ftyp` box of `major` and `compatible` brands, then
+/// the start of a `meta` box (what a phone's HEIC or a browser's AVIF begins with).
+fn iso_media(major: &[u8; 4], compatible: &[&[u8; 4]]) -> Vec<u8> {
+    let size = 16 + 4 * compatible.len();
+    let mut v = (size as u32).to_be_bytes().to_vec();
+    v.extend(b"ftyp");
+    v.extend(major);
+    v.extend(0u32.to_be_bytes());
+    for b in compatible {
+        v.extend(*b);
+    }
+    v.extend(12u32.to_be_bytes());
+    v.extend(b"meta");
+    v.extend([0u8; 4]);
+    v
+}
+
+#[test]
+fn heic_and_avif_photos_are_found_and_each_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos_dir = dir.path().join("phone");
+    std::fs::create_dir(&photos_dir).unwrap();
+    std::fs::copy(fixtures().join("images/rgb_64x48.png"), photos_dir.join("ok.png")).unwrap();
+    std::fs::write(photos_dir.join("IMG_0001.HEIC"), iso_media(b"heic", &[b"mif1", b"heic"])).unwrap();
+    // An AVIF whose major brand is the generic image brand: the compatible list says AVIF.
+    std::fs::write(photos_dir.join("shot.avif"), iso_media(b"mif1", &[b"avif", b"mif1", b"miaf"])).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = run_tiny(&["batch", photos_dir.to_str().unwrap(), "-o", out_dir.to_str().unwrap()]);
+    let lines = stderr_lines(&out);
+    assert_eq!(out.status.code(), Some(1), "{lines:?}");
+    let said = |name: &str, kind: &str| {
+        lines.iter().any(|l| l.contains(name) && l.contains(&format!("a {kind} photo, which this moge cannot decode yet")) && l.contains("heif-convert"))
+    };
+    assert!(said("IMG_0001.HEIC", "HEIC/HEIF"), "{lines:?}");
+    assert!(said("shot.avif", "AVIF"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("1 done, 2 failed")), "{lines:?}");
+    assert!(out_dir.join("ok.npz").exists() && !out_dir.join("IMG_0001.npz").exists() && !out_dir.join("shot.npz").exists());
+}
