@@ -16,7 +16,11 @@
 //! child) and its wall time per photo. One client core then feeds 1000 / (CPU ms per photo) photos
 //! per second.
 
-// The tests' stand-in server; this program uses only part of it.
+// The tests' stand-in server and the loopback server under it; this program uses only part of
+// them.
+#[allow(dead_code)]
+#[path = "../tests/it/support/mock.rs"]
+mod mock;
 #[allow(dead_code)]
 #[path = "../tests/it/support/stand_in.rs"]
 mod stand_in;

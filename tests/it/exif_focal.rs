@@ -118,6 +118,12 @@ fn photos(dir: &Path) -> Vec<(&'static str, Option<f64>, &'static str)> {
     ]
 }
 
+/// `moge batch PHOTOS -o OUT` with the fixture model, and `extra`.
+fn local_batch(photos: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let weights = fixtures().join("tiny_normal.pt");
+    run(&[&["batch", photos.to_str().unwrap(), "-o", out.to_str().unwrap(), "--weights", weights.to_str().unwrap(), "--precision", "f32"], extra].concat())
+}
+
 fn check(out: &Path, expected: &[(&str, Option<f64>, &str)]) {
     for (name, fov, source) in expected {
         let side: Value = serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap();
@@ -144,23 +150,8 @@ fn fov_x_exif_uses_the_cameras_focal_length() {
     let photos_dir = dir.path().join("photos");
     std::fs::create_dir(&photos_dir).unwrap();
     let expected = photos(&photos_dir);
-    let weights = fixtures().join("tiny_normal.pt");
     let out = dir.path().join("out");
-    let args = [
-        "batch",
-        photos_dir.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--weights",
-        weights.to_str().unwrap(),
-        "--precision",
-        "f32",
-        "--fov-x",
-        "exif",
-        "--format",
-        "npz,json",
-    ];
-    let r = run(&args);
+    let r = local_batch(&photos_dir, &out, &["--fov-x", "exif", "--format", "npz,json"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     check(&out, &expected);
     // The rotated photo is shown portrait, as the orientation says.
@@ -181,19 +172,7 @@ fn fov_x_exif_uses_the_cameras_focal_length() {
 
     // Without `exif`, the tags are not read.
     let plain = dir.path().join("plain");
-    let args = [
-        "batch",
-        photos_dir.to_str().unwrap(),
-        "-o",
-        plain.to_str().unwrap(),
-        "--weights",
-        weights.to_str().unwrap(),
-        "--precision",
-        "f32",
-        "--format",
-        "json",
-    ];
-    assert!(run(&args).status.success());
+    assert!(local_batch(&photos_dir, &plain, &["--format", "json"]).status.success());
     let side: Value = serde_json::from_slice(&std::fs::read(plain.join("f35.json")).unwrap()).unwrap();
     assert_eq!(side["inference"]["fov_x_source"], "estimated");
     assert!((side["fov_x"].as_f64().unwrap() - expected[0].1.unwrap()).abs() > 0.01);

@@ -4,7 +4,6 @@
 //! not there or goes away.
 
 use std::io::{Cursor, Write};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use moge::remote::{image_for_server, read_prediction, Client, ClientOptions, Rem
 use moge::Prediction;
 use serde_json::{json, Value};
 
+use crate::support::mock::Mock;
 use crate::support::paths::fixtures;
 use crate::support::png::chunk;
 
@@ -236,47 +236,6 @@ fn npz_errors_name_the_array_and_the_reason() {
 
 // ---------------------------------------------------------------------------------------------
 // Mock servers
-
-/// A server on 127.0.0.1 in its own thread and runtime; dropping it closes the listener and
-/// every connection.
-struct Mock {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Mock {
-    fn start(app: Router) -> Mock {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                tokio::select! {
-                    _ = axum::serve(listener, app) => {}
-                    _ = stopped => {}
-                }
-            });
-            // Handlers still running (a sleeping one) and idle connections go with the runtime.
-            rt.shutdown_timeout(Duration::from_millis(100));
-        });
-        Mock { addr, stop: Some(stop), thread: Some(thread) }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let _ = self.thread.take().unwrap().join();
-    }
-}
 
 /// `/health`, `/info` (as given) and `/predict`.
 fn app(info: Value, predict: MethodRouter) -> Router {

@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod hub_server;
+pub mod mock;
 pub mod npz;
 pub mod own_process;
 pub mod paths;

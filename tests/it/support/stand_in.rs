@@ -1,7 +1,7 @@
 //! A stand-in MoGe-2 server for the client side's tests and benchmarks (`examples/pool_bench.rs`
-//! includes this file too): on 127.0.0.1, in its own thread and runtime, it answers `/predict`
-//! after a fixed delay with a made-up prediction of the photo's size, so that a test of a pool
-//! measures the pool and not the two cores. Dropping it closes the listener and every connection.
+//! includes this file too, with `mock.rs`): a [`Mock`] that answers `/predict` after a fixed
+//! delay with a made-up prediction of the photo's size, so that a test of a pool measures the
+//! pool and not the two cores.
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -19,11 +19,11 @@ use moge::outputs::npz::{encode, Compression, NormalDtype};
 use moge::Prediction;
 use serde_json::{json, Value};
 
+use super::mock::Mock;
+
 pub struct StandIn {
-    pub addr: SocketAddr,
+    mock: Mock,
     requests: Arc<AtomicUsize>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StandIn {
@@ -34,40 +34,18 @@ impl StandIn {
 
     /// On `addr` (a server that comes back where it was).
     pub fn start_on(addr: SocketAddr, delay: Duration) -> std::io::Result<StandIn> {
-        let listener = std::net::TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicUsize::new(0));
-        let app = app(delay, requests.clone());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                tokio::select! {
-                    _ = axum::serve(listener, app) => {}
-                    _ = stopped => {}
-                }
-            });
-            rt.shutdown_timeout(Duration::from_millis(100));
-        });
-        Ok(StandIn { addr, requests, stop: Some(stop), thread: Some(thread) })
+        let mock = Mock::start_on(addr, app(delay, requests.clone()))?;
+        Ok(StandIn { mock, requests })
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.mock.url()
     }
 
     /// Predictions asked of it so far.
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for StandIn {
-    fn drop(&mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let _ = self.thread.take().unwrap().join();
     }
 }
 
