@@ -39,7 +39,6 @@ pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<Known
     let exif = Reader::new().read_raw(raw.to_vec()).ok()?;
     let (sw, sh) = (stored.0 as f64, stored.1 as f64);
     let (w, h) = if quarter_turn { (sh, sw) } else { (sw, sh) };
-    let degrees = |half_tan: f64| (2.0 * half_tan.atan()).to_degrees();
     if let Some(f35) = number(&exif, Tag::FocalLengthIn35mmFilm) {
         let half_diagonal = FULL_FRAME_DIAGONAL / (2.0 * f35);
         let fov = degrees(half_diagonal * w / w.hypot(h));
@@ -89,7 +88,12 @@ pub fn from_intrinsics(k: [f32; 4], size: (u32, u32)) -> Option<KnownFov> {
         }
         from.push_str(&format!(" (not used: {})", unused.join(", ")));
     }
-    finite((2.0 * (w / (2.0 * fx)).atan()).to_degrees(), from)
+    finite(degrees(w / (2.0 * fx)), from)
+}
+
+/// The full angle, in degrees, whose half has tangent `half_tan`.
+fn degrees(half_tan: f64) -> f64 {
+    (2.0 * half_tan.atan()).to_degrees()
 }
 
 fn finite(fov: f64, from: String) -> Option<KnownFov> {

@@ -215,20 +215,9 @@ impl Pool {
         Ok(Self { inner, prober: Some(prober) })
     }
 
-    /// The servers, as given.
-    pub fn urls(&self) -> Vec<&str> {
-        self.inner.members.iter().map(|m| m.url.as_str()).collect()
-    }
-
     /// A server that has answered.
     fn first(&self) -> Arc<Client> {
         self.inner.members.iter().find_map(|m| m.client()).expect("a pool has a server that answered")
-    }
-
-    /// Which servers are up now, as given.
-    pub fn up(&self) -> Vec<&str> {
-        let st = self.inner.lock();
-        self.inner.members.iter().zip(&st.health).filter(|(_, h)| matches!(h, Health::Up)).map(|(m, _)| m.url.as_str()).collect()
     }
 }
 

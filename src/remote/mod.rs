@@ -175,7 +175,7 @@ impl Again {
     const NEVER: Again = Again { unreachable: false, timeout: false, limit: None };
 }
 
-/// The longest a `/health` probe of [`Client::health`] waits.
+/// The longest each request of a probe ([`Client::probe`]) waits.
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
 
 /// Which answer format the server is known to give.
@@ -274,12 +274,6 @@ impl Client {
             }
         }
         Ok(client)
-    }
-
-    /// One `GET /health`, not retried and given at most 5 s: whether the server is there and
-    /// ready (a server that is loading or warming up answers 503).
-    pub fn health(&self) -> Result<(), RemoteError> {
-        self.call("/health", None, 0, Again { limit: Some(PROBE_LIMIT), ..Again::NEVER }).0.map(drop)
     }
 
     /// The server's base URL, as requests are made to it.
