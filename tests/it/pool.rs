@@ -204,7 +204,10 @@ fn when_every_server_dies_the_batch_stops_with_nothing_half_written() {
     assert!(stopped.contains("no server of the pool answers"), "{stderr}");
     for u in &urls {
         assert!(stopped.contains(u.as_str()), "{u} not named: {stderr}");
-        assert_eq!(stderr.matches(&format!("cannot reach the server at {u}")).count(), 1, "{stderr}");
+        // Taken out once, with one warning; a photo that failed on every server may name it
+        // again in its own error line, which is not a second warning.
+        let warned = format!("moge: warning: cannot reach the server at {u}");
+        assert_eq!(stderr.lines().filter(|l| l.starts_with(&warned)).count(), 1, "{stderr}");
     }
     // What was written is whole: no temporary file, each photo's outputs all there, each npz
     // readable; and not every photo was done.
