@@ -2,7 +2,7 @@
 # Every test of the project, as README.md gives it: cargo's (the library, the `moge` binary and
 # its command line), the C++ library's (built with CMake and g++), then the Python bindings' (built
 # with maturin into a fresh virtual environment and imported by a real interpreter) and deploy/'s.
-# Needs cmake, python3 with venv and pip, and PyPI.
+# Needs cmake, ffmpeg (the video tests), python3 with venv and pip, and PyPI.
 # Each step's wall time goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."

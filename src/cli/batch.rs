@@ -19,8 +19,10 @@ use moge::pipeline::run::{self, Config};
 #[derive(Args, Debug)]
 #[command(after_help = "Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal error, 130 interrupted.")]
 pub struct BatchArgs {
-    /// Directories (searched recursively for jpg, jpeg, png, webp, bmp, tif, tiff; hidden
-    /// files and directories skipped) or image files. HEIC/HEIF and AVIF photos are found too and
+    /// Directories (searched recursively for jpg, jpeg, png, webp, bmp, tif, tiff and videos;
+    /// hidden files and directories skipped), image files or videos (mp4, mov, mkv, webm, avi,
+    /// ...: decoded by ffmpeg, each frame's outputs in a folder named after the video:
+    /// clip.mp4 gives OUT/clip/000000.npz, ...). HEIC/HEIF and AVIF photos are found too and
     /// each fails with what to convert them with (not decoded yet).
     #[arg(value_name = "DIR", required_unless_present = "from_list")]
     pub inputs: Vec<PathBuf>,
@@ -40,6 +42,8 @@ pub struct BatchArgs {
     pub input: InputArgs,
     #[command(flatten)]
     pub remote: RemoteArgs,
+    #[command(flatten)]
+    pub video: VideoArgs,
     /// How photos meet the network: at their own aspect, or padded / stretched onto --canvas
     /// (one token grid for every photo); outputs always have the photo's size.
     #[arg(long, value_enum, default_value_t = FitMode::Exact.into())]
@@ -68,6 +72,26 @@ pub struct BatchArgs {
     /// Print where the time goes per stage, and throughput against forwards alone.
     #[arg(long)]
     pub stats: bool,
+}
+
+/// Which frames of a video are taken.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Videos")]
+pub struct VideoArgs {
+    /// Take every Nth frame of each video, from the first (frames keep their numbers in the
+    /// video: --every 10 gives 000000, 000010, ...).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "fps")]
+    pub every: Option<u64>,
+    /// Take at most F frames per second of each video's time: the first frame at or after each
+    /// 1/F s.
+    #[arg(long, value_name = "F", value_parser = super::parse_positive)]
+    pub fps: Option<f32>,
+}
+
+impl VideoArgs {
+    pub fn sampling(&self) -> moge::image_io::video::Sampling {
+        moge::image_io::video::Sampling { every: self.every.unwrap_or(1), fps: self.fps.map(f64::from) }
+    }
 }
 
 /// Ctrl-C (or SIGTERM) once: stop taking new photos and finish the ones in progress. Twice:
@@ -121,6 +145,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         canvas: args.canvas,
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(run::default_jobs),
         skip_existing: args.skip_existing,
+        frames: args.video.sampling(),
         progress: true,
         quiet: args.quiet,
         json: args.json,

@@ -4,6 +4,7 @@
 
 pub mod focal;
 mod integrity;
+pub mod video;
 
 pub use focal::KnownFov;
 
@@ -197,6 +198,20 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     };
     let source = Source { format, oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
     Ok((Decoded { image: rgb, warning, known_fov }, source))
+}
+
+/// An image decoded elsewhere (a video's frame) as a decoded photo: the size checked and the
+/// field of view of `--intrinsics` applied (a frame has no EXIF).
+pub fn from_pixels(image: RgbImage, opts: &DecodeOptions) -> Result<Decoded> {
+    let (w, h) = image.dimensions();
+    if w < MIN_SIDE || h < MIN_SIDE {
+        bail!("image is {w}x{h}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}");
+    }
+    let known_fov = match opts.fov {
+        FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (w, h)),
+        _ => None,
+    };
+    Ok(Decoded { image, warning: None, known_fov })
 }
 
 /// `HEIC/HEIF` or `AVIF` for a file in those ISO base media containers (an `ftyp` box first,

@@ -13,6 +13,9 @@ use crate::infer::Prediction;
 #[derive(Debug, Clone, Serialize)]
 pub struct Sidecar {
     pub input: String,
+    /// The frame of the video `input`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frame: Option<FrameInfo>,
     pub width: usize,
     pub height: usize,
     /// Degrees.
@@ -29,6 +32,15 @@ pub struct Sidecar {
     pub tool: ToolInfo,
     pub inference: InferenceInfo,
     pub timings_ms: Timings,
+}
+
+/// Which frame of a video a sidecar is of.
+#[derive(Debug, Clone, Serialize)]
+pub struct FrameInfo {
+    /// Its number in the video, from 0 (every decoded frame counted).
+    pub index: u64,
+    /// Its presentation time, seconds.
+    pub time_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -298,6 +310,7 @@ impl Sidecar {
         let (fov_x, fov_y) = p.fov_degrees();
         Self {
             input,
+            frame: None,
             width: p.width,
             height: p.height,
             fov_x,

@@ -1,10 +1,13 @@
 //! Which photos a run processes and where their outputs go: directories walked recursively
-//! (sorted, hidden entries skipped, image extensions only), explicit lists, and a
-//! deterministic shard of the whole set.
+//! (sorted, hidden entries skipped, image and video extensions only), explicit lists, and a
+//! deterministic shard of the whole set (a video's frames stay together in its shard).
 
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use image::RgbImage;
 
 use anyhow::{bail, Context, Result};
 
@@ -13,20 +16,99 @@ use anyhow::{bail, Context, Result};
 /// what to do rather than skipped without a word.
 pub const EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "heic", "heif", "avif"];
 
-/// One photo to process.
+/// One photo to process: a file, or a frame of a video.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Input {
+    /// The photo's file, or the video's.
     pub path: PathBuf,
-    /// The output stem relative to the output directory: `sub/x` for `DIR/sub/x.jpg`.
+    /// The output stem relative to the output directory: `sub/x` for `DIR/sub/x.jpg`,
+    /// `sub/clip/000012` for frame 12 of `DIR/sub/clip.mp4`.
     pub rel: PathBuf,
     /// Set when this input cannot be processed before it starts (e.g. an output-name clash).
     pub problem: Option<String>,
-    /// Its place in the run's list, set by the run (its records carry it).
+    /// Its place in the run's list, set by the run (its records carry it; a video's frames
+    /// share the video's).
     pub index: usize,
+    /// The frame, where the input is one frame of the video at `path`.
+    pub frame: Option<VideoFrame>,
+}
+
+/// A frame of a video as an input of its own, made by the run as it reads the video.
+#[derive(Clone)]
+pub struct VideoFrame {
+    /// Its number in the video (every decoded frame counted, from 0).
+    pub index: u64,
+    /// Its presentation time, seconds.
+    pub time: Option<f64>,
+    /// Its place among the frames taken from the video (0, 1, 2, ...).
+    pub seq: u64,
+    /// Milliseconds that ffmpeg took to hand it over (its decode time).
+    pub read_ms: f64,
+    /// The decoded pixels, handed to the decode thread that takes them.
+    pub pixels: Arc<Mutex<Option<RgbImage>>>,
+}
+
+impl VideoFrame {
+    pub fn new(frame: crate::image_io::video::Frame, seq: u64) -> Self {
+        VideoFrame { index: frame.index, time: frame.time, seq, read_ms: frame.read_ms, pixels: Arc::new(Mutex::new(Some(frame.image))) }
+    }
+
+    /// The pixels, once: a second call is an error (no input is decoded twice).
+    pub fn take_pixels(&self) -> Result<RgbImage> {
+        self.pixels.lock().unwrap_or_else(|e| e.into_inner()).take().context("the frame's pixels were already used")
+    }
+}
+
+impl std::fmt::Debug for VideoFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VideoFrame").field("index", &self.index).field("time", &self.time).field("seq", &self.seq).finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for VideoFrame {
+    fn eq(&self, other: &Self) -> bool {
+        (self.index, self.seq) == (other.index, other.seq) && self.time.map(f64::to_bits) == other.time.map(f64::to_bits)
+    }
+}
+
+impl Eq for VideoFrame {}
+
+impl Input {
+    /// How messages name the input: its path, and the frame of a video.
+    pub fn name(&self) -> String {
+        match &self.frame {
+            Some(f) => format!("{} frame {}{}", self.path.display(), f.index, f.time.map(|t| format!(" ({t:.3} s)")).unwrap_or_default()),
+            None => self.path.display().to_string(),
+        }
+    }
+
+    /// Whether this is a video that the run reads frame by frame.
+    pub fn is_video(&self) -> bool {
+        self.frame.is_none() && crate::image_io::video::is_video(&self.path)
+    }
+
+    /// The input of one frame of this video: its outputs in a folder named after the video.
+    pub fn frame(&self, frame: VideoFrame) -> Input {
+        let rel = self.rel.join(format!("{:06}", frame.index));
+        Input { path: self.path.clone(), rel, problem: None, index: self.index, frame: Some(frame) }
+    }
+
+    /// The photo decoded: the file read, or the frame's pixels taken.
+    pub fn decode(&self, opts: &crate::image_io::DecodeOptions) -> Result<crate::image_io::Decoded> {
+        match &self.frame {
+            Some(f) => crate::image_io::from_pixels(f.take_pixels()?, opts).with_context(|| self.name()),
+            None => crate::image_io::load_rgb_with(&self.path, opts),
+        }
+    }
 }
 
 pub fn has_image_extension(p: &Path) -> bool {
     p.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+/// A photo or a video, by its extension.
+fn is_input_file(p: &Path) -> bool {
+    has_image_extension(p) || crate::image_io::video::is_video(p)
 }
 
 fn is_hidden(name: &std::ffi::OsStr) -> bool {
@@ -67,9 +149,9 @@ pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
                 continue;
             }
         };
-        if entry.file_type().is_file() && has_image_extension(entry.path()) {
+        if entry.file_type().is_file() && is_input_file(entry.path()) {
             let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0 });
+            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0, frame: None });
         }
     }
     Ok(out)
@@ -78,7 +160,7 @@ pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
 /// One file given by name: its outputs go to the top of the output directory.
 pub fn file_input(p: &Path) -> Input {
     let name = p.file_name().map(PathBuf::from).unwrap_or_else(|| p.to_owned());
-    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0 }
+    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0, frame: None }
 }
 
 /// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
@@ -113,7 +195,7 @@ pub fn from_list(list: &Path) -> Result<Vec<Input>> {
             continue;
         }
         let p = PathBuf::from(t);
-        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0 });
+        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0, frame: None });
     }
     Ok(out)
 }
@@ -228,7 +310,7 @@ pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>, out
     }
     let total = inputs.len();
     if total == 0 {
-        bail!("no images found (extensions: {})", EXTENSIONS.join(", "));
+        bail!("no images or videos found (extensions: {}, {})", EXTENSIONS.join(", "), crate::image_io::video::EXTENSIONS.join(", "));
     }
     mark_collisions(&mut inputs);
     if let Some(s) = shard {
@@ -309,7 +391,7 @@ mod tests {
 
     #[test]
     fn collisions_are_marked_on_the_later_input() {
-        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0 };
+        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0, frame: None };
         let mut v = vec![mk("a/x.jpg"), mk("a/x.png"), mk("a/y.png")];
         mark_collisions(&mut v);
         assert!(v[0].problem.is_none() && v[2].problem.is_none());

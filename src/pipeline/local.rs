@@ -51,7 +51,7 @@ impl Backend for LocalBackend {
 
     fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Staged>> {
         let t = Instant::now();
-        let crate::image_io::Decoded { image: photo, warning, known_fov } = crate::image_io::load_rgb_with(&input.path, decode)?;
+        let crate::image_io::Decoded { image: photo, warning, known_fov } = input.decode(decode)?;
         let decode_ms = ms(t);
         let staged = stages::prepare(self.model(), &photo, &plan.with_known_fov(known_fov.as_ref()))?;
         let prepare_ms = staged.prepare_ms;

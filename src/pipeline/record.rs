@@ -20,6 +20,8 @@ pub enum Status {
 #[derive(Debug, Clone)]
 pub struct Record {
     pub input: PathBuf,
+    /// The frame of the video `input`: its number and time (seconds).
+    pub frame: Option<(u64, Option<f64>)>,
     /// The input's place in the run's list.
     pub index: usize,
     pub status: Status,
@@ -49,7 +51,7 @@ impl Record {
     /// An input that failed with `err` after `timings` of work.
     pub fn failed(input: &Input, err: &anyhow::Error, timings: Timings) -> Self {
         let msg = error_line(err);
-        let shown = input.path.display().to_string();
+        let shown = input.name();
         // Errors from reading the photo already start with its path.
         let error = if msg.starts_with(&shown) { msg } else { format!("{shown}: {msg}") };
         let io_kind = err.chain().find_map(|c| c.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
@@ -59,6 +61,7 @@ impl Record {
     pub(crate) fn new(input: &Input, status: Status, outputs: Vec<PathBuf>, timings: Timings) -> Self {
         Record {
             input: input.path.clone(),
+            frame: input.frame.as_ref().map(|f| (f.index, f.time)),
             index: input.index,
             status,
             outputs,

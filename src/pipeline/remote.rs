@@ -71,13 +71,21 @@ impl Upload {
 /// file to send for it.
 pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Upload>> {
     let t = Instant::now();
-    let loaded = crate::image_io::load_with_source(&input.path, decode)?;
+    let (d, file) = match input.frame {
+        Some(_) => (input.decode(decode)?, None),
+        None => {
+            let l = crate::image_io::load_with_source(&input.path, decode)?;
+            (l.decoded, Some((l.bytes, l.source)))
+        }
+    };
     let decode_ms = ms(t);
     let t = Instant::now();
-    let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)
-        .with_context(|| format!("{}: cannot encode the photo for the server", input.path.display()))?
-        .into_owned();
-    let d = loaded.decoded;
+    // A file goes as it is where the server would decode it alike; a video's frame as a PNG.
+    let send = match &file {
+        Some((bytes, source)) => crate::remote::image_for_server(bytes, source, &d.image).map(|c| c.into_owned()),
+        None => crate::remote::png_for_server(&d.image),
+    }
+    .with_context(|| format!("{}: cannot encode the photo for the server", input.name()))?;
     let staged = Upload { bytes: send, fov_x: d.known_fov.as_ref().map(|f| f.degrees) };
     Ok(Staging { photo: d.image, warning: d.warning, known_fov: d.known_fov, staged, decode_ms, prepare_ms: ms(t) })
 }

@@ -50,7 +50,7 @@ impl Summary {
 
 /// The image's line for `--json` on stdout. A closed stdout (`| head`) must not stop the batch.
 pub(crate) fn json_line(rec: &Record) {
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "input": rec.input.display().to_string(),
         "status": rec.status,
         "outputs": rec.outputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
@@ -58,6 +58,9 @@ pub(crate) fn json_line(rec: &Record) {
         "error": rec.error,
         "warning": rec.warning,
     });
+    if let Some((index, time)) = rec.frame {
+        line["frame"] = serde_json::json!({"index": index, "time_s": time});
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let _ = writeln!(out, "{line}").and_then(|_| out.flush());

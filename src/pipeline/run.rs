@@ -11,7 +11,7 @@
 //! stops the feeder; queued images are dropped, images already through the forward are written.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -21,7 +21,7 @@ use image::RgbImage;
 
 use super::backend::Backend;
 use super::guard::{guarded, install_panic_hook};
-use super::inputs::Input;
+use super::inputs::{Input, VideoFrame};
 use super::local::{LocalBackend, LocalForwarded};
 use super::pool::{Pool, PoolBackend};
 use super::record::{Record, Status};
@@ -30,9 +30,10 @@ use super::report::{self, Summary};
 use super::stages::{ms, Plan};
 use super::worker::Worker;
 use crate::fit::{Canvas, FitMode};
+use crate::image_io::video::{Frames, Sampling};
 use crate::image_io::FovFrom;
 use crate::infer::InferOptions;
-use crate::outputs::json::{DepthStats, InferenceInfo, ModelInfo, Sidecar, Timings};
+use crate::outputs::json::{DepthStats, FrameInfo, InferenceInfo, ModelInfo, Sidecar, Timings};
 use crate::outputs::{self, OutputOptions};
 use crate::Model;
 
@@ -45,6 +46,8 @@ pub struct Config {
     pub fit: FitMode,
     pub canvas: Canvas,
     pub decode: crate::image_io::DecodeOptions,
+    /// Which frames of each video are taken.
+    pub frames: Sampling,
     /// Host threads per host stage (decode, encode).
     pub jobs: usize,
     pub skip_existing: bool,
@@ -82,6 +85,7 @@ impl Config {
             fit,
             canvas,
             decode: crate::image_io::DecodeOptions::default(),
+            frames: Sampling::default(),
             jobs: default_jobs(),
             skip_existing: false,
             progress: false,
@@ -171,6 +175,8 @@ struct Shared<S> {
     stop: Arc<AtomicBool>,
     /// Staged photos kept for `--stats`' forward-only comparison.
     samples: Option<Mutex<Vec<S>>>,
+    /// Inputs beyond the list's: the frames of its videos, past each video's first.
+    more: AtomicUsize,
 }
 
 impl<S> Shared<S> {
@@ -187,7 +193,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
     install_panic_hook();
     let started = Instant::now();
     let jobs = cfg.jobs.max(1);
-    let shared = Arc::new(Shared { halt: AtomicBool::new(false), stop: stop.clone(), samples: cfg.stats.then(Mutex::default) });
+    let shared = Arc::new(Shared { halt: AtomicBool::new(false), stop: stop.clone(), samples: cfg.stats.then(Mutex::default), more: AtomicUsize::new(0) });
     let (plan, sha) = (cfg.plan(), OnceLock::new());
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
 
@@ -225,7 +231,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
             s.spawn(move || encode_stage(backend, cfg, plan, sha, forwarded, rec));
         }
         drop((fwd_rx, rec_tx));
-        collect(&mut summary, rec_rx, cfg, &shared.halt, &mut on_record);
+        collect(&mut summary, rec_rx, cfg, shared, &mut on_record);
     });
     summary.interrupted = stop.load(Ordering::Relaxed);
     // Once per run rather than per file (see `outputs::sync_written`); a failure here is a
@@ -241,9 +247,19 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
     summary
 }
 
-/// Hands the inputs to the decoders, answering at once for those that need no work.
+/// Hands the inputs to the decoders, answering at once for those that need no work; a video's
+/// frames are handed on one by one as ffmpeg decodes them.
 fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, inputs: Vec<Input>, jobs: Sender<Input>, records: Sender<Record>) {
     let has_normal = backend.has_normal();
+    // False once the decoders are gone.
+    let hand_on = |input: Input| -> bool {
+        let planned = outputs::planned_paths(&cfg.stem(&input), &cfg.outputs, has_normal);
+        if cfg.skip_existing && planned.iter().all(|p| p.exists()) {
+            let _ = records.send(Record::skipped(&input, planned));
+            return true;
+        }
+        jobs.send(input).is_ok()
+    };
     for (index, mut input) in inputs.into_iter().enumerate() {
         if shared.halted() {
             break;
@@ -253,15 +269,58 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, input
             let _ = records.send(Record::failed(&input, &anyhow!("{p}"), Timings::default()));
             continue;
         }
-        let planned = outputs::planned_paths(&cfg.stem(&input), &cfg.outputs, has_normal);
-        if cfg.skip_existing && planned.iter().all(|p| p.exists()) {
-            let _ = records.send(Record::skipped(&input, planned));
-            continue;
-        }
-        if jobs.send(input).is_err() {
+        let more = if input.is_video() { feed_video(cfg, shared, &input, &records, &hand_on) } else { hand_on(input) };
+        if !more {
             break;
         }
     }
+}
+
+/// The frames of `video` that `--every` / `--fps` take, each an input of its own. A video
+/// that ffmpeg cannot read fails as one input; one that stops early keeps the frames it gave,
+/// with a warning naming where it stopped.
+fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Sender<Record>, hand_on: &impl Fn(Input) -> bool) -> bool {
+    let mut frames = match Frames::open(&video.path) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = records.send(Record::failed(video, &e, Timings::default()));
+            return true;
+        }
+    };
+    let mut take = cfg.frames.selector();
+    let mut seq = 0;
+    let mut cut = None;
+    while !shared.halted() {
+        match frames.next_frame() {
+            Ok(Some(f)) if take(f.index, f.time) => {
+                if seq > 0 {
+                    shared.more.fetch_add(1, Ordering::Relaxed);
+                }
+                if !hand_on(video.frame(VideoFrame::new(f, seq))) {
+                    return false;
+                }
+                seq += 1;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                cut = Some(crate::console::error_line(&e));
+                break;
+            }
+        }
+    }
+    let warning = match frames.finish() {
+        Ok(w) => w.or(cut),
+        Err(e) if seq == 0 => {
+            let _ = records.send(Record::failed(video, &e, Timings::default()));
+            None
+        }
+        Err(e) => Some(crate::console::error_line(&e)),
+    };
+    if let Some(w) = warning.filter(|_| cfg.log) {
+        crate::errln!("moge: warning: {}: {w}", video.path.display());
+    }
+    true
 }
 
 /// One decode thread: photos from the feeder, staged, into the middle stage's queue.
@@ -294,10 +353,12 @@ fn decode_stage<B: Backend>(
 
 fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<Item<B::Staged>> {
     let s = backend.stage(input, plan, &cfg.decode)?;
-    let timings = Timings { decode: s.decode_ms, prepare: s.prepare_ms, ..Default::default() };
+    // A video's frame was decoded by ffmpeg as the feeder waited for it.
+    let read = input.frame.as_ref().map_or(0.0, |f| f.read_ms);
+    let timings = Timings { decode: s.decode_ms + read, prepare: s.prepare_ms, ..Default::default() };
     let size = (s.photo.width() as usize, s.photo.height() as usize);
     let image = cfg.outputs.needs_image().then_some(s.photo);
-    let warning = s.warning.map(|w| format!("{}: {w}", input.path.display()));
+    let warning = s.warning.map(|w| format!("{}: {w}", input.name()));
     Ok(Item { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, payload: s.staged })
 }
 
@@ -374,7 +435,9 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
             server: finished.server,
         };
         let input = photo.input.path.display().to_string();
-        Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone())
+        let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
+        s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time });
+        s
     });
     let pred = finished.pred;
     let written = outputs::write_all(&cfg.stem(&photo.input), &pred, photo.image.as_ref(), &cfg.outputs, sidecar.as_mut())?;
@@ -394,9 +457,13 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
 }
 
 /// The collector (the calling thread): counts, reports and passes on each record.
-fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt: &AtomicBool, on_record: &mut impl FnMut(Record)) {
+fn collect<S>(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, shared: &Shared<S>, on_record: &mut impl FnMut(Record)) {
     let pb = report::progress_bar(cfg.progress && !cfg.quiet, summary.total);
+    let listed = summary.total;
     for rec in records {
+        // A video's frames are counted as they are read.
+        summary.total = listed + shared.more.load(Ordering::Relaxed);
+        pb.set_length(summary.total as u64);
         match rec.status {
             Status::Ok => summary.done += 1,
             Status::Failed => summary.failed += 1,
@@ -415,7 +482,7 @@ fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt:
             }
             if rec.fatal && summary.fatal.is_none() {
                 summary.fatal = Some(err.clone());
-                halt.store(true, Ordering::Relaxed);
+                shared.halt.store(true, Ordering::Relaxed);
             }
         }
         if cfg.json {
@@ -427,6 +494,7 @@ fn collect(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, halt:
             pb.set_message(format!("{} failed", summary.failed));
         }
     }
+    summary.total = listed + shared.more.load(Ordering::Relaxed);
     pb.finish_and_clear();
 }
 

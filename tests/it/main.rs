@@ -26,3 +26,4 @@ mod predict;
 mod remote_client;
 mod serve;
 mod synth;
+mod video;

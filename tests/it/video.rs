@@ -1,0 +1,205 @@
+//! Videos through `moge batch`, made by ffmpeg in each test as a user's camera or editor would
+//! (H.264 in MP4, VP9 in WebM, a moving synthetic scene): each frame's outputs equal those of
+//! that frame extracted to PNG by ffmpeg and run as a photo; `--every` and `--fps` take the
+//! right frames; `--skip-existing` resumes by frame; a video cut in half keeps its first
+//! frames with a warning; ffmpeg missing is one line saying what to install. Needs ffmpeg on
+//! PATH (`.ci/run` installs Debian's).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::support::cli::moge;
+use crate::support::paths::fixtures;
+
+/// 20 frames at 10 fps of a scene that moves, in 96x64.
+const FRAMES: u64 = 20;
+
+fn ffmpeg(args: &[&str]) {
+    let out = Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-y"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("ffmpeg, which these tests need on PATH (Debian: apt install ffmpeg): {e}"));
+    assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A clip as users have them: `codec` "h264" (MP4, the index at the front as phones and
+/// editors write it for streaming) or "vp9" (WebM).
+fn clip(dir: &Path, name: &str, codec: &str) -> PathBuf {
+    let path = dir.join(name);
+    let source = format!("testsrc2=size=96x64:rate=10:duration={}", FRAMES / 10);
+    let enc: &[&str] = match codec {
+        "h264" => &["-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags", "+faststart"],
+        _ => &["-c:v", "libvpx-vp9", "-b:v", "200k"],
+    };
+    ffmpeg(&[&["-f", "lavfi", "-i", &source], enc, &[path.to_str().unwrap()]].concat());
+    path
+}
+
+const MODEL: &[&str] = &["--format", "npz,json", "--num-tokens", "300", "--precision", "f32"];
+
+fn batch(inputs: &[&Path], out: &Path, extra: &[&str]) -> Output {
+    let weights = fixtures().join("tiny_normal.pt");
+    let mut cmd = moge();
+    cmd.arg("batch").args(inputs).args(["-o", out.to_str().unwrap(), "--weights", weights.to_str().unwrap()]).args(MODEL).args(extra);
+    cmd.output().unwrap()
+}
+
+fn files(dir: &Path, ext: &str) -> Vec<String> {
+    let mut v: Vec<String> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && e.path().to_string_lossy().ends_with(ext))
+        .map(|e| e.path().strip_prefix(dir).unwrap().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn sidecar(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// The frame numbers written under `dir`.
+fn frame_numbers(dir: &Path) -> Vec<u64> {
+    files(dir, ".npz").iter().map(|f| Path::new(f).file_stem().unwrap().to_str().unwrap().parse().unwrap()).collect()
+}
+
+#[test]
+fn each_frame_of_h264_and_vp9_videos_equals_that_frame_extracted_to_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let mp4 = clip(dir.path(), "walk.mp4", "h264");
+    let webm = clip(dir.path(), "pan.webm", "vp9");
+    let out = dir.path().join("out");
+    let o = batch(&[&mp4, &webm], &out, &["--json"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("{} done, 0 failed", 2 * FRAMES)), "{stderr}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len() as u64, 2 * FRAMES);
+    for (video, stem) in [(&mp4, "walk"), (&webm, "pan")] {
+        assert_eq!(frame_numbers(&out.join(stem)), (0..FRAMES).collect::<Vec<_>>());
+        // The frames as ffmpeg writes them to PNG, run as photos.
+        let pngs = dir.path().join(format!("{stem}-png"));
+        std::fs::create_dir_all(&pngs).unwrap();
+        ffmpeg(&["-i", video.to_str().unwrap(), "-fps_mode", "passthrough", "-start_number", "0", pngs.join("%06d.png").to_str().unwrap()]);
+        let reference = dir.path().join(format!("{stem}-ref"));
+        let r = batch(&[&pngs], &reference, &[]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        for i in 0..FRAMES {
+            let name = format!("{i:06}");
+            let (got, want) =
+                (std::fs::read(out.join(stem).join(format!("{name}.npz"))).unwrap(), std::fs::read(reference.join(format!("{name}.npz"))).unwrap());
+            assert!(got == want, "{stem} frame {i}: the npz differs from the PNG's");
+            let s = sidecar(&out.join(stem).join(format!("{name}.json")));
+            assert_eq!(s["input"], video.to_str().unwrap());
+            assert_eq!(s["frame"]["index"], i);
+            let t = s["frame"]["time_s"].as_f64().unwrap();
+            assert!((t - i as f64 / 10.0).abs() < 1e-3, "{stem} frame {i} at {t} s");
+            // The per-image JSON line names the frame too.
+            assert!(lines.iter().any(|l| l["input"] == video.to_str().unwrap() && l["frame"]["index"] == i && l["status"] == "ok"));
+        }
+    }
+}
+
+#[test]
+fn every_and_fps_take_the_right_frames_and_skip_existing_resumes_by_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let mp4 = clip(dir.path(), "clip.mp4", "h264");
+    let every = dir.path().join("every");
+    let o = batch(&[&mp4], &every, &["--every", "4"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(frame_numbers(&every.join("clip")), [0, 4, 8, 12, 16]);
+
+    // 3 per second of a 10 fps video: the first frame at or after 0, 1/3, 2/3, 1, ... s.
+    let fps = dir.path().join("fps");
+    let o = batch(&[&mp4], &fps, &["--fps", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(frame_numbers(&fps.join("clip")), [0, 4, 7, 10, 14, 17]);
+
+    // Resuming: only the frame whose outputs are gone is done again.
+    std::fs::remove_file(every.join("clip/000008.npz")).unwrap();
+    let o = batch(&[&mp4], &every, &["--every", "4", "--skip-existing", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let done: Vec<&Value> = lines.iter().filter(|l| l["status"] == "ok").collect();
+    assert_eq!(done.len(), 1, "{lines:?}");
+    assert_eq!(done[0]["frame"]["index"], 8);
+    assert_eq!(lines.iter().filter(|l| l["status"] == "skipped").count(), 4);
+    assert_eq!(frame_numbers(&every.join("clip")), [0, 4, 8, 12, 16]);
+
+    let o = moge().args(["batch", mp4.to_str().unwrap(), "-o", "x", "--every", "2", "--fps", "1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_video_cut_in_half_gives_its_first_frames_and_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, codec) in [("cut.webm", "vp9"), ("cut.mp4", "h264")] {
+        let whole = clip(dir.path(), &format!("whole-{name}"), codec);
+        let bytes = std::fs::read(&whole).unwrap();
+        let cut = dir.path().join(name);
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let out = dir.path().join(format!("out-{name}"));
+        let o = batch(&[&cut], &out, &[]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        let got = frame_numbers(&out.join("cut"));
+        assert!(!got.is_empty() && (got.len() as u64) < FRAMES, "{name}: {got:?}");
+        assert_eq!(got, (0..got.len() as u64).collect::<Vec<_>>(), "{name}: the first frames, in order");
+        let warning = stderr.lines().find(|l| l.starts_with("moge: warning:")).unwrap_or_else(|| panic!("{name}: no warning: {stderr}"));
+        assert!(warning.contains(cut.to_str().unwrap()) && warning.contains("cut short"), "{warning}");
+        assert!(warning.contains("frames read") && warning.contains("ffmpeg: "), "{warning}");
+        assert!(stderr.contains(&format!("{} done, 0 failed", got.len())), "{stderr}");
+        // Every frame written is whole.
+        assert_eq!(files(&out, ".json").len(), got.len());
+        assert!(files(&out, "").iter().all(|f| !f.contains("moge-tmp")));
+    }
+}
+
+#[test]
+fn a_video_among_photos_and_one_that_is_not_a_video() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir_all(inputs.join("sub")).unwrap();
+    clip(&inputs.join("sub"), "drone.mp4", "h264");
+    std::fs::copy(fixtures().join("images/rgb_64x48.png"), inputs.join("photo.png")).unwrap();
+    // A file named like a video that is not one: it fails alone, with ffmpeg's reason.
+    std::fs::write(inputs.join("notes.mp4"), b"not a video at all").unwrap();
+    let out = dir.path().join("out");
+    let o = batch(&[&inputs], &out, &["--every", "5"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert_eq!(frame_numbers(&out.join("sub/drone")), [0, 5, 10, 15]);
+    assert!(out.join("photo.npz").exists());
+    let err = stderr.lines().find(|l| l.contains("notes.mp4")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(err.contains("cannot read the video"), "{err}");
+    assert!(stderr.contains("5 done, 1 failed"), "{stderr}");
+}
+
+#[test]
+fn without_ffmpeg_a_video_fails_with_what_to_install_and_the_photos_are_still_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    clip(&inputs, "clip.mp4", "h264");
+    std::fs::copy(fixtures().join("images/rgb_64x48.png"), inputs.join("photo.png")).unwrap();
+    let empty = dir.path().join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let weights = fixtures().join("tiny_normal.pt");
+    let o = moge()
+        .args(["batch", inputs.to_str().unwrap(), "-o", dir.path().join("out").to_str().unwrap(), "--weights", weights.to_str().unwrap()])
+        .args(MODEL)
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("clip.mp4")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("ffmpeg, which is not on PATH") && lines[0].contains("apt install ffmpeg"), "{}", lines[0]);
+    assert!(dir.path().join("out/photo.npz").exists());
+}
