@@ -153,6 +153,17 @@ impl Prediction {
         self.normal.is_some() || self.normal_png.is_some()
     }
 
+    /// The prediction at another metric scale: points and depth scaled by `scale /
+    /// metric_scale` (upstream multiplies both by the scale; the rest does not depend on it).
+    pub fn rescale(&mut self, scale: f32) {
+        let k = scale / self.metric_scale;
+        if k.is_finite() && k > 0.0 {
+            self.points.iter_mut().for_each(|v| *v *= k);
+            self.depth.iter_mut().for_each(|v| *v *= k);
+            self.metric_scale = scale;
+        }
+    }
+
     pub fn intrinsics_pixels(&self) -> [[f32; 3]; 3] {
         let (w, h) = (self.width as f32, self.height as f32);
         let k = self.intrinsics;

@@ -86,6 +86,28 @@ pub struct VideoArgs {
     /// 1/F s.
     #[arg(long, value_name = "F", value_parser = super::parse_positive)]
     pub fps: Option<f32>,
+    /// Each frame's metric scale: raw (the frame's own estimate, which flickers from frame to
+    /// frame) or smooth (a running estimate over the frames before it, in log scale, with a
+    /// time constant of 1 s, or T seconds with smooth=T; the sidecar keeps the frame's own in
+    /// frame.metric_scale_raw).
+    #[arg(long, value_name = "raw|smooth[=T]", default_value = "raw", value_parser = parse_video_scale)]
+    pub video_scale: VideoScale,
+}
+
+/// `--video-scale`: the time constant of the smoothing, if any.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VideoScale(pub Option<f64>);
+
+fn parse_video_scale(s: &str) -> Result<VideoScale, String> {
+    match s.split_once('=') {
+        None if s == "raw" => Ok(VideoScale(None)),
+        None if s == "smooth" => Ok(VideoScale(Some(1.0))),
+        Some(("smooth", t)) => match t.trim().parse::<f64>() {
+            Ok(t) if t.is_finite() && t > 0.0 => Ok(VideoScale(Some(t))),
+            _ => Err(format!("'{t}' is not a time constant in seconds (a positive number)")),
+        },
+        _ => Err(format!("'{s}' is not raw, smooth or smooth=SECONDS")),
+    }
 }
 
 impl VideoArgs {
@@ -146,6 +168,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(run::default_jobs),
         skip_existing: args.skip_existing,
         frames: args.video.sampling(),
+        video_scale: args.video.video_scale.0,
         progress: true,
         quiet: args.quiet,
         json: args.json,

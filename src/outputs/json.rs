@@ -41,6 +41,10 @@ pub struct FrameInfo {
     pub index: u64,
     /// Its presentation time, seconds.
     pub time_s: Option<f64>,
+    /// The frame's own metric scale, where `--video-scale smooth` replaced it (`metric_scale`
+    /// is then the smoothed one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metric_scale_raw: Option<f32>,
 }
 
 #[derive(Debug, Clone, Serialize)]

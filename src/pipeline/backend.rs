@@ -37,6 +37,10 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// The metric scale in the middle stage's answer (`--video-scale smooth` follows it from
+    /// frame to frame before the encode threads finish the frames).
+    fn metric_scale(&self, forwarded: &Self::Forwarded) -> Option<f32>;
+
     /// On an encode thread: the prediction at the photo's size, and how it was made.
     fn finish(&self, forwarded: Self::Forwarded, photo_size: (usize, usize), plan: &Plan) -> Result<Finished>;
 

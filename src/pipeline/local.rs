@@ -75,6 +75,10 @@ impl Backend for LocalBackend {
         })
     }
 
+    fn metric_scale(&self, f: &LocalForwarded) -> Option<f32> {
+        f.raw.metric_scale.map(f32::exp)
+    }
+
     fn has_normal(&self) -> bool {
         self.model().has_normal()
     }

@@ -8,7 +8,7 @@
 //!   `predict` and `serve`.
 //! - [`guard`]: a panic in one image's work fails that image only.
 //! - [`run`]: the stages over files; [`record`] and [`report`]: what a run says of each image
-//!   and of itself.
+//!   and of itself; [`scale`]: a video's metric scale followed from frame to frame.
 
 pub mod backend;
 pub mod guard;
@@ -19,5 +19,6 @@ pub mod record;
 pub mod remote;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod stages;
 pub mod worker;

@@ -433,6 +433,10 @@ impl Backend for PoolBackend {
         Ok(finished)
     }
 
+    fn metric_scale(&self, f: &PoolForwarded) -> Option<f32> {
+        Some(f.response.pred.metric_scale)
+    }
+
     fn has_normal(&self) -> bool {
         self.pool.inner.reference.has_normal
     }

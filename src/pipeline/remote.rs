@@ -139,6 +139,10 @@ impl Backend for RemoteBackend {
         finish(&self.client, r, photo_size, plan)
     }
 
+    fn metric_scale(&self, r: &Response) -> Option<f32> {
+        Some(r.pred.metric_scale)
+    }
+
     fn has_normal(&self) -> bool {
         self.client.has_normal()
     }

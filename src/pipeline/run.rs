@@ -27,6 +27,7 @@ use super::pool::{Pool, PoolBackend};
 use super::record::{Record, Status};
 use super::remote::RemoteBackend;
 use super::report::{self, Summary};
+use super::scale::{Raw, ScaleSmoother};
 use super::stages::{ms, Plan};
 use super::worker::Worker;
 use crate::fit::{Canvas, FitMode};
@@ -48,6 +49,9 @@ pub struct Config {
     pub decode: crate::image_io::DecodeOptions,
     /// Which frames of each video are taken.
     pub frames: Sampling,
+    /// `--video-scale smooth`: the time constant (seconds) of the running estimate of each
+    /// video's metric scale; `None` keeps each frame's own.
+    pub video_scale: Option<f64>,
     /// Host threads per host stage (decode, encode).
     pub jobs: usize,
     pub skip_existing: bool,
@@ -86,6 +90,7 @@ impl Config {
             canvas,
             decode: crate::image_io::DecodeOptions::default(),
             frames: Sampling::default(),
+            video_scale: None,
             jobs: default_jobs(),
             skip_existing: false,
             progress: false,
@@ -177,6 +182,17 @@ struct Shared<S> {
     samples: Option<Mutex<Vec<S>>>,
     /// Inputs beyond the list's: the frames of its videos, past each video's first.
     more: AtomicUsize,
+    /// `--video-scale smooth`.
+    smoother: Option<ScaleSmoother>,
+}
+
+impl<S> Shared<S> {
+    /// `f(smoother, video, frame)` where the input is a frame whose scale is smoothed.
+    fn smoothing(&self, input: &Input, f: impl FnOnce(&ScaleSmoother, usize, u64)) {
+        if let (Some(s), Some(frame)) = (&self.smoother, &input.frame) {
+            f(s, input.index, frame.seq)
+        }
+    }
 }
 
 impl<S> Shared<S> {
@@ -193,7 +209,13 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
     install_panic_hook();
     let started = Instant::now();
     let jobs = cfg.jobs.max(1);
-    let shared = Arc::new(Shared { halt: AtomicBool::new(false), stop: stop.clone(), samples: cfg.stats.then(Mutex::default), more: AtomicUsize::new(0) });
+    let shared = Arc::new(Shared {
+        halt: AtomicBool::new(false),
+        stop: stop.clone(),
+        samples: cfg.stats.then(Mutex::default),
+        more: AtomicUsize::new(0),
+        smoother: cfg.video_scale.map(ScaleSmoother::new),
+    });
     let (plan, sha) = (cfg.plan(), OnceLock::new());
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
 
@@ -228,7 +250,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
         });
         for _ in 0..jobs {
             let (forwarded, rec) = (fwd_rx.clone(), rec_tx.clone());
-            s.spawn(move || encode_stage(backend, cfg, plan, sha, forwarded, rec));
+            s.spawn(move || encode_stage(backend, cfg, plan, shared, sha, forwarded, rec));
         }
         drop((fwd_rx, rec_tx));
         collect(&mut summary, rec_rx, cfg, shared, &mut on_record);
@@ -255,6 +277,10 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, input
     let hand_on = |input: Input| -> bool {
         let planned = outputs::planned_paths(&cfg.stem(&input), &cfg.outputs, has_normal);
         if cfg.skip_existing && planned.iter().all(|p| p.exists()) {
+            shared.smoothing(&input, |s, video, seq| {
+                s.pass(video, seq);
+                s.resolve(video, seq, None);
+            });
             let _ = records.send(Record::skipped(&input, planned));
             return true;
         }
@@ -338,15 +364,21 @@ fn decode_stage<B: Backend>(
         if shared.halted() {
             continue; // drain: dropped, never started
         }
-        match guarded(|| decode(backend, cfg, plan, &input)) {
-            Ok(item) => {
-                if middle.submit(item).is_err() {
-                    break;
-                }
-            }
+        let staged = guarded(|| decode(backend, cfg, plan, &input));
+        // A video's frames go to the middle stage in their order where their scales are smoothed.
+        let mut turn = true;
+        shared.smoothing(&input, |s, video, seq| turn = s.wait_turn(video, seq, &|| shared.halted()));
+        let submitted = match staged {
+            Ok(item) => turn && middle.submit(item).is_ok(),
             Err(e) => {
+                shared.smoothing(&input, |s, video, seq| s.resolve(video, seq, None));
                 let _ = records.send(Record::failed(&input, &e, Timings::default()));
+                true
             }
+        };
+        shared.smoothing(&input, |s, video, seq| s.pass(video, seq));
+        if !submitted {
+            break;
         }
     }
 }
@@ -373,6 +405,8 @@ fn spawn_middle<B: Backend + 'static>(
     let (backend, shared) = (backend.clone(), shared.clone());
     Worker::spawn("moge-forward", backend.lanes(), backend.queue(), move |Item { mut photo, payload }: Item<B::Staged>| {
         if shared.halted() {
+            // Dropped: a later frame already through may wait for this one's scale.
+            shared.smoothing(&photo.input, |s, video, seq| s.resolve(video, seq, None));
             return;
         }
         if let Some(samples) = &shared.samples {
@@ -382,7 +416,13 @@ fn spawn_middle<B: Backend + 'static>(
             }
         }
         let t = Instant::now();
-        match guarded(|| backend.forward(payload)) {
+        let result = guarded(|| backend.forward(payload));
+        // Before the frame goes on: an encode thread may be waiting for this scale.
+        shared.smoothing(&photo.input, |s, video, seq| {
+            let scale = result.as_ref().ok().and_then(|out| backend.metric_scale(out)).filter(|v| v.is_finite() && *v > 0.0);
+            s.resolve(video, seq, scale.map(|scale| Raw { scale, time: photo.input.frame.as_ref().and_then(|f| f.time) }));
+        });
+        match result {
             Ok(out) => {
                 photo.timings.forward = ms(t);
                 let _ = forwarded.send(Item { photo, payload: out });
@@ -397,20 +437,49 @@ fn spawn_middle<B: Backend + 'static>(
 }
 
 /// One encode thread: post-processes and writes what the middle stage hands on.
-fn encode_stage<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<String>, forwarded: Receiver<Item<B::Forwarded>>, records: Sender<Record>) {
+fn encode_stage<B: Backend>(
+    backend: &B,
+    cfg: &Config,
+    plan: &Plan,
+    shared: &Shared<B::Staged>,
+    sha: &OnceLock<String>,
+    forwarded: Receiver<Item<B::Forwarded>>,
+    records: Sender<Record>,
+) {
     yield_to_device(backend);
     for item in forwarded {
         let (input, timings) = (item.photo.input.clone(), item.photo.timings.clone());
-        let rec = guarded(|| encode(backend, cfg, plan, sha, item)).unwrap_or_else(|e| Record::failed(&input, &e, timings));
+        let rec = guarded(|| encode(backend, cfg, plan, Some(shared), sha, item)).unwrap_or_else(|e| Record::failed(&input, &e, timings));
         let _ = records.send(rec);
     }
 }
 
-fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<String>, item: Item<B::Forwarded>) -> Result<Record> {
+fn encode<B: Backend>(
+    backend: &B,
+    cfg: &Config,
+    plan: &Plan,
+    shared: Option<&Shared<B::Staged>>,
+    sha: &OnceLock<String>,
+    item: Item<B::Forwarded>,
+) -> Result<Record> {
     let Item { photo, payload } = item;
     let mut timings = photo.timings.clone();
     let t = Instant::now();
-    let finished = backend.finish(payload, photo.size, plan)?;
+    let mut finished = backend.finish(payload, photo.size, plan)?;
+    // `--video-scale smooth`: the frame at the running estimate of its video's scale.
+    let mut raw_scale = None;
+    if let Some(shared) = shared {
+        let mut smoothed = Some(None);
+        shared.smoothing(&photo.input, |s, video, seq| smoothed = s.smoothed(video, seq, &|| shared.halted()));
+        match smoothed {
+            Some(Some(v)) => {
+                raw_scale = Some(finished.pred.metric_scale);
+                finished.pred.rescale(v);
+            }
+            Some(None) => {}
+            None => anyhow::bail!("not written: the run stopped before the frames before it were done, which its smoothed scale needs"),
+        }
+    }
     let stats = DepthStats::of(&finished.pred);
     timings.postprocess = ms(t);
     // Everything from here is the write stage, the sidecar's assembly included.
@@ -436,7 +505,7 @@ fn encode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, sha: &OnceLock<Str
         };
         let input = photo.input.path.display().to_string();
         let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
-        s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time });
+        s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale });
         s
     });
     let pred = finished.pred;
@@ -517,7 +586,7 @@ pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, 
         let cfg = Config { output: cfg.output.join(format!("round-{round}")), ..cfg.clone() };
         let Item { photo, payload: staged } = decode(&backend, &cfg, &plan, input)?;
         let item = Item { photo, payload: LocalForwarded { staged, raw: raw.clone() } };
-        let rec = encode(&backend, &cfg, &plan, &sha, item)?;
+        let rec = encode(&backend, &cfg, &plan, None, &sha, item)?;
         std::fs::remove_dir_all(&cfg.output).with_context(|| format!("{}: cannot remove", cfg.output.display()))?;
         if round >= warmup {
             out.push(rec.timings);

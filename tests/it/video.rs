@@ -11,7 +11,9 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::support::cli::moge;
+use crate::support::npz::Npz;
 use crate::support::paths::fixtures;
+use crate::support::serve::Server;
 
 /// 20 frames at 10 fps of a scene that moves, in 96x64.
 const FRAMES: u64 = 20;
@@ -202,4 +204,74 @@ fn without_ffmpeg_a_video_fails_with_what_to_install_and_the_photos_are_still_do
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(lines[0].contains("ffmpeg, which is not on PATH") && lines[0].contains("apt install ffmpeg"), "{}", lines[0]);
     assert!(dir.path().join("out/photo.npz").exists());
+}
+
+/// Mean absolute change of the log scale from one frame to the next.
+fn flicker(scales: &[f64]) -> f64 {
+    scales.windows(2).map(|w| (w[1].ln() - w[0].ln()).abs()).sum::<f64>() / (scales.len() - 1) as f64
+}
+
+#[test]
+fn video_scale_smooth_follows_the_raw_scales_with_the_documented_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    // Noise that changes every frame makes the per-frame scale flicker.
+    let noisy = dir.path().join("noisy.mp4");
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=96x64:rate=10:duration=2,noise=alls=60:allf=t",
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        noisy.to_str().unwrap(),
+    ]);
+    let (raw, smooth) = (dir.path().join("raw"), dir.path().join("smooth"));
+    for (out, extra) in [(&raw, "raw"), (&smooth, "smooth=0.5")] {
+        let o = batch(&[&noisy], out, &["--video-scale", extra]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let (mut raw_scales, mut smoothed, mut times) = (vec![], vec![], vec![]);
+    for i in 0..FRAMES {
+        let (r, s) = (sidecar(&raw.join(format!("noisy/{i:06}.json"))), sidecar(&smooth.join(format!("noisy/{i:06}.json"))));
+        assert!(r["frame"].get("metric_scale_raw").is_none(), "raw runs keep the frame's own scale only");
+        assert_eq!(s["frame"]["metric_scale_raw"], r["metric_scale"], "frame {i}");
+        raw_scales.push(r["metric_scale"].as_f64().unwrap());
+        smoothed.push(s["metric_scale"].as_f64().unwrap());
+        times.push(s["frame"]["time_s"].as_f64().unwrap());
+        // The maps follow the scale: depth times smoothed / raw.
+        let (mut a, mut b) = (Npz::open(&raw.join(format!("noisy/{i:06}.npz"))), Npz::open(&smooth.join(format!("noisy/{i:06}.npz"))));
+        let k = (smoothed[i as usize] / raw_scales[i as usize]) as f32;
+        assert_eq!(b.scalar_f32("metric_scale"), smoothed[i as usize] as f32);
+        for (x, y) in a.vec_f32("depth").iter().zip(b.vec_f32("depth")) {
+            assert!(x.is_infinite() && y.is_infinite() || ((x * k) - y).abs() <= 1e-5 * y.abs(), "frame {i}: {x} * {k} vs {y}");
+        }
+    }
+    // The filter as README states it: log s_k = log s_(k-1) + (1 - exp(-dt / T)) (log raw_k - log s_(k-1)).
+    let mut state = raw_scales[0].ln();
+    for i in 0..FRAMES as usize {
+        if i > 0 {
+            let alpha = 1.0 - (-(times[i] - times[i - 1]) / 0.5).exp();
+            state += alpha * (raw_scales[i].ln() - state);
+        }
+        assert!((state.exp() - smoothed[i]).abs() <= 1e-5 * smoothed[i], "frame {i}: {} vs {}", state.exp(), smoothed[i]);
+    }
+    let (before, after) = (flicker(&raw_scales), flicker(&smoothed));
+    assert!(before > 0.0 && after < before * 0.6, "frame-to-frame change of log scale: raw {before:.2e}, smooth {after:.2e}");
+
+    // Through a server with four requests in flight, frames come back out of order: the same
+    // smoothed outputs, bit for bit.
+    let server = Server::start(&[]);
+    let remote = dir.path().join("remote");
+    let o = moge()
+        .args(["batch", noisy.to_str().unwrap(), "-o", remote.to_str().unwrap(), "--server", &server.url, "--in-flight", "4"])
+        .args(["--format", "npz", "--num-tokens", "300", "--video-scale", "smooth=0.5", "--jobs", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for i in 0..FRAMES {
+        let name = format!("noisy/{i:06}.npz");
+        assert!(std::fs::read(remote.join(&name)).unwrap() == std::fs::read(smooth.join(&name)).unwrap(), "{name} differs through the server");
+    }
 }
