@@ -3,6 +3,8 @@
 //! high byte, EXIF orientation applied.
 
 pub mod focal;
+#[cfg(feature = "heif")]
+mod heif;
 mod integrity;
 pub mod video;
 
@@ -70,7 +72,8 @@ pub struct Decoded {
 /// server's) would see the image this crate decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Source {
-    pub format: image::ImageFormat,
+    /// The format as the `image` crate knows it; `None` for HEIC/HEIF and AVIF (libheif's).
+    pub format: Option<image::ImageFormat>,
     /// The file carries an EXIF orientation other than "as stored", whether it was applied
     /// here or not (another reader may decide otherwise).
     pub oriented: bool,
@@ -130,10 +133,13 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     if bytes.is_empty() {
         bail!("empty file");
     }
-    if let Some(kind) = undecoded_container(bytes) {
+    if let Some(kind) = heif_container(bytes) {
+        #[cfg(feature = "heif")]
+        return heif::decode(bytes, opts, kind);
+        #[cfg(not(feature = "heif"))]
         bail!(
-            "a {kind} photo, which this moge cannot decode yet; convert it first, e.g. `heif-convert IN OUT.jpg` (Debian and Ubuntu: \
-             package libheif-examples) or `ffmpeg -i IN OUT.png`"
+            "a {kind} photo, which this build of moge does not decode: build it with `--features heif` (needs libheif-dev 1.14 or \
+             newer), or convert the photo first, e.g. `heif-convert IN OUT.jpg` (Debian and Ubuntu: package libheif-examples)"
         );
     }
     let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().context("cannot read")?;
@@ -196,7 +202,7 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
         FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (rgb.width(), rgb.height())),
         _ => known_fov,
     };
-    let source = Source { format, oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
+    let source = Source { format: Some(format), oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
     Ok((Decoded { image: rgb, warning, known_fov }, source))
 }
 
@@ -216,7 +222,7 @@ pub fn from_pixels(image: RgbImage, opts: &DecodeOptions) -> Result<Decoded> {
 
 /// `HEIC/HEIF` or `AVIF` for a file in those ISO base media containers (an `ftyp` box first,
 /// by its major or a compatible brand).
-fn undecoded_container(bytes: &[u8]) -> Option<&'static str> {
+fn heif_container(bytes: &[u8]) -> Option<&'static str> {
     if bytes.len() < 16 || &bytes[4..8] != b"ftyp" {
         return None;
     }

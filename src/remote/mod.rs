@@ -144,7 +144,7 @@ fn status_text(status: u16) -> String {
 /// (a JPEG or PNG of 8-bit samples, whole, with no EXIF orientation), else the pixels decoded
 /// here (orientation applied or not as asked) as a fast-compressed PNG.
 pub fn image_for_server<'a>(bytes: &'a [u8], source: &Source, image: &RgbImage) -> Result<Cow<'a, [u8]>> {
-    let plain = matches!(source.format, image::ImageFormat::Jpeg | image::ImageFormat::Png);
+    let plain = matches!(source.format, Some(image::ImageFormat::Jpeg | image::ImageFormat::Png));
     if plain && !source.oriented && !source.wide_samples && !source.damaged {
         return Ok(Cow::Borrowed(bytes));
     }

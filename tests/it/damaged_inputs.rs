@@ -223,8 +223,17 @@ fn heic_and_avif_photos_are_found_and_each_says_what_to_do() {
     let out = run_tiny(&["batch", photos_dir.to_str().unwrap(), "-o", out_dir.to_str().unwrap()]);
     let lines = stderr_lines(&out);
     assert_eq!(out.status.code(), Some(1), "{lines:?}");
+    // A build with the `heif` feature reads these headers and finds them cut short; one without
+    // says what to build or convert.
     let said = |name: &str, kind: &str| {
-        lines.iter().any(|l| l.contains(name) && l.contains(&format!("a {kind} photo, which this moge cannot decode yet")) && l.contains("heif-convert"))
+        lines.iter().any(|l| {
+            l.contains(name)
+                && if cfg!(feature = "heif") {
+                    l.contains(&format!("truncated {kind}")) || l.contains(&format!("damaged {kind}"))
+                } else {
+                    l.contains(&format!("a {kind} photo, which this build of moge does not decode")) && l.contains("--features heif") && l.contains("heif-convert")
+                }
+        })
     };
     assert!(said("IMG_0001.HEIC", "HEIC/HEIF"), "{lines:?}");
     assert!(said("shot.avif", "AVIF"), "{lines:?}");

@@ -15,6 +15,8 @@ mod degenerate;
 mod exif_focal;
 mod fullsize;
 mod fuzz_replay;
+#[cfg(feature = "heif")]
+mod heif;
 mod generic_ops;
 mod host_paths;
 mod hub;

@@ -656,7 +656,7 @@ fn what_is_sent_for_a_photo() {
     for format in [ImageFormat::Png, ImageFormat::Jpeg] {
         let bytes = encoded(format);
         let (d, source) = decode_bytes_with_source(&bytes, &DecodeOptions::default()).unwrap();
-        assert_eq!(source.format, format);
+        assert_eq!(source.format, Some(format));
         assert!(!source.oriented && !source.wide_samples && !source.damaged);
         let sent = image_for_server(&bytes, &source, &d.image).unwrap();
         assert!(matches!(sent, std::borrow::Cow::Borrowed(_)) && *sent == bytes[..]);
