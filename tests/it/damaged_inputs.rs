@@ -231,7 +231,9 @@ fn heic_and_avif_photos_are_found_and_each_says_what_to_do() {
                 && if cfg!(feature = "heif") {
                     l.contains(&format!("truncated {kind}")) || l.contains(&format!("damaged {kind}"))
                 } else {
-                    l.contains(&format!("a {kind} photo, which this build of moge does not decode")) && l.contains("--features heif") && l.contains("heif-convert")
+                    l.contains(&format!("a {kind} photo, which this build of moge does not decode"))
+                        && l.contains("--features heif")
+                        && l.contains("heif-convert")
                 }
         })
     };

@@ -12,7 +12,7 @@ use crate::support::paths::fixtures;
 use crate::support::serve::Server;
 
 /// An EXIF tag and its value, as the writer below lays it out.
-enum V {
+pub(crate) enum V {
     Short(u16),
     Long(u32),
     Rational(u32, u32),
@@ -20,7 +20,7 @@ enum V {
 
 /// The APP1 payload ("Exif\0\0" and a little-endian TIFF) of IFD0 `ifd0` and an Exif IFD
 /// `exif`, each a list of (tag, value) in increasing tag order.
-fn exif_block(ifd0: &[(u16, V)], exif: &[(u16, V)]) -> Vec<u8> {
+pub(crate) fn exif_block(ifd0: &[(u16, V)], exif: &[(u16, V)]) -> Vec<u8> {
     // IFD0 gets one more entry: the Exif IFD's offset.
     let ifd_len = |n: usize| 2 + 12 * n + 4;
     let ifd0_at = 8;
@@ -85,14 +85,14 @@ fn jpeg_with_exif(w: u32, h: u32, exif: Option<Vec<u8>>) -> Vec<u8> {
     out
 }
 
-const F35: u16 = 0xA405;
+pub(crate) const F35: u16 = 0xA405;
 const FOCAL: u16 = 0x920A;
 const PLANE_X: u16 = 0xA20E;
 const PLANE_UNIT: u16 = 0xA210;
 const PIXEL_X: u16 = 0xA002;
 const ORIENTATION: u16 = 0x0112;
 
-fn degrees(half_tan: f64) -> f64 {
+pub(crate) fn degrees(half_tan: f64) -> f64 {
     (2.0 * half_tan.atan()).to_degrees()
 }
 

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use image::RgbImage;
 use libheif_rs::{Channel, ColorSpace, CompressionFormat, EncoderQuality, HeifContext, Image, LibHeif, RgbChroma};
-use moge::image_io::{load_rgb_with, DecodeOptions};
+use moge::image_io::{load_rgb_with, DecodeOptions, FovFrom};
 
+use crate::exif_focal::{degrees, exif_block, F35, V};
 use crate::support::cli::run;
 use crate::support::paths::fixtures;
 
@@ -31,6 +32,11 @@ fn picture(w: u32, h: u32) -> RgbImage {
 
 /// `img` encoded by libheif at quality 90.
 fn encode(img: &RgbImage, format: CompressionFormat, path: &Path) {
+    encode_with_exif(img, format, path, None)
+}
+
+/// [`encode`], with an EXIF item (a TIFF stream) as a camera writes one.
+fn encode_with_exif(img: &RgbImage, format: CompressionFormat, path: &Path, exif: Option<&[u8]>) {
     let (w, h) = img.dimensions();
     let mut image = Image::new(w, h, ColorSpace::Rgb(RgbChroma::C444)).unwrap();
     for c in [Channel::R, Channel::G, Channel::B] {
@@ -51,7 +57,10 @@ fn encode(img: &RgbImage, format: CompressionFormat, path: &Path) {
     let mut ctx = HeifContext::new().unwrap();
     let mut encoder = lib.encoder_for_format(format).unwrap();
     encoder.set_quality(EncoderQuality::Lossy(90)).unwrap();
-    ctx.encode_image(&image, &mut encoder, None).unwrap();
+    let handle = ctx.encode_image(&image, &mut encoder, None).unwrap();
+    if let Some(tiff) = exif {
+        ctx.add_exif_metadata(&handle, tiff).unwrap();
+    }
     ctx.write_to_file(path.to_str().unwrap()).unwrap();
 }
 
@@ -130,7 +139,8 @@ fn with_irot(heif: &[u8], quarter_turns: u8) -> Vec<u8> {
     }
     // iloc (it comes before iprp, so its place is unchanged): every item's data moves by delta.
     let v = out[iloc + 8];
-    let (off, len, base, idx) = ((out[iloc_body + 4] >> 4) as usize, (out[iloc_body + 4] & 15) as usize, (out[iloc_body + 5] >> 4) as usize, (out[iloc_body + 5] & 15) as usize);
+    let (off, len, base, idx) =
+        ((out[iloc_body + 4] >> 4) as usize, (out[iloc_body + 4] & 15) as usize, (out[iloc_body + 5] >> 4) as usize, (out[iloc_body + 5] & 15) as usize);
     let mut at = iloc_body + 6;
     let (count, id_len) = if v < 2 { (be(&out, at, 2), 2) } else { (be(&out, at, 4), 4) };
     at += if v < 2 { 2 } else { 4 };
@@ -218,5 +228,34 @@ fn cut_heic_and_avif_are_refused_and_a_batch_does_the_rest() {
         let line = stderr.lines().find(|l| l.contains(&cut)).unwrap_or_else(|| panic!("{cut} not named: {stderr}"));
         assert!(line.contains(&format!("truncated {kind}")) || line.contains(&format!("damaged {kind}")), "{line}");
         assert!(!out.join(Path::new(&cut).file_stem().unwrap()).with_extension("npz").exists());
+    }
+}
+
+#[test]
+fn fov_x_exif_reads_the_exif_item_of_heic_and_avif_for_the_photo_as_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    // The APP1 payload less its "Exif\0\0": the TIFF stream that HEIF stores.
+    let app1 = exif_block(&[], &[(F35, V::Short(26))]);
+    let tiff = &app1[6..];
+    let diag = 36f64.hypot(24.0);
+    let want = degrees(diag / (2.0 * 26.0) * 160.0 / 200.0);
+    let opts = DecodeOptions { fov: FovFrom::Exif, ..Default::default() };
+    for (kind, path, format) in formats(dir.path()) {
+        encode_with_exif(&picture(160, 120), format, &path, Some(tiff));
+        let got = load_rgb_with(&path, &opts).unwrap().known_fov.unwrap_or_else(|| panic!("{kind}: no field of view from EXIF"));
+        assert!((got.degrees as f64 - want).abs() < 1e-3, "{kind}: {} vs {want}", got.degrees);
+        assert!(got.from.contains("FocalLengthIn35mmFilm 26"), "{}", got.from);
+        // Stored upright-turned with irot: the field of view is of the width as shown.
+        let stored = path.with_extension(format!("stored.{}", path.extension().unwrap().to_str().unwrap()));
+        encode_with_exif(&image::imageops::rotate270(&picture(160, 120)), format, &stored, Some(tiff));
+        let turned = path.with_extension(format!("turned.{}", path.extension().unwrap().to_str().unwrap()));
+        std::fs::write(&turned, with_irot(&std::fs::read(&stored).unwrap(), 3)).unwrap();
+        let got = load_rgb_with(&turned, &opts).unwrap();
+        assert_eq!(got.image.dimensions(), (160, 120));
+        assert!((got.known_fov.unwrap().degrees as f64 - want).abs() < 1e-3, "{kind} turned");
+        // Without the tags: the model's estimate.
+        let plain = path.with_extension(format!("plain.{}", path.extension().unwrap().to_str().unwrap()));
+        encode(&picture(160, 120), format, &plain);
+        assert!(load_rgb_with(&plain, &opts).unwrap().known_fov.is_none());
     }
 }

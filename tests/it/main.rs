@@ -15,9 +15,9 @@ mod degenerate;
 mod exif_focal;
 mod fullsize;
 mod fuzz_replay;
+mod generic_ops;
 #[cfg(feature = "heif")]
 mod heif;
-mod generic_ops;
 mod host_paths;
 mod hub;
 mod layers;
