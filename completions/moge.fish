@@ -110,6 +110,9 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l server -d 'Send the 
 complete -c moge -n "__fish_moge_using_subcommand batch" -l in-flight -d 'Requests in flight at once to each server (so that its device never waits)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l server-timeout -d 'Seconds one request to the server may take before it is retried (in a pool: sent to another server)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo that got no answer goes to another server at once, one that got 5xx once the retries are spent' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l every -d 'Take every Nth frame of each video, from the first (frames keep their numbers in the video: --every 10 gives 000000, 000010, ...)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l fps -d 'Take at most F frames per second of each video\'s time: the first frame at or after each 1/F s' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l video-scale -d 'Each frame\'s metric scale: raw (the frame\'s own estimate, which flickers from frame to frame) or smooth (a running estimate over the frames before it, in log scale, with a time constant of 1 s, or T seconds with smooth=T; the sidecar keeps the frame\'s own in frame.metric_scale_raw)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
 stretch\t'Stretch onto the canvas, resample the outputs back'"

@@ -24,7 +24,7 @@ use crossbeam_channel::{bounded, Receiver};
 use image::RgbImage;
 
 use crate::fit::FitMode;
-use crate::image_io::DecodeOptions;
+use crate::image_io::{DecodeOptions, FovFrom};
 use crate::infer::Prediction;
 use crate::loader::LoadOptions;
 use crate::model::Runner;
@@ -100,6 +100,7 @@ impl Predictor {
     /// One 8-bit RGB image, as `moge predict` runs a photo once decoded.
     pub fn predict_rgb(&self, photo: &RgbImage, plan: &Plan) -> Result<Prediction> {
         check(plan)?;
+        let plan = &*plan.for_pixels(photo.width(), photo.height())?;
         guarded(|| match &self.middle {
             Middle::Local(runner) => {
                 let staged = stages::prepare(runner.model(), photo, plan)?;
@@ -120,6 +121,7 @@ impl Predictor {
         if planar.len() != 3 * width * height || !crate::image_io::is_supported_size(width as u32, height as u32) {
             bail!("a {width}x{height} float image needs 3 x {height} x {width} values, and a size moge reads (got {} values)", planar.len());
         }
+        let plan = &*plan.for_pixels(width as u32, height as u32)?;
         if plan.fit != FitMode::Exact {
             bail!("fit {} takes 8-bit images; a float image runs at its own size (fit exact)", plan.fit.name());
         }
@@ -146,16 +148,19 @@ impl Predictor {
     /// refused with the reason); the prediction equals `moge predict`'s npz bit for bit.
     pub fn predict_file(&self, path: &Path, plan: &Plan) -> Result<Prediction> {
         check(plan)?;
-        let decode = DecodeOptions::default();
+        let decode = DecodeOptions { fov: plan.fov, ..Default::default() };
+        // The photo's own field of view (EXIF, camera matrix) is read with it, and used.
+        let for_photo = |known: Option<&crate::image_io::KnownFov>| Plan { fov: FovFrom::Estimate, ..plan.with_known_fov(known).into_owned() };
         match &self.middle {
             Middle::Local(_) => {
-                let photo = crate::image_io::load_rgb_with(path, &decode)?.image;
-                self.predict_rgb(&photo, plan).with_context(|| path.display().to_string())
+                let d = crate::image_io::load_rgb_with(path, &decode)?;
+                self.predict_rgb(&d.image, &for_photo(d.known_fov.as_ref())).with_context(|| path.display().to_string())
             }
             Middle::Remote(_) => {
                 let loaded = crate::image_io::load_with_source(path, &decode)?;
                 let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)?;
-                self.remote(&send, &loaded.decoded.image, plan).with_context(|| path.display().to_string())
+                let plan = for_photo(loaded.decoded.known_fov.as_ref());
+                self.remote(&send, &loaded.decoded.image, &plan).with_context(|| path.display().to_string())
             }
         }
     }
@@ -181,7 +186,7 @@ impl Predictor {
         cfg.outputs.formats.clear();
         cfg.keep_predictions = true;
         cfg.log = false;
-        (cfg.infer, cfg.fit, cfg.canvas) = (plan.infer.clone(), plan.fit, plan.canvas);
+        (cfg.infer, cfg.fit, cfg.canvas, cfg.decode.fov) = (plan.infer.clone(), plan.fit, plan.canvas, plan.fov);
         cfg.jobs = self.jobs.max(1);
         let inputs: Vec<_> = paths.iter().map(|p| crate::pipeline::inputs::file_input(p)).collect();
         let stop = Arc::new(AtomicBool::new(false));

@@ -22,8 +22,8 @@ pub struct BatchArgs {
     /// Directories (searched recursively for jpg, jpeg, png, webp, bmp, tif, tiff and videos;
     /// hidden files and directories skipped), image files or videos (mp4, mov, mkv, webm, avi,
     /// ...: decoded by ffmpeg, each frame's outputs in a folder named after the video:
-    /// clip.mp4 gives OUT/clip/000000.npz, ...). HEIC/HEIF and AVIF photos are found too and
-    /// each fails with what to convert them with (not decoded yet).
+    /// clip.mp4 gives OUT/clip/000000.npz, ...). HEIC/HEIF and AVIF photos are found too:
+    /// decoded in a build with the `heif` feature, else each fails saying what to do.
     #[arg(value_name = "DIR", required_unless_present = "from_list")]
     pub inputs: Vec<PathBuf>,
     /// Also read image paths from FILE, one per line ('-' for stdin; '#' starts a comment).

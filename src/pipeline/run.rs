@@ -81,7 +81,7 @@ impl Config {
     /// stage, the photo's own size, no reports) with [`Plan::default`]'s options, writing under
     /// `output`.
     pub fn new(output: impl Into<PathBuf>) -> Self {
-        let Plan { infer, fit, canvas } = Plan::default();
+        let Plan { infer, fit, canvas, fov: _ } = Plan::default();
         Self {
             output: output.into(),
             outputs: OutputOptions::default(),
@@ -114,7 +114,7 @@ impl Config {
             normal_map: self.infer.normal_map && (keep || self.outputs.needs_normal_floats()),
             ..self.infer.clone()
         };
-        Plan { infer, fit: self.fit, canvas: self.canvas }
+        Plan { infer, fit: self.fit, canvas: self.canvas, fov: self.decode.fov }
     }
 
     /// The output stem of an input.

@@ -7,6 +7,7 @@ use anyhow::Result;
 use image::RgbImage;
 
 use crate::fit::{self, Canvas, FitMode, Placement};
+use crate::image_io::FovFrom;
 use crate::infer::{InferOptions, Prediction};
 use crate::model::{Prepared, RawOutput};
 use crate::Model;
@@ -18,13 +19,16 @@ pub struct Plan {
     pub fit: FitMode,
     /// The canvas of `pad` and `stretch`.
     pub canvas: Canvas,
+    /// Where each photo's own field of view comes from (its EXIF, a camera matrix), beside
+    /// `infer.fov_x` for every photo.
+    pub fov: FovFrom,
 }
 
 /// Upstream `infer()`'s options (resolution level 9: not the command line's 1800 tokens), each
 /// photo at its own size.
 impl Default for Plan {
     fn default() -> Self {
-        Plan { infer: InferOptions::default(), fit: FitMode::Exact, canvas: Canvas::FULL_HD }
+        Plan { infer: InferOptions::default(), fit: FitMode::Exact, canvas: Canvas::FULL_HD, fov: FovFrom::Estimate }
     }
 }
 
@@ -41,11 +45,28 @@ impl Plan {
         }
     }
 
+    /// This plan for an image of `width` x `height` held in memory (no file, so no EXIF): the
+    /// camera matrix's field of view applied; `fov` from EXIF refused.
+    pub fn for_pixels(&self, width: u32, height: u32) -> Result<std::borrow::Cow<'_, Plan>> {
+        match self.fov {
+            FovFrom::Estimate => Ok(std::borrow::Cow::Borrowed(self)),
+            FovFrom::Exif => anyhow::bail!(
+                "the field of view from EXIF needs a photo file, and an image in memory has none: give the file's path, or the field of view in degrees"
+            ),
+            FovFrom::Intrinsics { fx, fy, cx, cy } => {
+                let known = crate::image_io::focal::from_intrinsics([fx, fy, cx, cy], (width, height));
+                let mut plan = self.with_known_fov(known.as_ref()).into_owned();
+                plan.fov = FovFrom::Estimate;
+                Ok(std::borrow::Cow::Owned(plan))
+            }
+        }
+    }
+
     /// The plan of a request's options (the HTTP API's, which the bindings take too), with their
     /// defaults and checks (1800 tokens unless a resolution level is given; not both), on
     /// `canvas`.
     pub fn from_request(request: &crate::protocol::PredictOptions, canvas: Canvas) -> Result<Plan, String> {
-        Ok(Plan { infer: request.infer_options()?, fit: request.fit.unwrap_or(FitMode::Exact), canvas })
+        Ok(Plan { infer: request.infer_options()?, fit: request.fit.unwrap_or(FitMode::Exact), canvas, fov: FovFrom::Estimate })
     }
 }
 

@@ -218,7 +218,7 @@ impl Service {
         use anyhow::Context;
         let st = self.loaded.get().context("warm-up before the model is loaded")?;
         let infer = PredictOptions::default().infer_options().map_err(anyhow::Error::msg)?;
-        let plan = Plan { infer, fit: crate::fit::FitMode::Exact, canvas: st.cfg.canvas };
+        let plan = Plan { infer, fit: crate::fit::FitMode::Exact, canvas: st.cfg.canvas, ..Plan::default() };
         let (w, h) = (st.cfg.canvas.width, st.cfg.canvas.height);
         let photo = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, 128]));
         let t = Instant::now();
@@ -375,7 +375,7 @@ async fn predict_inner(
     let req = Arc::new(req);
 
     // Decode and prepare on a host thread.
-    let plan = Plan { infer: req.infer.clone(), fit: req.fit, canvas: st.cfg.canvas };
+    let plan = Plan { infer: req.infer.clone(), fit: req.fit, canvas: st.cfg.canvas, ..Plan::default() };
     let (staged, decode_ms, warning) = {
         let _slot = st.decoders.clone().acquire_owned().await.map_err(|_| ApiError::internal("shutting down"))?;
         let (st2, req2, plan2) = (st.clone(), req.clone(), plan.clone());

@@ -663,7 +663,7 @@ fn exit_statuses_for_usage_and_fatal_errors() {
     std::fs::create_dir_all(&empty).unwrap();
     let o = run(vec!["batch".into(), s(&empty).into(), "-o".into(), s(&out).into(), "--weights".into(), s(&m.normal).into()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("no images found"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("no images or videos found"), "{}", text(&o.stderr));
 }
 
 #[test]

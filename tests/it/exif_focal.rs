@@ -241,3 +241,16 @@ fn intrinsics_give_each_photo_its_field_of_view_from_fx() {
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("cannot be used with"));
 }
+
+/// `tests/fixtures/images/exif_f35_26mm_80x60.jpg`, which the bindings' tests read for
+/// `fov_x="exif"` (a 35 mm equivalent focal length of 26 mm on an 80x60 photo), is what
+/// [`jpeg_with_exif`] writes: `MOGE_UPDATE_FIXTURES=1 cargo test --test it exif_focal::` makes it.
+#[test]
+fn the_bindings_exif_fixture_is_what_this_writer_makes() {
+    let path = fixtures().join("images/exif_f35_26mm_80x60.jpg");
+    let made = jpeg_with_exif(80, 60, Some(exif_block(&[], &[(F35, V::Short(26))])));
+    if std::env::var_os("MOGE_UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, &made).unwrap();
+    }
+    assert!(std::fs::read(&path).unwrap_or_default() == made, "{} is stale: MOGE_UPDATE_FIXTURES=1 remakes it", path.display());
+}

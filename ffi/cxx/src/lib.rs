@@ -35,13 +35,16 @@ mod ffi {
 
     /// How an image meets the network, as the command line's options: `num_tokens` (0: 1800
     /// unless `resolution_level` is given) or `resolution_level` (0..=9, -1: not given),
-    /// `fov_x` in degrees (0: estimated), `apply_mask`, `force_projection`, `fit` `exact` |
+    /// `fov_x` in degrees (0: estimated), `fov_x_exif` (`infer_file` only: each photo's own
+    /// from its EXIF focal length, estimated where it has none), `apply_mask`,
+    /// `force_projection`, `fit` `exact` |
     /// `pad` | `stretch` onto the canvas (0 x 0: 1920 x 1080), and for `infer_rgb` whether the
     /// buffer is BGR (OpenCV's order) rather than RGB.
     struct Options {
         num_tokens: u32,
         resolution_level: i32,
         fov_x: f32,
+        fov_x_exif: bool,
         apply_mask: bool,
         force_projection: bool,
         fit: String,
@@ -165,6 +168,7 @@ fn default_options() -> ffi::Options {
         num_tokens: 0,
         resolution_level: -1,
         fov_x: 0.0,
+        fov_x_exif: false,
         apply_mask: infer.apply_mask,
         force_projection: infer.force_projection,
         fit: FitMode::Exact.name().into(),
@@ -214,7 +218,9 @@ fn plan(o: &ffi::Options) -> anyhow::Result<Plan> {
         (0, 0) => Canvas::FULL_HD,
         (w, h) => format!("{w}x{h}").parse::<Canvas>().map_err(anyhow::Error::msg)?,
     };
-    Plan::from_request(&request, canvas).map_err(anyhow::Error::msg)
+    anyhow::ensure!(!(o.fov_x_exif && o.fov_x != 0.0), "fov_x {} and fov_x_exif: give one of them", o.fov_x);
+    let fov = if o.fov_x_exif { moge::image_io::FovFrom::Exif } else { moge::image_io::FovFrom::Estimate };
+    Ok(Plan { fov, ..Plan::from_request(&request, canvas).map_err(anyhow::Error::msg)? })
 }
 
 impl Model {

@@ -214,6 +214,17 @@ int main() {
   for (auto& t : threads) t.join();
   for (int t = 0; t < 4; ++t) check(same[t], "thread " + std::to_string(t));
 
+  // The camera's own field of view from a photo's EXIF (26 mm in 35 mm terms, 80x60):
+  // 2 atan(diagonal of 36x24 / (2 * 26) * 80 / 100).
+  auto exif_opts = opts;
+  exif_opts.fov_x = 0;
+  exif_opts.fov_x_exif = true;
+  const double want_fov = 2 * std::atan(std::hypot(36.0, 24.0) / 52.0 * 0.8) * 180 / M_PI;
+  auto from_exif = model->infer_file(fixtures + "/images/exif_f35_26mm_80x60.jpg", exif_opts);
+  check(std::fabs(from_exif->fov_x() - want_fov) < 1e-3, "fov_x from EXIF: " + std::to_string(from_exif->fov_x()));
+  auto no_exif = model->infer_file("photo.bmp", exif_opts);
+  check(std::fabs(no_exif->fov_x() - 55.0f) > 1e-3f, "no EXIF: estimated");
+
   // The outputs moge writes, from C++.
   check(from_rgb->save_depth_png("depth.png", 0.001f) == 0, "save_depth_png");
   from_rgb->save_npz("again.npz");
@@ -244,6 +255,13 @@ int main() {
   bad.fov_x = -5;
   e = thrown([&] { model->infer_rgb(rgb.data(), w, h, size_t(w) * 3, bad); });
   check(!e.empty(), "negative fov_x: " + e);
+  bad = opts;
+  bad.fov_x_exif = true;
+  e = thrown([&] { model->infer_file("photo.bmp", bad); });
+  check(contains(e, "fov_x_exif"), "fov_x and fov_x_exif: " + e);
+  bad.fov_x = 0;
+  e = thrown([&] { model->infer_rgb(rgb.data(), w, h, size_t(w) * 3, bad); });
+  check(contains(e, "needs a photo file"), "fov_x_exif on pixels: " + e);
   auto bad_load = load;
   bad_load.precision = "f64";
   e = thrown([&] { moge::load(weights, bad_load); });

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use moge::fit::{Canvas, FitMode};
+use moge::image_io::FovFrom;
 use moge::protocol::PredictOptions;
 use moge::{Plan, Prediction, Predictor};
 use numpy::ndarray::{ArrayView, Dimension};
@@ -47,7 +48,7 @@ impl Options {
     #[pyo3(signature = (*, fit="exact", fov_x=None, apply_mask=true, force_projection=true, num_tokens=None, resolution_level=None, canvas=None))]
     fn new(
         fit: &str,
-        fov_x: Option<f32>,
+        fov_x: Option<&Bound<'_, PyAny>>,
         apply_mask: bool,
         force_projection: bool,
         num_tokens: Option<u32>,
@@ -55,6 +56,15 @@ impl Options {
         canvas: Option<(u32, u32)>,
     ) -> PyResult<Self> {
         let fit: FitMode = fit.parse().map_err(|e: moge::names::UnknownName| PyValueError::new_err(e.to_string()))?;
+        // Degrees for every image, or "exif": each photo file's own, from its EXIF focal length.
+        let (fov_x, fov) = match fov_x {
+            None => (None, FovFrom::Estimate),
+            Some(v) => match v.extract::<String>() {
+                Ok(s) if s == "exif" => (None, FovFrom::Exif),
+                Ok(s) => return Err(PyValueError::new_err(format!("fov_x {s:?} is not a number of degrees or \"exif\""))),
+                Err(_) => (Some(v.extract::<f32>()?), FovFrom::Estimate),
+            },
+        };
         let request = PredictOptions {
             fit: Some(fit),
             fov_x,
@@ -68,7 +78,7 @@ impl Options {
             Some((width, height)) => format!("{width}x{height}").parse::<Canvas>().map_err(PyValueError::new_err)?,
             None => Canvas::FULL_HD,
         };
-        let plan = Plan::from_request(&request, canvas).map_err(PyValueError::new_err)?;
+        let plan = Plan { fov, ..Plan::from_request(&request, canvas).map_err(PyValueError::new_err)? };
         Ok(Self { plan })
     }
 }

@@ -95,6 +95,25 @@ def test_options_reach_the_engine_as_the_clis_flags(model, tmp_path):
     assert abs(out.fov_x - 70) < 1e-3
 
 
+def test_fov_x_exif_reads_each_photo_files_focal_length_as_the_cli_does(model, tmp_path):
+    photo = IMAGES / "exif_f35_26mm_80x60.jpg"
+    npz = cli_npz(tmp_path, photo, "--num-tokens", "900", "--fov-x", "exif")
+    out = model(photo, num_tokens=900, fov_x="exif")
+    want = np.degrees(2 * np.arctan(np.hypot(36, 24) / 52 * 0.8))
+    with np.load(npz) as z:
+        assert np.array_equal(bits(out.depth), bits(z["depth"])) and out.fov_x == z["fov_x"]
+    assert abs(out.fov_x - want) < 1e-3
+    # Through the pipeline too; a photo without the tags is estimated.
+    many = model.predict_many([photo, IMAGES / "rgb_64x48.png"], num_tokens=900, fov_x="exif")
+    assert np.array_equal(bits(many[0].depth), bits(out.depth))
+    assert np.array_equal(bits(many[1].depth), bits(model(IMAGES / "rgb_64x48.png", num_tokens=900).depth))
+    # An image in memory has no EXIF; a word that is not "exif" is no field of view.
+    with pytest.raises(MoGeError, match="needs a photo file"):
+        model(np.zeros((48, 64, 3), np.uint8), fov_x="exif")
+    with pytest.raises(ValueError, match="exif"):
+        model(photo, fov_x="exify")
+
+
 @pytest.mark.parametrize("fit", ["pad", "stretch"])
 def test_fit_on_a_canvas_as_batch_does(model, tmp_path, fit):
     photo = IMAGES / "rgb_40x72.png"

@@ -249,7 +249,7 @@ class MoGeModel:
         self,
         image: Union[ImageLike, Sequence[ImageLike]],
         fit: str = "exact",
-        fov_x: Optional[float] = None,
+        fov_x: Optional[Union[float, str]] = None,
         apply_mask: bool = True,
         force_projection: bool = True,
         num_tokens: Optional[int] = None,
@@ -261,7 +261,9 @@ class MoGeModel:
 
         ``fit``: ``exact`` runs each image at its own aspect (upstream); ``pad`` and ``stretch``
         put it on the ``canvas`` (width, height; 1920 x 1080) and bring the maps back.
-        ``fov_x``: a known horizontal field of view in degrees. ``num_tokens`` (1800 unless
+        ``fov_x``: a known horizontal field of view in degrees, or ``"exif"``: each photo file's
+        own, from its EXIF focal length (the model's estimate where it has none; an image in memory
+        has no EXIF and is refused). ``num_tokens`` (1800 unless
         ``resolution_level`` 0-9 is given instead) sets the network's resolution, as the
         command line's."""
         opts = self._options(fit, fov_x, apply_mask, force_projection, num_tokens, resolution_level, canvas)
@@ -339,7 +341,7 @@ class MoGeModel:
     @staticmethod
     def _options(
         fit: str = "exact",
-        fov_x: Optional[float] = None,
+        fov_x: Optional[Union[float, str]] = None,
         apply_mask: bool = True,
         force_projection: bool = True,
         num_tokens: Optional[int] = None,
@@ -348,7 +350,7 @@ class MoGeModel:
     ) -> "_native.Options":
         return _native.Options(
             fit=fit,
-            fov_x=None if fov_x is None else float(fov_x),
+            fov_x=None if fov_x is None else fov_x if fov_x == "exif" else float(fov_x),
             apply_mask=bool(apply_mask),
             force_projection=bool(force_projection),
             num_tokens=num_tokens,

@@ -1,7 +1,7 @@
 """The native half of moge_rs (Rust, over the moge library). Use ``moge_rs.MoGeModel``."""
 
 from os import PathLike
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 
@@ -15,7 +15,7 @@ class Options:
         self,
         *,
         fit: str = "exact",
-        fov_x: Optional[float] = None,
+        fov_x: Optional[Union[float, Literal["exif"]]] = None,
         apply_mask: bool = True,
         force_projection: bool = True,
         num_tokens: Optional[int] = None,
