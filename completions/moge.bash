@@ -22,6 +22,9 @@ _moge() {
             moge,bench)
                 cmd="moge__subcmd__bench"
                 ;;
+            moge,compare)
+                cmd="moge__subcmd__compare"
+                ;;
             moge,download)
                 cmd="moge__subcmd__download"
                 ;;
@@ -49,6 +52,9 @@ _moge() {
             moge__subcmd__help,bench)
                 cmd="moge__subcmd__help__subcmd__bench"
                 ;;
+            moge__subcmd__help,compare)
+                cmd="moge__subcmd__help__subcmd__compare"
+                ;;
             moge__subcmd__help,download)
                 cmd="moge__subcmd__help__subcmd__download"
                 ;;
@@ -74,7 +80,7 @@ _moge() {
 
     case "${cmd}" in
         moge)
-            opts="-h -V --help --version predict batch serve bench download info models generate-assets help"
+            opts="-h -V --help --version predict batch serve bench compare download info models generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -303,6 +309,44 @@ _moge() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        moge__subcmd__compare)
+            opts="-h --json --min-pcc --max-depth-rel-median --max-depth-rel --min-mask-iou --max-fov-diff --max-scale-diff --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --min-pcc)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-depth-rel-median)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-depth-rel)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-mask-iou)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-fov-diff)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-scale-diff)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         moge__subcmd__download)
             opts="-h --model --revision --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -340,7 +384,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help)
-            opts="predict batch serve bench download info generate-assets help"
+            opts="predict batch serve bench compare download info generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -368,6 +412,20 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help__subcmd__bench)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        moge__subcmd__help__subcmd__compare)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -30,6 +30,7 @@ complete -c moge -n "__fish_moge_needs_command" -f -a "predict" -d 'Predict geom
 complete -c moge -n "__fish_moge_needs_command" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
 complete -c moge -n "__fish_moge_needs_command" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
 complete -c moge -n "__fish_moge_needs_command" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
+complete -c moge -n "__fish_moge_needs_command" -f -a "compare" -d 'How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale'
 complete -c moge -n "__fish_moge_needs_command" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
 complete -c moge -n "__fish_moge_needs_command" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
 complete -c moge -n "__fish_moge_needs_command" -f -a "models" -d 'List the published models: which are cached, where, their size and sha256'
@@ -192,6 +193,14 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one J
 complete -c moge -n "__fish_moge_using_subcommand bench" -l host-only -d 'Time only the host stages (decode, prepare, postprocess, write --format) with one forward\'s output reused: what the host costs per image next to a fast device'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c moge -n "__fish_moge_using_subcommand compare" -l min-pcc -d 'Lowest PCC of points, depth and normal over the pixels valid in both' -r
+complete -c moge -n "__fish_moge_using_subcommand compare" -l max-depth-rel-median -d 'Largest median of |depth_B - depth_A| / depth_A' -r
+complete -c moge -n "__fish_moge_using_subcommand compare" -l max-depth-rel -d 'Largest |depth_B - depth_A| / depth_A at any pixel' -r
+complete -c moge -n "__fish_moge_using_subcommand compare" -l min-mask-iou -d 'Lowest intersection over union of the validity masks' -r
+complete -c moge -n "__fish_moge_using_subcommand compare" -l max-fov-diff -d 'Largest difference of fov_x or fov_y, degrees' -r
+complete -c moge -n "__fish_moge_using_subcommand compare" -l max-scale-diff -d 'Largest difference of the metric scales, as max(r, 1/r) - 1 of their ratio r' -r
+complete -c moge -n "__fish_moge_using_subcommand compare" -l json -d 'Print one JSON object: each photo\'s figures, the worst, the gates and what failed them'
+complete -c moge -n "__fish_moge_using_subcommand compare" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand download" -l model -d 'A published model to fetch; repeat for several [default: vitl-normal]' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
@@ -207,11 +216,12 @@ complete -c moge -n "__fish_moge_using_subcommand models" -l json -d 'Print a JS
 complete -c moge -n "__fish_moge_using_subcommand models" -l verify -d 'Re-hash every cached file and compare with the sha256 it is stored under (reads them all)'
 complete -c moge -n "__fish_moge_using_subcommand models" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand generate-assets" -s h -l help -d 'Print help'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "compare" -d 'How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -17,6 +17,7 @@
 //! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
+//! - [`compare`]: how far one prediction is from another (`moge compare`).
 //! - [`names`]: the names of the choices above (formats, fits, ...), parsed and shown.
 //! - [`simd`]: beneath them all, the instruction-set level and the kernels the layers share.
 //!
@@ -60,6 +61,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod compare;
 pub mod console;
 pub mod device;
 pub mod fit;

@@ -4,6 +4,7 @@
 pub mod assets;
 pub mod batch;
 mod bench;
+mod compare;
 mod download;
 mod info;
 mod predict;
@@ -37,6 +38,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
     Bench(bench::BenchArgs),
+    /// How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale.
+    Compare(compare::CompareArgs),
     /// Fetch published models into the Hugging Face cache ahead of time.
     Download(download::DownloadArgs),
     /// List the published models: which are cached, where, their size and sha256.
@@ -385,6 +388,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Download(a) => download::run(a),
         Command::Info(a) => info::run(a),
         Command::Batch(a) => batch::run(a),

@@ -10,6 +10,7 @@ mod bf16;
 mod checkpoint;
 mod cli_assets;
 mod commands;
+mod compare;
 mod damaged_inputs;
 mod degenerate;
 mod exif_focal;
