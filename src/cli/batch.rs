@@ -167,6 +167,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         canvas: args.canvas,
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(run::default_jobs),
         skip_existing: args.skip_existing,
+        videos: true,
         frames: args.video.sampling(),
         video_scale: args.video.video_scale.0,
         progress: true,

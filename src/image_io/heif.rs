@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Result};
 use image::RgbImage;
 use libheif_rs::{ColorSpace, HeifContext, ItemId, LibHeif, RgbChroma};
 
-use super::{focal, DecodeOptions, Decoded, FovFrom, Source, MIN_SIDE};
+use super::{check_min_side, check_pixels, focal, DecodeOptions, Decoded, FovFrom, Source};
 
 /// Decodes the primary image of a HEIF container (`kind`: "HEIC/HEIF" or "AVIF", for messages).
 pub fn decode(bytes: &[u8], opts: &DecodeOptions, kind: &str) -> Result<(Decoded, Source)> {
@@ -26,20 +26,13 @@ pub fn decode(bytes: &[u8], opts: &DecodeOptions, kind: &str) -> Result<(Decoded
     };
     let ctx = HeifContext::read_from_bytes(bytes).map_err(damaged)?;
     let handle = ctx.primary_image_handle().map_err(damaged)?;
-    let (w, h) = (handle.width(), handle.height());
-    let pixels = w as u64 * h as u64;
-    if pixels > opts.max_pixels {
-        bail!(
-            "image is {w}x{h} ({:.1} megapixels), over the limit of {} megapixels (--max-megapixels raises it)",
-            pixels as f64 / 1e6,
-            opts.max_pixels as f64 / 1e6
-        );
-    }
+    check_pixels(handle.width(), handle.height(), opts.max_pixels)?;
     // libheif's defaults: the file's rotation and mirroring applied, wider samples converted
     // to the 8-bit RGB asked for. (libheif-rs 0.20 frees decoding options before libheif reads
     // them, so none are passed: `--no-exif` cannot keep the stored pixels of these files.)
     let image = LibHeif::new().decode(&handle, ColorSpace::Rgb(RgbChroma::Rgb), None).map_err(damaged)?;
     let (ow, oh) = (image.width(), image.height());
+    check_min_side(ow, oh)?;
     let planes = image.planes();
     let plane = planes.interleaved.ok_or_else(|| anyhow!("damaged {kind}: no RGB plane after decoding"))?;
     let row = ow as usize * 3;
@@ -51,16 +44,13 @@ pub fn decode(bytes: &[u8], opts: &DecodeOptions, kind: &str) -> Result<(Decoded
         rgb.extend_from_slice(&plane.data[y * plane.stride..y * plane.stride + row]);
     }
     let rgb = RgbImage::from_raw(ow, oh, rgb).expect("sized");
-    if ow < MIN_SIDE || oh < MIN_SIDE {
-        bail!("image is {ow}x{oh}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}");
-    }
-    // The stored image turned a quarter by `irot` when the decoded one has its sides swapped.
-    let turned = (handle.ispe_width(), handle.ispe_height()) == (oh as i32, ow as i32) && ow != oh;
+    // The stored image turned a quarter by `irot` when the decoded one lies the other way (a
+    // crop may have changed its size, not its orientation).
+    let turned = (handle.ispe_width() > handle.ispe_height()) != (ow > oh) && ow != oh;
     let known_fov = match opts.fov {
         // The tags describe the sensor as stored; `fov_x` turns them to the photo as shown.
         FovFrom::Exif => exif(&handle).and_then(|raw| focal::fov_x(&raw, if turned { (oh, ow) } else { (ow, oh) }, turned)),
-        FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (ow, oh)),
-        FovFrom::Estimate => None,
+        other => other.of_matrix(ow, oh),
     };
     let source = Source { format: None, oriented: turned, wide_samples: handle.luma_bits_per_pixel() > 8, damaged: false };
     Ok((Decoded { image: rgb, warning: None, known_fov }, source))

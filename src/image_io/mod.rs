@@ -53,6 +53,34 @@ pub enum FovFrom {
     Intrinsics { fx: f32, fy: f32, cx: f32, cy: f32 },
 }
 
+impl FovFrom {
+    /// The field of view of a camera matrix for an image of `width` x `height` as shown;
+    /// `None` for the other sources (the EXIF is read with the file).
+    pub fn of_matrix(&self, width: u32, height: u32) -> Option<KnownFov> {
+        match *self {
+            FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (width, height)),
+            _ => None,
+        }
+    }
+}
+
+/// Refuses an image of more pixels than `max` before any of it is decoded.
+fn check_pixels(w: u32, h: u32, max: u64) -> Result<()> {
+    let pixels = w as u64 * h as u64;
+    if pixels > max {
+        bail!("image is {w}x{h} ({:.1} megapixels), over the limit of {} megapixels (--max-megapixels raises it)", pixels as f64 / 1e6, max as f64 / 1e6);
+    }
+    Ok(())
+}
+
+/// Refuses an image too small for the model.
+fn check_min_side(w: u32, h: u32) -> Result<()> {
+    if w < MIN_SIDE || h < MIN_SIDE {
+        bail!("image is {w}x{h}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}");
+    }
+    Ok(())
+}
+
 impl Default for DecodeOptions {
     fn default() -> Self {
         Self { apply_exif: true, max_pixels: MAX_PIXELS, allow_truncated: false, fov: FovFrom::Estimate }
@@ -163,14 +191,7 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
         r.into_decoder().map_err(|e| decode_error(e, &name, bytes.len()))?
     };
     let (w, h) = decoder.dimensions();
-    let pixels = (w as u64) * (h as u64);
-    if pixels > opts.max_pixels {
-        bail!(
-            "image is {w}x{h} ({:.1} megapixels), over the limit of {} megapixels (--max-megapixels raises it)",
-            pixels as f64 / 1e6,
-            opts.max_pixels as f64 / 1e6
-        );
-    }
+    check_pixels(w, h, opts.max_pixels)?;
     // The decoder allocates the whole image at once, and an allocation that fails aborts the
     // process: ask first, so that a size beyond this machine is an error for this file only.
     let need = decoder.total_bytes();
@@ -195,13 +216,8 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
         img.apply_orientation(o);
     }
     let rgb = to_rgb8(img);
-    if rgb.width() < MIN_SIDE || rgb.height() < MIN_SIDE {
-        bail!("image is {}x{}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}", rgb.width(), rgb.height());
-    }
-    let known_fov = match opts.fov {
-        FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (rgb.width(), rgb.height())),
-        _ => known_fov,
-    };
+    check_min_side(rgb.width(), rgb.height())?;
+    let known_fov = known_fov.or_else(|| opts.fov.of_matrix(rgb.width(), rgb.height()));
     let source = Source { format: Some(format), oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
     Ok((Decoded { image: rgb, warning, known_fov }, source))
 }
@@ -210,14 +226,9 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
 /// field of view of `--intrinsics` applied (a frame has no EXIF).
 pub fn from_pixels(image: RgbImage, opts: &DecodeOptions) -> Result<Decoded> {
     let (w, h) = image.dimensions();
-    if w < MIN_SIDE || h < MIN_SIDE {
-        bail!("image is {w}x{h}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}");
-    }
-    let known_fov = match opts.fov {
-        FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (w, h)),
-        _ => None,
-    };
-    Ok(Decoded { image, warning: None, known_fov })
+    check_pixels(w, h, opts.max_pixels)?;
+    check_min_side(w, h)?;
+    Ok(Decoded { known_fov: opts.fov.of_matrix(w, h), image, warning: None })
 }
 
 /// `HEIC/HEIF` or `AVIF` for a file in those ISO base media containers (an `ftyp` box first,

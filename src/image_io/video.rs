@@ -4,7 +4,8 @@
 //! ffmpeg writes each frame as a binary PPM (8-bit RGB, the video's rotation applied) on its
 //! stdout, and its `showinfo` filter prints each frame's number and presentation time on
 //! stderr, in the same order. The conversion to RGB is ffmpeg's own, so a frame here has the
-//! samples of the PNG that `ffmpeg -i clip.mp4 -fps_mode passthrough f%06d.png` writes of it.
+//! samples of the PNG that `ffmpeg -i clip.mp4 -fps_mode passthrough -start_number 0
+//! f%06d.png` writes of it.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -81,7 +82,6 @@ pub fn ffmpeg() -> Result<PathBuf> {
 
 /// The frames of one video, in order, from a running ffmpeg. Dropping it stops ffmpeg.
 pub struct Frames {
-    path: PathBuf,
     child: Child,
     stdout: BufReader<ChildStdout>,
     times: mpsc::Receiver<(u64, Option<f64>)>,
@@ -89,14 +89,23 @@ pub struct Frames {
     /// Frames read so far, and the last one's number and time.
     read: u64,
     last: Option<(u64, Option<f64>)>,
-    done: bool,
+    /// ffmpeg's output came to its end (`Some(true)`), or stopped inside a frame (`Some(false)`).
+    ended: Option<bool>,
 }
 
 impl Frames {
     /// Starts ffmpeg on `path`. Errors: ffmpeg missing, or not startable.
     pub fn open(path: &Path) -> Result<Frames> {
         let ffmpeg = ffmpeg()?;
-        let mut child = Command::new(&ffmpeg)
+        let mut command = Command::new(&ffmpeg);
+        // Its own process group: a Ctrl-C at the terminal stops moge, which then stops ffmpeg,
+        // rather than ffmpeg ending the video early as if it were cut. Plain log lines: no
+        // colour codes in what is parsed.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
+            .env("AV_LOG_FORCE_NOCOLOR", "1")
+            .env_remove("AV_LOG_FORCE_COLOR")
             .args(["-nostdin", "-hide_banner", "-nostats", "-loglevel", "level+info", "-i"])
             .arg(path)
             // The first video stream; frames as decoded (no frame-rate conversion); 8-bit RGB.
@@ -111,30 +120,33 @@ impl Frames {
         let stderr = child.stderr.take().expect("piped");
         let (tx, times) = mpsc::channel();
         let log = std::thread::Builder::new().name("moge-ffmpeg-log".into()).spawn(move || read_log(stderr, tx)).context("cannot start a thread")?;
-        Ok(Frames { path: path.to_owned(), child, stdout, times, log: Some(log), read: 0, last: None, done: false })
+        Ok(Frames { child, stdout, times, log: Some(log), read: 0, last: None, ended: None })
     }
 
     /// The next frame; `Ok(None)` at the end of what ffmpeg decoded.
     pub fn next_frame(&mut self) -> Result<Option<Frame>> {
-        if self.done {
+        if self.ended.is_some() {
             return Ok(None);
         }
         let started = std::time::Instant::now();
         let image = match read_ppm(&mut self.stdout) {
             Ok(Some(img)) => img,
             Ok(None) => {
-                self.done = true;
+                self.ended = Some(true);
                 return Ok(None);
             }
             Err(e) => {
-                // A frame cut short by ffmpeg's end: the frames before it stand.
-                self.done = true;
-                return Err(e.context(format!("{}: ffmpeg's output stopped inside frame {}", self.path.display(), self.read)));
+                // A frame cut short, or one this reader refuses: the frames before it stand.
+                self.ended = Some(false);
+                return Err(e.context(format!("ffmpeg's output stopped inside frame {}", self.read)));
             }
         };
-        // showinfo prints a frame's line before the frame is encoded and written, so it has
-        // come or never will.
-        let (index, time) = self.times.recv().unwrap_or((self.last.map_or(0, |(i, _)| i + 1), None));
+        // Frames are numbered here, as they come: showinfo's own count restarts where ffmpeg
+        // rebuilds its filters (a stream that changes size midway). Its time for the frame was
+        // printed before the frame was written, so it is there or never will be; a bound
+        // keeps a log line that did not parse from stalling the run.
+        let time = self.times.recv_timeout(std::time::Duration::from_secs(10)).ok().and_then(|(_, t)| t);
+        let index = self.read;
         self.read += 1;
         self.last = Some((index, time));
         Ok(Some(Frame { index, time, image, read_ms: started.elapsed().as_secs_f64() * 1e3 }))
@@ -143,14 +155,14 @@ impl Frames {
     /// Stops reading and says how the video ended: `None` if ffmpeg decoded it to the end
     /// without an error, else what went wrong and after which frame.
     pub fn finish(mut self) -> Result<Option<String>> {
-        // Whatever is left unread is not wanted: stop ffmpeg rather than drain it.
-        let stopped_early = !self.done;
-        if stopped_early {
+        // Whatever is left unread is not wanted: stop ffmpeg rather than drain it (it would
+        // block on a full pipe).
+        if self.ended != Some(true) {
             let _ = self.child.kill();
         }
         let status = self.child.wait().context("ffmpeg")?;
         let errors = self.log.take().and_then(|h| h.join().ok()).unwrap_or_default();
-        if stopped_early {
+        if self.ended.is_none() {
             return Ok(None);
         }
         let at = match self.last {

@@ -47,6 +47,9 @@ pub struct Config {
     pub fit: FitMode,
     pub canvas: Canvas,
     pub decode: crate::image_io::DecodeOptions,
+    /// Read videos frame by frame (`moge batch`); elsewhere a video is a failed input saying
+    /// so (one prediction per path has no place for a video's many).
+    pub videos: bool,
     /// Which frames of each video are taken.
     pub frames: Sampling,
     /// `--video-scale smooth`: the time constant (seconds) of the running estimate of each
@@ -89,6 +92,7 @@ impl Config {
             fit,
             canvas,
             decode: crate::image_io::DecodeOptions::default(),
+            videos: false,
             frames: Sampling::default(),
             video_scale: None,
             jobs: default_jobs(),
@@ -295,7 +299,14 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, input
             let _ = records.send(Record::failed(&input, &anyhow!("{p}"), Timings::default()));
             continue;
         }
-        let more = if input.is_video() { feed_video(cfg, shared, &input, &records, &hand_on) } else { hand_on(input) };
+        let more = match input.is_video() {
+            true if cfg.videos => feed_video(cfg, shared, &input, &records, &hand_on),
+            true => {
+                let e = anyhow!("a video: `moge batch` reads videos frame by frame");
+                records.send(Record::failed(&input, &e, Timings::default())).is_ok()
+            }
+            false => hand_on(input),
+        };
         if !more {
             break;
         }
@@ -336,7 +347,9 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
         }
     }
     let warning = match frames.finish() {
-        Ok(w) => w.or(cut),
+        // A stop asked for ends the video early, and says nothing of it.
+        _ if shared.halted() => None,
+        Ok(w) => cut.or(w),
         Err(e) if seq == 0 => {
             let _ = records.send(Record::failed(video, &e, Timings::default()));
             None
@@ -464,21 +477,24 @@ fn encode<B: Backend>(
 ) -> Result<Record> {
     let Item { photo, payload } = item;
     let mut timings = photo.timings.clone();
+    // `--video-scale smooth`: the frame at the running estimate of its video's scale. Every
+    // frame before this one is in the middle stage or past it, so the wait ends; after a stop,
+    // a minute's grace bounds it all the same.
+    let mut smoothed = Some(None);
+    if let Some(shared) = shared {
+        let since = Instant::now();
+        let given_up = || shared.halted() && since.elapsed() > std::time::Duration::from_secs(60);
+        shared.smoothing(&photo.input, |s, video, seq| smoothed = s.smoothed(video, seq, &given_up));
+    }
+    let Some(smoothed) = smoothed else {
+        anyhow::bail!("not written: the run stopped before the frames before it were done, which its smoothed scale needs");
+    };
     let t = Instant::now();
     let mut finished = backend.finish(payload, photo.size, plan)?;
-    // `--video-scale smooth`: the frame at the running estimate of its video's scale.
     let mut raw_scale = None;
-    if let Some(shared) = shared {
-        let mut smoothed = Some(None);
-        shared.smoothing(&photo.input, |s, video, seq| smoothed = s.smoothed(video, seq, &|| shared.halted()));
-        match smoothed {
-            Some(Some(v)) => {
-                raw_scale = Some(finished.pred.metric_scale);
-                finished.pred.rescale(v);
-            }
-            Some(None) => {}
-            None => anyhow::bail!("not written: the run stopped before the frames before it were done, which its smoothed scale needs"),
-        }
+    if let Some(v) = smoothed {
+        raw_scale = Some(finished.pred.metric_scale);
+        finished.pred.rescale(v);
     }
     let stats = DepthStats::of(&finished.pred);
     timings.postprocess = ms(t);

@@ -10,8 +10,9 @@
 //! its turn: [`ScaleSmoother::wait_turn`]), and the middle stage records each raw scale
 //! ([`ScaleSmoother::resolve`]) before handing the frame on, so an encode thread that waits
 //! for the frames before its own ([`ScaleSmoother::smoothed`]) waits only on work already in
-//! the middle stage. A frame that fails or is skipped counts as resolved without a scale, and
-//! leaves the estimate as it was.
+//! the middle stage. A frame that fails before its forward is done, or is skipped, counts as
+//! resolved without a scale and leaves the estimate as it was; one that fails after (writing
+//! its outputs) has still moved the estimate, as a frame of the video that was seen.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Condvar, Mutex, MutexGuard};

@@ -53,9 +53,8 @@ impl Plan {
             FovFrom::Exif => anyhow::bail!(
                 "the field of view from EXIF needs a photo file, and an image in memory has none: give the file's path, or the field of view in degrees"
             ),
-            FovFrom::Intrinsics { fx, fy, cx, cy } => {
-                let known = crate::image_io::focal::from_intrinsics([fx, fy, cx, cy], (width, height));
-                let mut plan = self.with_known_fov(known.as_ref()).into_owned();
+            FovFrom::Intrinsics { .. } => {
+                let mut plan = self.with_known_fov(self.fov.of_matrix(width, height).as_ref()).into_owned();
                 plan.fov = FovFrom::Estimate;
                 Ok(std::borrow::Cow::Owned(plan))
             }

@@ -275,3 +275,21 @@ fn video_scale_smooth_follows_the_raw_scales_with_the_documented_filter() {
         assert!(std::fs::read(remote.join(&name)).unwrap() == std::fs::read(smooth.join(&name)).unwrap(), "{name} differs through the server");
     }
 }
+
+#[test]
+fn predict_refuses_a_video_and_batch_applies_the_size_limit_to_its_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let mp4 = clip(dir.path(), "clip.mp4", "h264");
+    let weights = fixtures().join("tiny_normal.pt");
+    let o =
+        moge().args(["predict", mp4.to_str().unwrap(), "-o", dir.path().join("p").to_str().unwrap(), "--weights", weights.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("clip.mp4: a video: `moge batch` reads videos frame by frame"), "{stderr}");
+    // 96x64 frames against a limit of 0.005 megapixels: each frame fails, naming itself.
+    let o = batch(&[&mp4], &dir.path().join("b"), &["--every", "10", "--max-megapixels", "0.005"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("clip.mp4 frame 10 (1.000 s): image is 96x64") && stderr.contains("over the limit"), "{stderr}");
+    assert!(stderr.contains("0 done, 2 failed"), "{stderr}");
+}
