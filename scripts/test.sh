@@ -41,4 +41,8 @@ MOGE_BIN="$PWD/target/ci/moge" step "$venv/bin/python" -m pytest ffi/python/test
 # default, so that a fresh machine builds without libheif-dev): that feature's tests, and the
 # damaged-input ones that a HEIF header meets, on a second build of the crate (features change the
 # build of `moge` itself, so this comes last: the steps above use the default build's binary).
+if ! pkg-config --exists libheif; then
+    echo "test.sh: the HEIC/AVIF tests need libheif (Debian and Ubuntu: apt install libheif-dev)" >&2
+    exit 1
+fi
 step cargo test --profile ci --locked --features heif --test it -- heif:: damaged_inputs::
