@@ -149,7 +149,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)
@@ -283,7 +283,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)
@@ -593,7 +593,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)

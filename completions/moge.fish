@@ -57,7 +57,8 @@ json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, dep
 exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
-vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
@@ -98,7 +99,8 @@ json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, dep
 exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
-vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
@@ -179,7 +181,8 @@ json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, dep
 exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
-vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'"
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'

@@ -44,9 +44,11 @@ pub enum FormatArg {
     Glb,
     /// `x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at.
     Vis,
+    /// `clip.depth.mp4` beside a video's frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg.
+    Mp4,
 }
 
-same_variants!(FormatArg, Format, { Npz, Png, Json, Exr, Ply, Glb, Vis });
+same_variants!(FormatArg, Format, { Npz, Png, Json, Exr, Ply, Glb, Vis, Mp4 });
 
 /// `--npz-compression`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

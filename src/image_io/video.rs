@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use anyhow::{bail, Context, Result};
@@ -85,6 +85,8 @@ pub struct Frames {
     child: Child,
     stdout: BufReader<ChildStdout>,
     times: mpsc::Receiver<(u64, Option<f64>)>,
+    /// Frames per second, as the stream declares it.
+    rate: Arc<OnceLock<f64>>,
     log: Option<JoinHandle<Vec<String>>>,
     /// Frames read so far, and the last one's number and time.
     read: u64,
@@ -119,8 +121,10 @@ impl Frames {
         let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().expect("piped"));
         let stderr = child.stderr.take().expect("piped");
         let (tx, times) = mpsc::channel();
-        let log = std::thread::Builder::new().name("moge-ffmpeg-log".into()).spawn(move || read_log(stderr, tx)).context("cannot start a thread")?;
-        Ok(Frames { child, stdout, times, log: Some(log), read: 0, last: None, ended: None })
+        let rate = Arc::new(OnceLock::new());
+        let log_rate = rate.clone();
+        let log = std::thread::Builder::new().name("moge-ffmpeg-log".into()).spawn(move || read_log(stderr, tx, &log_rate)).context("cannot start a thread")?;
+        Ok(Frames { child, rate, stdout, times, log: Some(log), read: 0, last: None, ended: None })
     }
 
     /// The next frame; `Ok(None)` at the end of what ffmpeg decoded.
@@ -150,6 +154,11 @@ impl Frames {
         self.read += 1;
         self.last = Some((index, time));
         Ok(Some(Frame { index, time, image, read_ms: started.elapsed().as_secs_f64() * 1e3 }))
+    }
+
+    /// The stream's frame rate, once its first frame is read (where ffmpeg gave one).
+    pub fn frame_rate(&self) -> Option<f64> {
+        self.rate.get().copied()
     }
 
     /// Stops reading and says how the video ended: `None` if ffmpeg decoded it to the end
@@ -189,12 +198,14 @@ impl Drop for Frames {
 
 /// Reads ffmpeg's stderr to its end: each frame's number and time to `times`, and returns
 /// the error lines (without their `[... @ 0x...]` prefixes).
-fn read_log(stderr: impl Read, times: mpsc::Sender<(u64, Option<f64>)>) -> Vec<String> {
+fn read_log(stderr: impl Read, times: mpsc::Sender<(u64, Option<f64>)>, rate: &OnceLock<f64>) -> Vec<String> {
     let mut errors = Vec::new();
     for line in BufReader::new(stderr).split(b'\n') {
         let Ok(line) = line else { break };
         let line = String::from_utf8_lossy(&line);
-        if let Some(frame) = showinfo_frame(&line) {
+        if let Some(r) = showinfo_rate(&line) {
+            let _ = rate.set(r);
+        } else if let Some(frame) = showinfo_frame(&line) {
             let _ = times.send(frame);
         } else if let Some(at) = line.find("[error] ").or_else(|| line.find("[fatal] ")) {
             if errors.len() < 8 {
@@ -203,6 +214,17 @@ fn read_log(stderr: impl Read, times: mpsc::Sender<(u64, Option<f64>)>) -> Vec<S
         }
     }
     errors
+}
+
+/// `frame_rate: 30000/1001` of showinfo's line on its input, in frames per second.
+fn showinfo_rate(line: &str) -> Option<f64> {
+    if !line.contains("showinfo") || !line.contains("config in") {
+        return None;
+    }
+    let r = line[line.find("frame_rate:")? + 11..].split_whitespace().next()?.trim_end_matches(',');
+    let (n, d) = r.split_once('/')?;
+    let v = n.parse::<f64>().ok()? / d.parse::<f64>().ok()?;
+    (v.is_finite() && v > 0.0).then_some(v)
 }
 
 /// `n: 12 pts: 6144 pts_time:0.48 ...` of a showinfo line: the frame's number and time.
@@ -284,6 +306,9 @@ mod tests {
         assert_eq!(showinfo_frame(l), Some((12, Some(0.48))));
         assert_eq!(showinfo_frame("[Parsed_showinfo_0 @ 0x1] [info] config in time_base: 1/12800, frame_rate: 25/1"), None);
         assert_eq!(showinfo_frame("[Parsed_showinfo_0 @ 0x1] [info] n:   3 pts: NOPTS pts_time:NOPTS pos: -1"), Some((3, None)));
+        let config = "[Parsed_showinfo_0 @ 0x1] [info] config in time_base: 1/30000, frame_rate: 30000/1001";
+        assert!((showinfo_rate(config).unwrap() - 29.97).abs() < 1e-3);
+        assert_eq!(showinfo_rate("[Parsed_showinfo_0 @ 0x1] [info] config out time_base: 0/0, frame_rate: 0/0"), None);
     }
 
     #[test]

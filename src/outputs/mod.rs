@@ -42,10 +42,12 @@ pub enum Format {
     Glb,
     /// `x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at.
     Vis,
+    /// `clip.depth.mp4` beside a video's frames: their depth, colourised, as a video (videos only).
+    Mp4,
 }
 
 crate::names::names!(Format, "output format", {
-    Npz => "npz", Png => "png", Json => "json", Exr => "exr", Ply => "ply", Glb => "glb", Vis => "vis",
+    Npz => "npz", Png => "png", Json => "json", Exr => "exr", Ply => "ply", Glb => "glb", Vis => "vis", Mp4 => "mp4",
 });
 
 /// How the formats are written; fixed for a run.
@@ -154,7 +156,8 @@ pub fn planned_files(opts: &OutputOptions, has_normal: bool) -> Vec<FileKind> {
                 }
                 v.push(K::MaskPng);
             }
-            Format::Json => {}
+            // Written per video by the run (`pipeline::depth_video`), not per image.
+            Format::Json | Format::Mp4 => {}
             Format::Exr => v.extend([K::DepthExr, K::PointsExr]),
             Format::Ply => v.push(K::Ply),
             Format::Glb => v.push(K::Glb),

@@ -56,13 +56,29 @@ fn quantile(sorted: &[f32], q: f64) -> f32 {
     (a + (b - a) * t) as f32
 }
 
+/// Disparity 1/depth (0 for masked +inf depth; NaN for depth ≤ 0 or NaN).
+fn disparity(depth: &[f32]) -> Vec<f32> {
+    depth.iter().map(|&d| if d > 0.0 { 1.0 / d } else { f32::NAN }).collect()
+}
+
+/// The disparity range `colorize_depth` spans for `depth`: its 0.1 % and 99 % quantiles
+/// (masked pixels, disparity 0, take part as upstream).
+pub fn disparity_range(depth: &[f32]) -> (f32, f32) {
+    let mut sorted: Vec<f32> = disparity(depth).into_iter().filter(|v| !v.is_nan()).collect();
+    sorted.sort_unstable_by(f32::total_cmp);
+    (quantile(&sorted, 0.001), quantile(&sorted, 0.99))
+}
+
 /// `colorize_depth(depth)`: RGB bytes. Disparity 1/depth (0 for masked +inf depth, which
 /// takes part in the quantiles as upstream; depth ≤ 0 or NaN is black).
 pub fn colorize_depth(depth: &[f32]) -> Vec<u8> {
-    let disp: Vec<f32> = depth.iter().map(|&d| if d > 0.0 { 1.0 / d } else { f32::NAN }).collect();
-    let mut sorted: Vec<f32> = disp.iter().copied().filter(|v| !v.is_nan()).collect();
-    sorted.sort_unstable_by(f32::total_cmp);
-    let (lo, hi) = (quantile(&sorted, 0.001), quantile(&sorted, 0.99));
+    colorize_depth_in(depth, disparity_range(depth))
+}
+
+/// [`colorize_depth`] over a given disparity range (one range for every frame of a video, so
+/// that a colour means one depth throughout).
+pub fn colorize_depth_in(depth: &[f32], (lo, hi): (f32, f32)) -> Vec<u8> {
+    let disp = disparity(depth);
     let lut = spectral_lut();
     let mut out = Vec::with_capacity(depth.len() * 3);
     for &v in &disp {

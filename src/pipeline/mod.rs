@@ -7,10 +7,12 @@
 //! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
 //!   `predict` and `serve`.
 //! - [`guard`]: a panic in one image's work fails that image only.
+//! - [`depth_video`]: `--format mp4`, a video's frames' depth as a video.
 //! - [`run`]: the stages over files; [`record`] and [`report`]: what a run says of each image
 //!   and of itself; [`scale`]: a video's metric scale followed from frame to frame.
 
 pub mod backend;
+pub mod depth_video;
 pub mod guard;
 pub mod inputs;
 pub mod local;

@@ -20,6 +20,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use image::RgbImage;
 
 use super::backend::Backend;
+use super::depth_video::{self, DepthVideos};
 use super::guard::{guarded, install_panic_hook};
 use super::inputs::{Input, VideoFrame};
 use super::local::{LocalBackend, LocalForwarded};
@@ -188,6 +189,11 @@ struct Shared<S> {
     more: AtomicUsize,
     /// `--video-scale smooth`.
     smoother: Option<ScaleSmoother>,
+    /// `--format mp4`, and the depth videos that could not be written.
+    depth_videos: Option<DepthVideos>,
+    video_errors: AtomicUsize,
+    /// Errors and warnings go to stderr as they happen.
+    log: bool,
 }
 
 impl<S> Shared<S> {
@@ -196,6 +202,30 @@ impl<S> Shared<S> {
         if let (Some(s), Some(frame)) = (&self.smoother, &input.frame) {
             f(s, input.index, frame.seq)
         }
+    }
+
+    /// Hands a frame's depth (`None`: it has none) to its video's depth video, if one is made.
+    fn to_depth_video(&self, input: &Input, depth: Option<depth_video::Depth>) {
+        if let (Some(d), Some(frame)) = (&self.depth_videos, &input.frame) {
+            self.video_error(d.put(input.index, frame.seq, depth));
+        }
+    }
+
+    /// A depth video that could not be written: counted as a failed output, and said.
+    fn video_error(&self, error: Option<String>) {
+        if let Some(e) = error {
+            self.video_errors.fetch_add(1, Ordering::Relaxed);
+            if self.log {
+                crate::errln!("moge: {e}");
+            }
+        }
+    }
+
+    /// A frame that will have no prediction (skipped, failed, dropped): the frames after it do
+    /// not wait for it.
+    fn frame_missing(&self, input: &Input) {
+        self.smoothing(input, |s, video, seq| s.resolve(video, seq, None));
+        self.to_depth_video(input, None);
     }
 }
 
@@ -219,6 +249,9 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
         samples: cfg.stats.then(Mutex::default),
         more: AtomicUsize::new(0),
         smoother: cfg.video_scale.map(ScaleSmoother::new),
+        depth_videos: (cfg.videos && cfg.outputs.wants(outputs::Format::Mp4)).then(DepthVideos::default),
+        video_errors: AtomicUsize::new(0),
+        log: cfg.log,
     });
     let (plan, sha) = (cfg.plan(), OnceLock::new());
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
@@ -260,6 +293,16 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
         collect(&mut summary, rec_rx, cfg, shared, &mut on_record);
     });
     summary.interrupted = stop.load(Ordering::Relaxed);
+    if let Some(d) = &shared.depth_videos {
+        for path in d.abandon() {
+            if !shared.halted() {
+                shared.video_error(Some(format!("{}: not written: some of the video's frames never came", path.display())));
+            }
+        }
+    }
+    // A depth video not written is a failed output of its video.
+    let video_errors = shared.video_errors.load(Ordering::Relaxed);
+    (summary.failed, summary.total) = (summary.failed + video_errors, summary.total + video_errors);
     // Once per run rather than per file (see `outputs::sync_written`); a failure here is a
     // failure of the run: outputs reported as written may not be on disk.
     if let Err(e) = outputs::sync_written() {
@@ -280,11 +323,9 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, input
     // False once the decoders are gone.
     let hand_on = |input: Input| -> bool {
         let planned = outputs::planned_paths(&cfg.stem(&input), &cfg.outputs, has_normal);
-        if cfg.skip_existing && planned.iter().all(|p| p.exists()) {
-            shared.smoothing(&input, |s, video, seq| {
-                s.pass(video, seq);
-                s.resolve(video, seq, None);
-            });
+        if cfg.skip_existing && !planned.is_empty() && planned.iter().all(|p| p.exists()) {
+            shared.smoothing(&input, |s, video, seq| s.pass(video, seq));
+            shared.frame_missing(&input);
             let _ = records.send(Record::skipped(&input, planned));
             return true;
         }
@@ -332,6 +373,8 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
             Ok(Some(f)) if take(f.index, f.time) => {
                 if seq > 0 {
                     shared.more.fetch_add(1, Ordering::Relaxed);
+                } else if let Some(d) = &shared.depth_videos {
+                    d.begin(video.index, depth_video_path(cfg, video), taken_rate(&cfg.frames, frames.frame_rate()));
                 }
                 if !hand_on(video.frame(VideoFrame::new(f, seq))) {
                     return false;
@@ -345,6 +388,9 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
                 break;
             }
         }
+    }
+    if let Some(d) = &shared.depth_videos {
+        shared.video_error(d.end(video.index, seq));
     }
     let warning = match frames.finish() {
         // A stop asked for ends the video early, and says nothing of it.
@@ -360,6 +406,20 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
         crate::errln!("moge: warning: {}: {w}", video.path.display());
     }
     true
+}
+
+/// `OUT/sub/clip.depth.mp4` for `DIR/sub/clip.mp4`.
+fn depth_video_path(cfg: &Config, video: &Input) -> PathBuf {
+    let mut p = cfg.stem(video).into_os_string();
+    p.push(".depth.mp4");
+    p.into()
+}
+
+/// Frames per second of the frames taken from a video of `rate` (25 where the video gives
+/// none): every Nth of them, or at most `--fps`.
+fn taken_rate(sampling: &Sampling, rate: Option<f64>) -> f64 {
+    let rate = rate.unwrap_or(25.0) / sampling.every.max(1) as f64;
+    sampling.fps.map_or(rate, |f| f.min(rate))
 }
 
 /// One decode thread: photos from the feeder, staged, into the middle stage's queue.
@@ -384,7 +444,7 @@ fn decode_stage<B: Backend>(
         let submitted = match staged {
             Ok(item) => turn && middle.submit(item).is_ok(),
             Err(e) => {
-                shared.smoothing(&input, |s, video, seq| s.resolve(video, seq, None));
+                shared.frame_missing(&input);
                 let _ = records.send(Record::failed(&input, &e, Timings::default()));
                 true
             }
@@ -418,8 +478,8 @@ fn spawn_middle<B: Backend + 'static>(
     let (backend, shared) = (backend.clone(), shared.clone());
     Worker::spawn("moge-forward", backend.lanes(), backend.queue(), move |Item { mut photo, payload }: Item<B::Staged>| {
         if shared.halted() {
-            // Dropped: a later frame already through may wait for this one's scale.
-            shared.smoothing(&photo.input, |s, video, seq| s.resolve(video, seq, None));
+            // Dropped: a later frame already through may wait for this one.
+            shared.frame_missing(&photo.input);
             return;
         }
         if let Some(samples) = &shared.samples {
@@ -441,6 +501,7 @@ fn spawn_middle<B: Backend + 'static>(
                 let _ = forwarded.send(Item { photo, payload: out });
             }
             Err(e) => {
+                shared.to_depth_video(&photo.input, None);
                 let mut rec = Record::failed(&photo.input, &e, photo.timings);
                 rec.fatal |= backend.is_fatal(&e);
                 let _ = records.send(rec);
@@ -462,7 +523,10 @@ fn encode_stage<B: Backend>(
     yield_to_device(backend);
     for item in forwarded {
         let (input, timings) = (item.photo.input.clone(), item.photo.timings.clone());
-        let rec = guarded(|| encode(backend, cfg, plan, Some(shared), sha, item)).unwrap_or_else(|e| Record::failed(&input, &e, timings));
+        let rec = guarded(|| encode(backend, cfg, plan, Some(shared), sha, item)).unwrap_or_else(|e| {
+            shared.to_depth_video(&input, None);
+            Record::failed(&input, &e, timings)
+        });
         let _ = records.send(rec);
     }
 }
@@ -531,6 +595,9 @@ fn encode<B: Backend>(
         _ => 0,
     };
     timings.write = Some(ms(t));
+    if let Some(shared) = shared {
+        shared.to_depth_video(&photo.input, Some((pred.width, pred.height, pred.depth.clone())));
+    }
     Ok(Record {
         outputs: written,
         saturated,

@@ -293,3 +293,59 @@ fn predict_refuses_a_video_and_batch_applies_the_size_limit_to_its_frames() {
     assert!(stderr.contains("clip.mp4 frame 10 (1.000 s): image is 96x64") && stderr.contains("over the limit"), "{stderr}");
     assert!(stderr.contains("0 done, 2 failed"), "{stderr}");
 }
+
+/// `ffprobe`'s count of the frames of `video`, their size and their rate.
+fn probe(video: &Path) -> (u64, u64, u64, String) {
+    let o = Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames", "-show_entries", "stream=nb_read_frames,width,height,r_frame_rate", "-of", "json"])
+        .arg(video)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}: {}", video.display(), String::from_utf8_lossy(&o.stderr)));
+    let s = &v["streams"][0];
+    let n = |k: &str| s[k].as_u64().or_else(|| s[k].as_str().and_then(|t| t.parse().ok())).unwrap_or_else(|| panic!("{k}: {s}"));
+    (n("nb_read_frames"), n("width"), n("height"), s["r_frame_rate"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn format_mp4_writes_the_frames_depth_as_a_video_in_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mp4 = clip(dir.path(), "walk.mp4", "h264");
+    let out = dir.path().join("out");
+    let o = batch(&[&mp4], &out, &["--every", "2", "--format", "npz,mp4"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let video = out.join("walk.depth.mp4");
+    // Every other frame of a 10 fps clip: 10 frames at 5 fps, of the photo's size.
+    assert_eq!(probe(&video), (FRAMES / 2, 96, 64, "5/1".to_owned()));
+    assert!(files(&out, "").iter().all(|f| !f.contains("moge-tmp")));
+    assert_eq!(frame_numbers(&out.join("walk")), [0, 2, 4, 6, 8, 10, 12, 14, 16, 18]);
+    // Its first and last frames are the depth of frames 0 and 18, coloured over frame 0's
+    // range, within what H.264 loses.
+    let first = Npz::open(&out.join("walk/000000.npz")).vec_f32("depth");
+    let range = moge::outputs::vis::disparity_range(&first);
+    for (n, frame) in [(0, 0), (9, 18)] {
+        let png = dir.path().join(format!("mp4-{n}.png"));
+        ffmpeg(&["-i", video.to_str().unwrap(), "-vf", &format!("select=eq(n\\,{n})"), "-frames:v", "1", png.to_str().unwrap()]);
+        let got = image::open(&png).unwrap().to_rgb8();
+        let depth = Npz::open(&out.join(format!("walk/{frame:06}.npz"))).vec_f32("depth");
+        let want = moge::outputs::vis::colorize_depth_in(&depth, range);
+        let diff = got.as_raw().iter().zip(&want).map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>() / want.len() as f64;
+        assert!(diff < 6.0, "video frame {n} differs from frame {frame}'s depth by {diff:.2} per sample");
+    }
+
+    // The video alone, of a video cut in half: the frames it has.
+    let bytes = std::fs::read(clip(dir.path(), "whole.webm", "vp9")).unwrap();
+    let cut = dir.path().join("cut.webm");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let alone = dir.path().join("alone");
+    let weights = fixtures().join("tiny_normal.pt");
+    let o = moge()
+        .args(["batch", cut.to_str().unwrap(), "-o", alone.to_str().unwrap(), "--weights", weights.to_str().unwrap(), "--num-tokens", "300", "--format", "mp4"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let done: u64 = stderr.lines().find_map(|l| l.strip_prefix("moge: ")?.split(" done").next()?.parse().ok()).unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(files(&alone, ""), ["cut.depth.mp4"]);
+    assert_eq!(probe(&alone.join("cut.depth.mp4")).0, done);
+}

@@ -1,0 +1,180 @@
+//! `--format mp4`: each video's frames, as they are finished, become `clip.depth.mp4` beside
+//! its folder of frames: the depth colourised as `x.depth_vis.png` is (disparity through
+//! Spectral), over one disparity range for the whole video (the first frame's), so that a
+//! colour means one depth throughout; encoded by ffmpeg (H.264) at the rate of the frames taken.
+//!
+//! The encode threads finish frames out of order; frames are held until those before them
+//! are in (or known to be missing: failed or skipped) and then written in order. The file is
+//! written under a temporary name and renamed once every frame of the video is in; a run that
+//! stops before leaves none.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+use anyhow::{bail, Context, Result};
+
+use crate::image_io::video::ffmpeg;
+use crate::outputs::vis;
+
+/// One frame's depth map, (width, height, depth).
+pub type Depth = (usize, usize, Vec<f32>);
+
+/// The depth videos of a run, one per video (known by its input index).
+#[derive(Default)]
+pub struct DepthVideos {
+    videos: Mutex<HashMap<usize, Video>>,
+}
+
+struct Video {
+    path: PathBuf,
+    /// Frames per second of the video written.
+    rate: f64,
+    /// The next frame to write, and those that came before their turn.
+    next: u64,
+    waiting: BTreeMap<u64, Option<Depth>>,
+    /// How many frames the video has, once its reading is over.
+    count: Option<u64>,
+    writer: Option<Writer>,
+    /// The first frame's disparity range, for every frame.
+    range: Option<(f32, f32)>,
+    /// What went wrong; the video is given up.
+    failed: Option<String>,
+}
+
+struct Writer {
+    /// Taken by `close`; one still here when dropped is stopped.
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    size: (usize, usize),
+    tmp: PathBuf,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // A writer dropped before `close` (an error, a stop): no half-written video is left.
+        if let Some(mut child) = self.child.take() {
+            drop(self.stdin.take());
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+impl Writer {
+    fn start(path: &Path, (w, h): (usize, usize), rate: f64) -> Result<Writer> {
+        let tmp = path.with_extension("moge-tmp.mp4");
+        let mut command = Command::new(ffmpeg()?);
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
+            .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24"])
+            .args(["-s", &format!("{w}x{h}"), "-framerate", &format!("{rate}"), "-i", "-"])
+            // yuv420p needs even sides: the last row or column is repeated where one is odd.
+            .args(["-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p"])
+            .args(["-f", "mp4"])
+            .arg(&tmp)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start ffmpeg")?;
+        let stdin = child.stdin.take();
+        Ok(Writer { child: Some(child), stdin, size: (w, h), tmp })
+    }
+
+    fn write(&mut self, rgb: &[u8]) -> Result<()> {
+        let stdin = self.stdin.as_mut().context("ffmpeg's input is closed")?;
+        stdin.write_all(rgb).context("ffmpeg stopped taking frames")
+    }
+
+    /// Ends the video and puts it in place.
+    fn close(mut self, path: &Path) -> Result<()> {
+        drop(self.stdin.take());
+        let out = self.child.take().context("ffmpeg is gone")?.wait_with_output()?;
+        if !out.status.success() {
+            let _ = std::fs::remove_file(&self.tmp);
+            bail!("ffmpeg failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        }
+        std::fs::rename(&self.tmp, path).with_context(|| format!("{}: cannot write", path.display()))
+    }
+}
+
+impl DepthVideos {
+    fn lock(&self) -> MutexGuard<'_, HashMap<usize, Video>> {
+        self.videos.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A video's frames will come, to be written to `path` at `rate` frames per second.
+    pub fn begin(&self, video: usize, path: PathBuf, rate: f64) {
+        let v = Video { path, rate, next: 0, waiting: BTreeMap::new(), count: None, writer: None, range: None, failed: None };
+        self.lock().insert(video, v);
+    }
+
+    /// Frame `seq` of `video`: its depth, or `None` where it has none (failed, skipped).
+    /// Returns what went wrong with the video, once.
+    pub fn put(&self, video: usize, seq: u64, depth: Option<Depth>) -> Option<String> {
+        let mut videos = self.lock();
+        let v = videos.get_mut(&video)?;
+        v.waiting.insert(seq, depth);
+        v.advance()
+    }
+
+    /// The reading of `video` is over: it has `count` frames.
+    pub fn end(&self, video: usize, count: u64) -> Option<String> {
+        let mut videos = self.lock();
+        let v = videos.get_mut(&video)?;
+        v.count = Some(count);
+        v.advance()
+    }
+
+    /// The run is over: videos not finished are dropped (their temporary files with them);
+    /// returns those, for a run that was not stopped, where every frame should have come.
+    pub fn abandon(&self) -> Vec<PathBuf> {
+        let unfinished = self.lock().drain().filter(|(_, v)| v.failed.is_none() && v.count != Some(v.next)).map(|(_, v)| v.path.clone()).collect();
+        unfinished
+    }
+}
+
+impl Video {
+    /// Writes the frames that are next in order; closes the video after its last.
+    fn advance(&mut self) -> Option<String> {
+        if self.failed.is_some() {
+            return None;
+        }
+        let result = (|| -> Result<()> {
+            while let Some(frame) = self.waiting.remove(&self.next) {
+                self.next += 1;
+                let Some((w, h, depth)) = frame else { continue };
+                let range = *self.range.get_or_insert_with(|| vis::disparity_range(&depth));
+                if self.writer.is_none() {
+                    self.writer = Some(Writer::start(&self.path, (w, h), self.rate)?);
+                }
+                let writer = self.writer.as_mut().expect("started");
+                if writer.size != (w, h) {
+                    bail!("frame {} is {w}x{h}, the video's first {}x{}", self.next - 1, writer.size.0, writer.size.1);
+                }
+                writer.write(&vis::colorize_depth_in(&depth, range))?;
+            }
+            if self.count == Some(self.next) {
+                if let Some(w) = self.writer.take() {
+                    w.close(&self.path)?;
+                }
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => None,
+            Err(e) => {
+                self.writer = None;
+                self.waiting.clear();
+                let why = format!("{}: not written: {}", self.path.display(), crate::console::error_line(&e));
+                self.failed = Some(why.clone());
+                Some(why)
+            }
+        }
+    }
+}
