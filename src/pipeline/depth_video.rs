@@ -42,6 +42,8 @@ struct Video {
     range: Option<(f32, f32)>,
     /// What went wrong; the video is given up.
     failed: Option<String>,
+    /// Frames left out by `--skip-existing` whose depth could not be read back.
+    unread: u64,
 }
 
 struct Writer {
@@ -110,7 +112,7 @@ impl DepthVideos {
 
     /// A video's frames will come, to be written to `path` at `rate` frames per second.
     pub fn begin(&self, video: usize, path: PathBuf, rate: f64) {
-        let v = Video { path, rate, next: 0, waiting: BTreeMap::new(), count: None, writer: None, range: None, failed: None };
+        let v = Video { path, rate, next: 0, waiting: BTreeMap::new(), count: None, writer: None, range: None, failed: None, unread: 0 };
         self.lock().insert(video, v);
     }
 
@@ -119,6 +121,17 @@ impl DepthVideos {
     pub fn put(&self, video: usize, seq: u64, depth: Option<Depth>) -> Option<String> {
         let mut videos = self.lock();
         let v = videos.get_mut(&video)?;
+        v.waiting.insert(seq, depth);
+        v.advance()
+    }
+
+    /// Frame `seq` of `video` was done by an earlier run (`--skip-existing`): its depth as read
+    /// back from its npz, or `None` where there is none; the video is then not written, rather
+    /// than written without that frame.
+    pub fn put_done(&self, video: usize, seq: u64, depth: Option<Depth>) -> Option<String> {
+        let mut videos = self.lock();
+        let v = videos.get_mut(&video)?;
+        v.unread += depth.is_none() as u64;
         v.waiting.insert(seq, depth);
         v.advance()
     }
@@ -160,6 +173,9 @@ impl Video {
                 writer.write(&vis::colorize_depth_in(&depth, range))?;
             }
             if self.count == Some(self.next) {
+                if self.unread > 0 {
+                    bail!("{} of its frames were done by an earlier run and have no npz to read their depth from (run without --skip-existing, or with npz among the formats)", self.unread);
+                }
                 if let Some(w) = self.writer.take() {
                     w.close(&self.path)?;
                 }

@@ -324,8 +324,13 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, input
     let hand_on = |input: Input| -> bool {
         let planned = outputs::planned_paths(&cfg.stem(&input), &cfg.outputs, has_normal);
         if cfg.skip_existing && !planned.is_empty() && planned.iter().all(|p| p.exists()) {
-            shared.smoothing(&input, |s, video, seq| s.pass(video, seq));
-            shared.frame_missing(&input);
+            shared.smoothing(&input, |s, video, seq| {
+                s.pass(video, seq);
+                s.resolve(video, seq, None);
+            });
+            if let (Some(d), Some(frame)) = (&shared.depth_videos, &input.frame) {
+                shared.video_error(d.put_done(input.index, frame.seq, done_depth(cfg, &input)));
+            }
             let _ = records.send(Record::skipped(&input, planned));
             return true;
         }
@@ -374,7 +379,11 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
                 if seq > 0 {
                     shared.more.fetch_add(1, Ordering::Relaxed);
                 } else if let Some(d) = &shared.depth_videos {
-                    d.begin(video.index, depth_video_path(cfg, video), taken_rate(&cfg.frames, frames.frame_rate()));
+                    // A depth video already there is kept by --skip-existing.
+                    let path = depth_video_path(cfg, video);
+                    if !(cfg.skip_existing && path.exists()) {
+                        d.begin(video.index, path, taken_rate(&cfg.frames, frames.frame_rate()));
+                    }
                 }
                 if !hand_on(video.frame(VideoFrame::new(f, seq))) {
                     return false;
@@ -406,6 +415,14 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
         crate::errln!("moge: warning: {}: {w}", video.path.display());
     }
     true
+}
+
+/// The depth of a frame done by an earlier run, read back from its npz.
+fn done_depth(cfg: &Config, frame: &Input) -> Option<depth_video::Depth> {
+    let mut npz = cfg.stem(frame).into_os_string();
+    npz.push(".npz");
+    let p = crate::remote::read_prediction(&std::fs::read(PathBuf::from(npz)).ok()?).ok()?;
+    Some((p.width, p.height, p.depth))
 }
 
 /// `OUT/sub/clip.depth.mp4` for `DIR/sub/clip.mp4`.

@@ -333,6 +333,18 @@ fn format_mp4_writes_the_frames_depth_as_a_video_in_their_order() {
         assert!(diff < 6.0, "video frame {n} differs from frame {frame}'s depth by {diff:.2} per sample");
     }
 
+    // Resuming: the depth video there is kept; gone, it is made again with the frames done
+    // before read back from their npz.
+    let made = std::fs::metadata(&video).unwrap().modified().unwrap();
+    std::fs::remove_file(out.join("walk/000004.npz")).unwrap();
+    let o = batch(&[&mp4], &out, &["--every", "2", "--format", "npz,mp4", "--skip-existing"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("moge: 1 done"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::metadata(&video).unwrap().modified().unwrap(), made);
+    std::fs::remove_file(&video).unwrap();
+    let o = batch(&[&mp4], &out, &["--every", "2", "--format", "npz,mp4", "--skip-existing"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("moge: 0 done, 0 failed, 10 skipped"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(probe(&video), (FRAMES / 2, 96, 64, "5/1".to_owned()));
+
     // The video alone, of a video cut in half: the frames it has.
     let bytes = std::fs::read(clip(dir.path(), "whole.webm", "vp9")).unwrap();
     let cut = dir.path().join("cut.webm");
