@@ -231,7 +231,7 @@ pub fn write_all(
 /// process must exit before they are renamed (a second Ctrl-C).
 static PENDING: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
-fn pending(add: bool, p: &Path) {
+pub(crate) fn pending(add: bool, p: &Path) {
     let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     let set = g.get_or_insert_with(HashSet::new);
     if add {
@@ -258,7 +258,7 @@ pub fn remove_pending_temp_files() -> usize {
 /// The directories written into since the last [`sync_written`].
 static WRITTEN: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
-fn written_into(dir: &Path) {
+pub(crate) fn written_into(dir: &Path) {
     let mut g = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
     let set = g.get_or_insert_with(HashSet::new);
     if !set.contains(dir) {

@@ -50,8 +50,12 @@ struct Writer {
     /// Taken by `close`; one still here when dropped is stopped.
     child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// ffmpeg's messages, read as they come (a full pipe would stall it).
+    log: Option<std::thread::JoinHandle<String>>,
     size: (usize, usize),
     tmp: PathBuf,
+    /// The temporary file was renamed into place or removed.
+    settled: bool,
 }
 
 impl Drop for Writer {
@@ -61,7 +65,10 @@ impl Drop for Writer {
             drop(self.stdin.take());
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if !self.settled {
             let _ = std::fs::remove_file(&self.tmp);
+            crate::outputs::pending(false, &self.tmp);
         }
     }
 }
@@ -69,6 +76,13 @@ impl Drop for Writer {
 impl Writer {
     fn start(path: &Path, (w, h): (usize, usize), rate: f64) -> Result<Writer> {
         let tmp = path.with_extension("moge-tmp.mp4");
+        // With `--format mp4` alone nothing else has made the folder.
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+            crate::outputs::written_into(dir);
+        }
+        // Removed by a second Ctrl-C, as every output's temporary file is.
+        crate::outputs::pending(true, &tmp);
         let mut command = Command::new(ffmpeg()?);
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -85,23 +99,45 @@ impl Writer {
             .spawn()
             .context("cannot start ffmpeg")?;
         let stdin = child.stdin.take();
-        Ok(Writer { child: Some(child), stdin, size: (w, h), tmp })
+        let log = child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut e, &mut s);
+                s
+            })
+        });
+        Ok(Writer { child: Some(child), stdin, log, size: (w, h), tmp, settled: false })
     }
 
     fn write(&mut self, rgb: &[u8]) -> Result<()> {
         let stdin = self.stdin.as_mut().context("ffmpeg's input is closed")?;
-        stdin.write_all(rgb).context("ffmpeg stopped taking frames")
+        if stdin.write_all(rgb).is_ok() {
+            return Ok(());
+        }
+        // ffmpeg stopped: what it said is the reason.
+        let (status, said) = self.end();
+        bail!("ffmpeg stopped taking frames ({}): {said}", status.map_or("gone".to_owned(), |s| s.to_string()))
     }
 
-    /// Ends the video and puts it in place.
-    fn close(mut self, path: &Path) -> Result<()> {
+    /// Closes ffmpeg's input and waits for it: its exit status and what it said.
+    fn end(&mut self) -> (Option<std::process::ExitStatus>, String) {
         drop(self.stdin.take());
-        let out = self.child.take().context("ffmpeg is gone")?.wait_with_output()?;
-        if !out.status.success() {
-            let _ = std::fs::remove_file(&self.tmp);
-            bail!("ffmpeg failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        let status = self.child.take().and_then(|mut c| c.wait().ok());
+        let said = self.log.take().and_then(|h| h.join().ok()).unwrap_or_default();
+        (status, said.trim().to_owned())
+    }
+
+    /// Ends the video and puts it in place (the temporary file is removed by `Drop` otherwise).
+    fn close(mut self, path: &Path) -> Result<()> {
+        match self.end() {
+            (Some(s), _) if s.success() => {
+                std::fs::rename(&self.tmp, path).with_context(|| format!("{}: cannot write", path.display()))?;
+                self.settled = true;
+                crate::outputs::pending(false, &self.tmp);
+                Ok(())
+            }
+            (status, said) => bail!("ffmpeg failed ({}): {said}", status.map_or("gone".to_owned(), |s| s.to_string())),
         }
-        std::fs::rename(&self.tmp, path).with_context(|| format!("{}: cannot write", path.display()))
     }
 }
 
@@ -121,7 +157,10 @@ impl DepthVideos {
     pub fn put(&self, video: usize, seq: u64, depth: Option<Depth>) -> Option<String> {
         let mut videos = self.lock();
         let v = videos.get_mut(&video)?;
-        v.waiting.insert(seq, depth);
+        // Once per frame: a second word on one (a failure after it was handed in) is ignored.
+        if seq >= v.next {
+            v.waiting.entry(seq).or_insert(depth);
+        }
         v.advance()
     }
 
@@ -162,7 +201,11 @@ impl Video {
             while let Some(frame) = self.waiting.remove(&self.next) {
                 self.next += 1;
                 let Some((w, h, depth)) = frame else { continue };
-                let range = *self.range.get_or_insert_with(|| vis::disparity_range(&depth));
+                // The first frame with a range (not black, not without valid depth) sets it.
+                let range = self.range.unwrap_or_else(|| vis::disparity_range(&depth));
+                if self.range.is_none() && range.0.is_finite() && range.1.is_finite() && range.0 < range.1 {
+                    self.range = Some(range);
+                }
                 if self.writer.is_none() {
                     self.writer = Some(Writer::start(&self.path, (w, h), self.rate)?);
                 }

@@ -345,19 +345,32 @@ fn format_mp4_writes_the_frames_depth_as_a_video_in_their_order() {
     assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("moge: 0 done, 0 failed, 10 skipped"), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(probe(&video), (FRAMES / 2, 96, 64, "5/1".to_owned()));
 
-    // The video alone, of a video cut in half: the frames it has.
+    // The video alone, of a video cut in half in a folder below: the frames it has.
     let bytes = std::fs::read(clip(dir.path(), "whole.webm", "vp9")).unwrap();
-    let cut = dir.path().join("cut.webm");
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    let cut = tree.join("sub/cut.webm");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let alone = dir.path().join("alone");
     let weights = fixtures().join("tiny_normal.pt");
     let o = moge()
-        .args(["batch", cut.to_str().unwrap(), "-o", alone.to_str().unwrap(), "--weights", weights.to_str().unwrap(), "--num-tokens", "300", "--format", "mp4"])
+        .args([
+            "batch",
+            tree.to_str().unwrap(),
+            "-o",
+            alone.to_str().unwrap(),
+            "--weights",
+            weights.to_str().unwrap(),
+            "--num-tokens",
+            "300",
+            "--format",
+            "mp4",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     let done: u64 = stderr.lines().find_map(|l| l.strip_prefix("moge: ")?.split(" done").next()?.parse().ok()).unwrap_or_else(|| panic!("{stderr}"));
-    assert_eq!(files(&alone, ""), ["cut.depth.mp4"]);
-    assert_eq!(probe(&alone.join("cut.depth.mp4")).0, done);
+    assert_eq!(files(&alone, ""), ["sub/cut.depth.mp4"]);
+    assert_eq!(probe(&alone.join("sub/cut.depth.mp4")).0, done);
 }
