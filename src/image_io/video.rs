@@ -8,7 +8,7 @@
 //! f%06d.png` writes of it.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -71,26 +71,35 @@ pub struct Frame {
     pub read_ms: f64,
 }
 
-/// The ffmpeg found on PATH, or an error saying how to get one.
-pub fn ffmpeg() -> Result<PathBuf> {
-    which::which("ffmpeg").map_err(|_| {
+/// A command running the ffmpeg found on PATH (or an error saying how to get one), in its
+/// own process group: a Ctrl-C at the terminal stops moge, which then stops ffmpeg, rather
+/// than ffmpeg ending a video early as if it were cut or leaving one half-written. Its log
+/// lines are plain (no colour codes in what is parsed).
+pub fn ffmpeg() -> Result<Command> {
+    let path = which::which("ffmpeg").map_err(|_| {
         anyhow::anyhow!(
             "videos are decoded by ffmpeg, which is not on PATH: install it (Debian and Ubuntu: apt install ffmpeg; Fedora: dnf install ffmpeg; macOS: brew install ffmpeg)"
         )
-    })
+    })?;
+    let mut command = Command::new(path);
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    command.env("AV_LOG_FORCE_NOCOLOR", "1").env_remove("AV_LOG_FORCE_COLOR");
+    Ok(command)
 }
 
 /// The frames of one video, in order, from a running ffmpeg. Dropping it stops ffmpeg.
 pub struct Frames {
     child: Child,
     stdout: BufReader<ChildStdout>,
-    times: mpsc::Receiver<(u64, Option<f64>)>,
+    /// Each frame's time, in the frames' order.
+    times: mpsc::Receiver<Option<f64>>,
     /// Frames per second, as the stream declares it.
     rate: Arc<OnceLock<f64>>,
     log: Option<JoinHandle<Vec<String>>>,
-    /// Frames read so far, and the last one's number and time.
+    /// Frames read so far (the last one's number is one less), and the last one's time.
     read: u64,
-    last: Option<(u64, Option<f64>)>,
+    last_time: Option<f64>,
     /// ffmpeg's output came to its end (`Some(true)`), or stopped inside a frame (`Some(false)`).
     ended: Option<bool>,
 }
@@ -98,16 +107,7 @@ pub struct Frames {
 impl Frames {
     /// Starts ffmpeg on `path`. Errors: ffmpeg missing, or not startable.
     pub fn open(path: &Path) -> Result<Frames> {
-        let ffmpeg = ffmpeg()?;
-        let mut command = Command::new(&ffmpeg);
-        // Its own process group: a Ctrl-C at the terminal stops moge, which then stops ffmpeg,
-        // rather than ffmpeg ending the video early as if it were cut. Plain log lines: no
-        // colour codes in what is parsed.
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command
-            .env("AV_LOG_FORCE_NOCOLOR", "1")
-            .env_remove("AV_LOG_FORCE_COLOR")
+        let mut child = ffmpeg()?
             .args(["-nostdin", "-hide_banner", "-nostats", "-loglevel", "level+info", "-i"])
             .arg(path)
             // The first video stream; frames as decoded (no frame-rate conversion); 8-bit RGB.
@@ -117,14 +117,14 @@ impl Frames {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("cannot start {}", ffmpeg.display()))?;
+            .context("cannot start ffmpeg")?;
         let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().expect("piped"));
         let stderr = child.stderr.take().expect("piped");
         let (tx, times) = mpsc::channel();
         let rate = Arc::new(OnceLock::new());
         let log_rate = rate.clone();
         let log = std::thread::Builder::new().name("moge-ffmpeg-log".into()).spawn(move || read_log(stderr, tx, &log_rate)).context("cannot start a thread")?;
-        Ok(Frames { child, rate, stdout, times, log: Some(log), read: 0, last: None, ended: None })
+        Ok(Frames { child, rate, stdout, times, log: Some(log), read: 0, last_time: None, ended: None })
     }
 
     /// The next frame; `Ok(None)` at the end of what ffmpeg decoded.
@@ -149,10 +149,10 @@ impl Frames {
         // rebuilds its filters (a stream that changes size midway). Its time for the frame was
         // printed before the frame was written, so it is there or never will be; a bound
         // keeps a log line that did not parse from stalling the run.
-        let time = self.times.recv_timeout(std::time::Duration::from_secs(10)).ok().and_then(|(_, t)| t);
+        let time = self.times.recv_timeout(std::time::Duration::from_secs(10)).ok().flatten();
         let index = self.read;
         self.read += 1;
-        self.last = Some((index, time));
+        self.last_time = time;
         Ok(Some(Frame { index, time, image, read_ms: started.elapsed().as_secs_f64() * 1e3 }))
     }
 
@@ -174,10 +174,10 @@ impl Frames {
         if self.ended.is_none() {
             return Ok(None);
         }
-        let at = match self.last {
-            Some((i, Some(t))) => format!("after frame {i}, at {t:.3} s"),
-            Some((i, None)) => format!("after frame {i}"),
-            None => "before its first frame".to_owned(),
+        let at = match (self.read.checked_sub(1), self.last_time) {
+            (Some(i), Some(t)) => format!("after frame {i}, at {t:.3} s"),
+            (Some(i), None) => format!("after frame {i}"),
+            (None, _) => "before its first frame".to_owned(),
         };
         let why = errors.first().cloned().or_else(|| (!status.success()).then(|| format!("ffmpeg exited with {status}")));
         if self.read == 0 {
@@ -196,17 +196,17 @@ impl Drop for Frames {
     }
 }
 
-/// Reads ffmpeg's stderr to its end: each frame's number and time to `times`, and returns
+/// Reads ffmpeg's stderr to its end: each frame's time to `times`, and returns
 /// the error lines (without their `[... @ 0x...]` prefixes).
-fn read_log(stderr: impl Read, times: mpsc::Sender<(u64, Option<f64>)>, rate: &OnceLock<f64>) -> Vec<String> {
+fn read_log(stderr: impl Read, times: mpsc::Sender<Option<f64>>, rate: &OnceLock<f64>) -> Vec<String> {
     let mut errors = Vec::new();
     for line in BufReader::new(stderr).split(b'\n') {
         let Ok(line) = line else { break };
         let line = String::from_utf8_lossy(&line);
         if let Some(r) = showinfo_rate(&line) {
             let _ = rate.set(r);
-        } else if let Some(frame) = showinfo_frame(&line) {
-            let _ = times.send(frame);
+        } else if let Some((_, time)) = showinfo_frame(&line) {
+            let _ = times.send(time);
         } else if let Some(at) = line.find("[error] ").or_else(|| line.find("[fatal] ")) {
             if errors.len() < 8 {
                 errors.push(line[at + 8..].trim().to_owned());

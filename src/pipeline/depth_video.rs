@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{bail, Context, Result};
@@ -83,10 +83,7 @@ impl Writer {
         }
         // Removed by a second Ctrl-C, as every output's temporary file is.
         crate::outputs::pending(true, &tmp);
-        let mut command = Command::new(ffmpeg()?);
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command
+        let mut child = ffmpeg()?
             .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24"])
             .args(["-s", &format!("{w}x{h}"), "-framerate", &format!("{rate}"), "-i", "-"])
             // yuv420p needs even sides: the last row or column is repeated where one is odd.

@@ -419,17 +419,14 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
 
 /// The depth of a frame done by an earlier run, read back from its npz.
 fn done_depth(cfg: &Config, frame: &Input) -> Option<depth_video::Depth> {
-    let mut npz = cfg.stem(frame).into_os_string();
-    npz.push(".npz");
-    let p = crate::remote::read_prediction(&std::fs::read(PathBuf::from(npz)).ok()?).ok()?;
+    let npz = outputs::with_suffix(&cfg.stem(frame), outputs::FileKind::Npz.suffix());
+    let p = crate::remote::read_prediction(&std::fs::read(npz).ok()?).ok()?;
     Some((p.width, p.height, p.depth))
 }
 
 /// `OUT/sub/clip.depth.mp4` for `DIR/sub/clip.mp4`.
 fn depth_video_path(cfg: &Config, video: &Input) -> PathBuf {
-    let mut p = cfg.stem(video).into_os_string();
-    p.push(".depth.mp4");
-    p.into()
+    outputs::with_suffix(&cfg.stem(video), "depth.mp4")
 }
 
 /// Frames per second of the frames taken from a video of `rate` (25 where the video gives
