@@ -125,7 +125,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16 int8" -- "${cur}"))
                     return 0
                     ;;
                 --device)
@@ -259,7 +259,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16 int8" -- "${cur}"))
                     return 0
                     ;;
                 --device)
@@ -569,7 +569,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16 int8" -- "${cur}"))
                     return 0
                     ;;
                 --device)
@@ -659,7 +659,7 @@ _moge() {
                     return 0
                     ;;
                 --precision)
-                    COMPREPLY=($(compgen -W "auto f32 bf16" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto f32 bf16 int8" -- "${cur}"))
                     return 0
                     ;;
                 --device)

@@ -1,4 +1,4 @@
-//! Milliseconds per call of one ViT block's products in f32 at 1800 tokens (`moge::model::cpu`
+//! Milliseconds per call of one ViT block's products in f32 and int8 at 1800 tokens (`moge::model::cpu`
 //! linear and attention ops), for ViT-S and ViT-L widths, GFLOP/s counting a multiply-add as
 //! two: each linear through the `gemm` crate and through `sgemm`'s panels (the level's one-tap
 //! kernel, AVX2 or AVX-512F), interleaved in one process (the machine is shared: compare the
@@ -11,7 +11,8 @@ use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::attention::AttentionOp;
-use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp};
+use moge::model::cpu::int8::QuantB;
+use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed};
 use moge::simd::isa;
 use moge::simd::sgemm::Panels;
 use std::sync::Arc;
@@ -30,13 +31,14 @@ fn main() -> candle_core::Result<()> {
         // Each linear twice: through the `gemm` crate and, where the level has a one-tap kernel,
         // through `sgemm`'s panels.
         let panels = Panels::available(isa::current());
-        let lin = |d_in: usize, d_out: usize, epilogue, rng: &mut Rng| -> candle_core::Result<[LinearOp; 2]> {
+        let lin = |d_in: usize, d_out: usize, epilogue, rng: &mut Rng| -> candle_core::Result<[LinearOp; 3]> {
             let wv: Vec<f32> = rng.units(d_in * d_out).iter().map(|v| v * 0.05).collect();
             let bias = rng.units(d_out);
             let tensor = F32Weight::Tensor(Tensor::from_vec(wv.clone(), (d_out, d_in), &Device::Cpu)?);
             let packed = if panels { F32Weight::Panels(Arc::new(Panels::new(&wv, d_in, d_out, 1, d_in))) } else { tensor.clone() };
-            let op = |weight| LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue, packed: None, isa: isa::current() };
-            Ok([op(tensor), op(packed)])
+            let op = |weight, packed| LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue, packed, isa: isa::current() };
+            let int8 = Packed::Int8(Arc::new(QuantB::from_f32_nk(&wv, d_out, d_in, isa::current())));
+            Ok([op(tensor.clone(), None), op(packed, None), op(tensor, Some(int8))])
         };
         let ops = [
             ("qkv", lin(d, 3 * d, Epilogue::Bias, &mut rng)?),
@@ -48,41 +50,48 @@ fn main() -> candle_core::Result<()> {
             ops.iter().map(|(_, op)| Tensor::from_vec(rng.units(n * op[0].d_in), (n, op[0].d_in), &Device::Cpu)).collect::<candle_core::Result<_>>()?;
         let qkv = rng.units(n * 3 * d);
         let att = AttentionOp { num_heads: heads, bf16: false, isa: isa::current() };
-        let mut times = vec![Vec::new(); 2 * ops.len() + 1];
+        let mut times = vec![Vec::new(); 3 * ops.len() + 1];
         let only_attention = which.contains('a');
         for _ in 0..reps {
             for (i, (_, op)) in ops.iter().enumerate().filter(|_| !only_attention) {
                 for (j, op) in op.iter().enumerate() {
                     let t = Instant::now();
                     let y = inputs[i].apply_op1_no_bwd(op)?;
-                    times[2 * i + j].push(t.elapsed().as_secs_f64());
+                    times[3 * i + j].push(t.elapsed().as_secs_f64());
                     drop(y);
                 }
             }
             let t = Instant::now();
             let o = att.run(&qkv, n, d);
-            times[2 * ops.len()].push(t.elapsed().as_secs_f64());
+            times[3 * ops.len()].push(t.elapsed().as_secs_f64());
             drop(o);
         }
-        let (mut crate_total, mut total) = (0.0, 0.0);
+        // Per way of computing the linears (the gemm crate, panels, int8), the block's total
+        // with the attention.
+        let ways = ["gemm crate", "panels", "int8"];
+        let mut totals = [0.0; 3];
         for (i, t) in times.iter_mut().enumerate() {
-            let (label, flops) = match ops.get(i / 2) {
-                Some((l, op)) => (format!("{l} {}", ["gemm crate", "panels"][i % 2]), 2.0 * (n * op[0].d_in * op[0].d_out) as f64),
+            let (label, flops) = match ops.get(i / 3) {
+                Some((l, op)) => (format!("{l} {}", ways[i % 3]), 2.0 * (n * op[0].d_in * op[0].d_out) as f64),
                 None => ("attention".to_owned(), 4.0 * (n * n * d) as f64),
             };
             if t.is_empty() {
                 continue;
             }
             let s = median(t);
-            if i >= 2 * ops.len() || i % 2 == 0 {
-                crate_total += s;
+            match ops.get(i / 3) {
+                Some(_) => totals[i % 3] += s,
+                None => totals.iter_mut().for_each(|t| *t += s),
             }
-            if i >= 2 * ops.len() || i % 2 == 1 {
-                total += s;
-            }
-            println!("{name} {label:<16} {:8.2} ms {:7.1} GFLOP/s", s * 1e3, flops / s / 1e9);
+            println!("{name} {label:<16} {:8.2} ms {:7.1} G(FL)OP/s", s * 1e3, flops / s / 1e9);
         }
-        println!("{name} block, linears by the gemm crate {:8.2} ms, by panels {:8.2} ms", crate_total * 1e3, total * 1e3);
+        let route = moge::model::cpu::int8::route(isa::current()).name();
+        println!(
+            "{name} block, linears by the gemm crate {:8.2} ms, by panels {:8.2} ms, int8 ({route}) {:8.2} ms",
+            totals[0] * 1e3,
+            totals[1] * 1e3,
+            totals[2] * 1e3
+        );
     }
     Ok(())
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::cpu::attention::AttentionOp;
 use super::cpu::bf16::PackedB;
-use super::cpu::linear::{Epilogue, F32Weight, LinearOp, ScaledResidualOp};
+use super::cpu::int8::QuantB;
+use super::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed, ScaledResidualOp};
 use super::weights::Weights;
 use crate::simd::isa::{self, Isa};
 use crate::simd::sgemm::Panels;
@@ -29,12 +30,28 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// A linear of a head: f32, or bf16 where the model runs in bf16 (int8 keeps it f32).
     pub fn load(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize) -> Result<Self> {
+        Self::load_as(w, prefix, d_in, d_out, false)
+    }
+
+    /// A linear of a transformer block (qkv, proj, fc1, fc2): int8 where the model is.
+    pub fn load_block(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize) -> Result<Self> {
+        Self::load_as(w, prefix, d_in, d_out, true)
+    }
+
+    fn load_as(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize, int8: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{prefix}.weight"), &[d_out, d_in])?;
         let bias = w.get(&format!("{prefix}.bias"), &[d_out])?;
         let cpu = if w.cpu_kernels() {
             let b: Vec<f32> = bias.to_vec1()?;
-            let packed = if w.bf16() { Some(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)) } else { None };
+            let packed = if w.bf16() {
+                Some(Packed::Bf16(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)))
+            } else if int8 && w.int8() && super::cpu::enabled() {
+                Some(Packed::Int8(Arc::new(super::cpu::with_f32(&weight, |wv| QuantB::from_f32_nk(wv, d_out, d_in, isa::current()))?)))
+            } else {
+                None
+            };
             let f32_weight = if packed.is_none() && Panels::available(isa::current()) && super::cpu::enabled() {
                 F32Weight::Panels(Arc::new(super::cpu::with_f32(&weight, |wv| Panels::new(wv, d_in, d_out, 1, d_in))?))
             } else {
@@ -46,7 +63,8 @@ impl Linear {
             None
         };
         let dtype = weight.dtype();
-        let packed_f32 = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_), .. }, _]));
+        // Held in another form by the kernels: f32 panels, or int8 (which never reads it again).
+        let packed_f32 = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_), .. } | LinearOp { packed: Some(Packed::Int8(_)), .. }, _]));
         if packed_f32 {
             w.release(&format!("{prefix}.weight"));
         }
@@ -155,8 +173,8 @@ impl Block {
         Ok(Self {
             norm1: LayerNorm::load(w, &format!("{p}.norm1"), dim)?,
             attn: Attention {
-                qkv: Linear::load(w, &format!("{p}.attn.qkv"), dim, 3 * dim)?,
-                proj: Linear::load(w, &format!("{p}.attn.proj"), dim, dim)?,
+                qkv: Linear::load_block(w, &format!("{p}.attn.qkv"), dim, 3 * dim)?,
+                proj: Linear::load_block(w, &format!("{p}.attn.proj"), dim, dim)?,
                 num_heads,
                 bf16: w.bf16(),
                 cpu: w.cpu_kernels(),
@@ -164,8 +182,8 @@ impl Block {
             },
             ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
-            fc1: Linear::load(w, &format!("{p}.mlp.fc1"), dim, 4 * dim)?,
-            fc2: Linear::load(w, &format!("{p}.mlp.fc2"), 4 * dim, dim)?,
+            fc1: Linear::load_block(w, &format!("{p}.mlp.fc1"), dim, 4 * dim)?,
+            fc2: Linear::load_block(w, &format!("{p}.mlp.fc2"), 4 * dim, dim)?,
             ls2: layer_scale(w, &format!("{p}.ls2.gamma"), dim)?,
         })
     }

@@ -26,9 +26,13 @@ pub enum Precision {
     #[default]
     F32,
     Bf16,
+    /// The transformer blocks' linears (qkv, proj, fc1, fc2) as int8 products on the CPU
+    /// (`cpu::int8`): weights per output channel, activations per token, int32 sums. Attention,
+    /// the heads, the convolutions and everything else stay f32. Never `auto`: it is asked for.
+    Int8,
 }
 
-crate::names::names!(Precision, "precision", { F32 => "f32", Bf16 => "bf16" });
+crate::names::names!(Precision, "precision", { F32 => "f32", Bf16 => "bf16", Int8 => "int8" });
 
 impl Precision {
     /// What `--precision auto` takes on `device`: bf16 products (f32 accumulation, f32 between

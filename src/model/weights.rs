@@ -94,6 +94,11 @@ impl Weights {
         self.precision == super::Precision::Bf16
     }
 
+    /// Whether the transformer blocks' linears run as int8 products.
+    pub fn int8(&self) -> bool {
+        self.precision == super::Precision::Int8
+    }
+
     /// Drops the checkpoint's copy of `key` once the network holds the tensor in another form
     /// (a linear's weight packed for the CPU kernels), so that the two are not in memory together
     /// at the end of loading. The key stays used: asking for it again reports it missing.

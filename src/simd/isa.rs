@@ -88,6 +88,33 @@ fn detect() -> Isa {
     Isa::Portable
 }
 
+/// The int8 dot-product extensions this CPU has (`vpdpbusd`), probed once. They sit beside the
+/// levels rather than being one: CPUs have them in every combination with BF16 (Ice Lake has
+/// AVX512-VNNI without BF16, Alder Lake AVX-VNNI without AVX-512), so a route that uses them
+/// asks for its level and for the extension (`crate::model::cpu::int8::route`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vnni {
+    /// AVX512-VNNI, with the BW and VL the int8 kernels also use.
+    pub avx512: bool,
+    /// AVX-VNNI: the same products on 256-bit registers, VEX-encoded.
+    pub avx: bool,
+}
+
+/// What [`Vnni`] this CPU has.
+pub fn vnni() -> Vnni {
+    static VNNI: OnceLock<Vnni> = OnceLock::new();
+    *VNNI.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma");
+            Vnni { avx512: avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni"), avx: avx2 && has!("avxvnni") }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Vnni { avx512: false, avx: false }
+    })
+}
+
 /// Whether this CPU is Intel's (cpuid's vendor string `GenuineIntel`), probed once.
 pub fn intel() -> bool {
     static INTEL: OnceLock<bool> = OnceLock::new();

@@ -21,6 +21,7 @@ mod generic_ops;
 mod heif;
 mod host_paths;
 mod hub;
+mod int8;
 mod layers;
 mod numerics;
 mod parity;

@@ -23,7 +23,7 @@ use moge::{Plan, Predictor};
 #[cxx::bridge(namespace = "moge")]
 mod ffi {
     /// How a model is loaded, as the command line's flags: `precision` `auto` | `f32` | `bf16`
-    /// | `f16`, `device` `auto` | `cpu` | `cuda` | `cuda:N`, the hub `revision` of a published
+    /// | `int8`, `device` `auto` | `cpu` | `cuda` | `cuda:N`, the hub `revision` of a published
     /// model; for a server, the seconds one request may take and its retries.
     struct LoadOptions {
         precision: String,

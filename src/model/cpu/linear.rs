@@ -13,6 +13,7 @@ use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
 use super::bf16::{gemm_bf16, PackedB};
+use super::int8::{self, QuantB};
 
 /// What follows the GEMM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -32,6 +33,15 @@ pub enum F32Weight {
     Panels(Arc<Panels>),
 }
 
+/// The weight of a bf16 or int8 product, in that product's own form.
+#[derive(Clone)]
+pub enum Packed {
+    /// Wᵀ rounded to bf16 and packed ([`PackedB`]).
+    Bf16(Arc<PackedB>),
+    /// W quantised per output channel ([`QuantB`]).
+    Int8(Arc<QuantB>),
+}
+
 /// y (n × out) = x (n × in) · Wᵀ + b, W given as PyTorch's (out, in).
 pub struct LinearOp {
     pub weight: F32Weight,
@@ -39,8 +49,8 @@ pub struct LinearOp {
     pub d_in: usize,
     pub d_out: usize,
     pub epilogue: Epilogue,
-    /// Wᵀ pre-packed for bf16 products, when the model runs in bf16.
-    pub packed: Option<Arc<PackedB>>,
+    /// The weight of the bf16 or int8 products, when the model runs in either.
+    pub packed: Option<Packed>,
     /// The level of the epilogue's GELU (`isa::current()` when the model was built).
     pub isa: Isa,
 }
@@ -61,7 +71,16 @@ impl CustomOp1 for LinearOp {
             y
         };
         let mut y = match (&self.packed, &self.weight) {
-            (Some(p), _) => {
+            (Some(Packed::Int8(q)), _) => match int8::product(x, n, q, &self.bias) {
+                Some(y) => y,
+                // The emulated route: the same quantisation, through the f32 product.
+                None => {
+                    let int8::Store::Dequantised(w) = q.store() else { candle_core::bail!("linear: int8 weights without a route") };
+                    let xq = int8::fake_quantised(x, n, d_in);
+                    return Ok((CpuStorage::F32(self.bias_then_gelu(product_bt(&xq, w, n, d_in, self.d_out))), Shape::from((n, self.d_out))));
+                }
+            },
+            (Some(Packed::Bf16(p)), _) => {
                 let mut y = bias_rows();
                 let c = Mat::from_slice_mut(&mut y, n, self.d_out, self.d_out);
                 gemm_bf16(Mat::from_slice(x, n, d_in, d_in), p, c, true, rayon::current_num_threads().max(1));

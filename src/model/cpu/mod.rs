@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod bf16;
 pub mod conv3x3;
+pub mod int8;
 pub mod linear;
 pub mod planes;
 pub mod winograd;
@@ -72,6 +73,12 @@ pub fn route(precision: super::Precision) -> Route {
             None => "im2col".to_owned(),
         },
         products: match (bf16, bf16::route(level)) {
+            _ if precision == super::Precision::Int8 => match int8::route(level) {
+                int8::Route::Emulated => {
+                    "int8 emulated (no VNNI on this route: quantised, through the f32 product) for the ViT's linears, f32 for the rest".to_owned()
+                }
+                r => format!("int8 {} for the ViT's linears, f32 for the rest", r.name()),
+            },
             (false, _) => match sgemm::Micro::at(level) {
                 Some(sgemm::Micro::Avx2) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
                 Some(sgemm::Micro::Avx512) => "f32 own avx512 kernel (linears, attention, 1x1/transposed)".to_owned(),
@@ -83,7 +90,7 @@ pub fn route(precision: super::Precision) -> Route {
         attention: "fused",
         softmax_gelu: crate::simd::route(level).name(),
     });
-    Route { isa: level.name(), detected: isa::detected().name(), max_cpu_isa, max_cpu_isa_ignored, precision: if bf16 { "bf16" } else { "f32" }, kernels }
+    Route { isa: level.name(), detected: isa::detected().name(), max_cpu_isa, max_cpu_isa_ignored, precision: precision.name(), kernels }
 }
 
 impl std::fmt::Display for Route {

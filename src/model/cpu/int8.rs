@@ -1,0 +1,544 @@
+//! Int8 products for the ViT's linear layers (`--precision int8`). Weights are quantised
+//! symmetrically per output channel (s8, scale max|w|/127) once, at load; activations
+//! asymmetrically per token on every call (u8 with a zero point, over [min(x, 0), max(x, 0)], so
+//! that 0 is exact); products are summed in int32 and scaled back to f32 with the bias:
+//!
+//! `y[i,o] = s_a[i] · s_w[o] · (Σ_k u[i,k]·q[o,k] − z[i] · Σ_k q[o,k]) + b[o]`
+//!
+//! u8 × s8 is what `vpdpbusd` multiplies: four products summed into each i32 lane per
+//! instruction. Measured on an Intel Xeon with AVX-512 (`cpu family 6`, 24 independent chains
+//! on one core): zmm `vpdpbusd` 745 G int ops/s, ymm (AVX-VNNI) 373, zmm f32 FMA 102 GFLOP/s,
+//! zmm `vdpbf16ps` 88: 7.3x f32's multiply-adds per second there, where bf16 is slower than f32.
+//!
+//! Routes ([`route`]): AVX512-VNNI (a 12×32 register tile of zmm) where the level is AVX-512
+//! and the CPU has it; AVX-VNNI (6×16 of ymm) at the AVX2 level and up where the CPU has that;
+//! anywhere else the same quantisation emulated ([`Store::Dequantised`]): the activations
+//! quantised and dequantised, times the dequantised weights, by the f32 product. No faster than
+//! f32, but the numbers of int8 on any CPU. An AVX2 route through `vpmaddubsw` is left out:
+//! its 16-bit pair sums saturate on full-range u8 × s8 (2 · 255 · 127 > 32767).
+//!
+//! Layouts. A weight panel holds NR output channels (32, or 16 on AVX-VNNI); for each group of
+//! four k (a "quad") its NR i32 words side by side, each word the four s8 weights of one channel,
+//! K padded to a multiple of 4 with zero weights. The activations are rows of u8 padded the same
+//! way (the pad's value is multiplied by zero weights), read one quad (one i32) at a time and
+//! broadcast.
+
+use rayon::prelude::*;
+
+use crate::simd::isa::{self, Isa};
+use crate::simd::MatMut;
+
+/// The code path of the int8 products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Avx512Vnni,
+    AvxVnni,
+    /// Quantised and dequantised, through the f32 product.
+    Emulated,
+}
+
+impl Route {
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Avx512Vnni => "avx512vnni",
+            Route::AvxVnni => "avxvnni",
+            Route::Emulated => "emulated",
+        }
+    }
+
+    /// Output channels per weight panel.
+    fn nr(self) -> usize {
+        match self {
+            Route::Avx512Vnni => 32,
+            Route::AvxVnni => 16,
+            Route::Emulated => 1,
+        }
+    }
+
+    /// Rows per register tile.
+    fn mr(self) -> usize {
+        match self {
+            Route::Avx512Vnni => 12,
+            Route::AvxVnni => 6,
+            Route::Emulated => 1,
+        }
+    }
+}
+
+/// The route of the int8 products at `level` on this CPU.
+pub fn route(level: Isa) -> Route {
+    let vnni = isa::vnni();
+    if level >= Isa::Avx512 && vnni.avx512 {
+        Route::Avx512Vnni
+    } else if level >= Isa::Avx2 && vnni.avx {
+        Route::AvxVnni
+    } else {
+        Route::Emulated
+    }
+}
+
+/// `v` rounded to the nearest integer, ties to even, for |v| < 2²²: adding 1.5 · 2²³ leaves no
+/// fraction bits, so the add rounds (in the default mode) and the subtraction is exact. Written
+/// out rather than `f32::round_ties_even`, which the baseline x86-64 target calls a library
+/// function for, so that the loops below vectorise on every route and round alike on all.
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
+/// The weights of one linear, PyTorch's (out, in), quantised per output channel.
+pub struct QuantB {
+    n: usize,
+    k: usize,
+    /// s_w per output channel (padded with zeros to whole panels on the VNNI routes).
+    scale: Vec<f32>,
+    store: Store,
+}
+
+pub enum Store {
+    /// The VNNI routes' panels (see the module's documentation), with Σ_k q[o,k] per channel.
+    Panels { route: Route, words: Vec<i32>, colsum: Vec<i32> },
+    /// q[o,k] · s_w[o] as f32, (out, in), for the emulated route.
+    Dequantised(Vec<f32>),
+}
+
+/// Per-output-channel quantisation of the (n, k) weight `w`: the scales and the s8 values,
+/// row-major. A channel of zeros gets scale 1 (its values are 0 whatever the scale).
+pub fn quantise_weights(w: &[f32], n: usize, k: usize) -> (Vec<f32>, Vec<i8>) {
+    assert!(w.len() >= n * k, "int8: weight of {} values for {n}x{k}", w.len());
+    let mut q = vec![0i8; n * k];
+    let mut scale = vec![0f32; n];
+    if k == 0 {
+        return (vec![1.0; n], q);
+    }
+    q.par_chunks_mut(k).zip(scale.par_iter_mut()).zip(w.par_chunks(k)).for_each(|((q, s), w)| {
+        let max = w.iter().fold(0f32, |m, v| if v.abs() > m { v.abs() } else { m });
+        *s = if max > 0.0 && max.is_finite() { max / 127.0 } else { 1.0 };
+        let inv = 1.0 / *s;
+        for (q, &v) in q.iter_mut().zip(w) {
+            *q = (round_even(v * inv) as i32).clamp(-127, 127) as i8;
+        }
+    });
+    (scale, q)
+}
+
+impl QuantB {
+    /// Quantises the (n, k) weight `w` for the route of `level`.
+    pub fn from_f32_nk(w: &[f32], n: usize, k: usize, level: Isa) -> Self {
+        let (scale, q) = quantise_weights(w, n, k);
+        Self::from_quantised(scale, &q, n, k, level)
+    }
+
+    /// Weights already quantised (per channel `scale`, `q` (n, k) row-major), for `level`'s route.
+    pub fn from_quantised(mut scale: Vec<f32>, q: &[i8], n: usize, k: usize, level: Isa) -> Self {
+        assert!(q.len() >= n * k && scale.len() == n, "int8: {} values and {} scales for {n}x{k}", q.len(), scale.len());
+        let route = route(isa::usable(level));
+        let store = match route {
+            Route::Emulated => {
+                let mut w = vec![0f32; n * k];
+                if k > 0 {
+                    w.par_chunks_mut(k)
+                        .zip(q.par_chunks(k))
+                        .zip(scale.par_iter())
+                        .for_each(|((w, q), s)| w.iter_mut().zip(q).for_each(|(w, &q)| *w = q as f32 * s));
+                }
+                Store::Dequantised(w)
+            }
+            Route::Avx512Vnni | Route::AvxVnni => {
+                let nr = route.nr();
+                let (panels, kq) = (n.div_ceil(nr), k.div_ceil(4));
+                let mut words = vec![0i32; panels * kq * nr];
+                let mut colsum = vec![0i32; panels * nr];
+                if kq > 0 {
+                    words.par_chunks_mut(kq * nr).zip(colsum.par_chunks_mut(nr)).enumerate().for_each(|(p, (panel, sums))| {
+                        for (j, sum) in sums.iter_mut().enumerate() {
+                            let o = p * nr + j;
+                            if o >= n {
+                                break;
+                            }
+                            let row = &q[o * k..(o + 1) * k];
+                            *sum = row.iter().map(|&v| v as i32).sum();
+                            for (quad, four) in row.chunks(4).enumerate() {
+                                let mut b = [0u8; 4];
+                                four.iter().zip(&mut b).for_each(|(&v, b)| *b = v as u8);
+                                panel[quad * nr + j] = i32::from_le_bytes(b);
+                            }
+                        }
+                    });
+                }
+                scale.resize(panels * nr, 0.0);
+                Store::Panels { route, words, colsum }
+            }
+        };
+        Self { n, k, scale, store }
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The route the weights were packed for.
+    pub fn route(&self) -> Route {
+        match &self.store {
+            Store::Panels { route, .. } => *route,
+            Store::Dequantised(_) => Route::Emulated,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// One row of activations as u8 with its zero point: returns (scale, zero). `out` is the row
+/// padded to whole quads; the pad is left as it is (it meets zero weights).
+#[inline(always)]
+fn quantise_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    // Lane-wise minimum and maximum (`if v < lo` is `minps`'s own rule), starting from 0 so
+    // that the range holds 0.
+    let (mut lo, mut hi) = ([0f32; 16], [0f32; 16]);
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for j in 0..16 {
+            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
+            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
+        }
+    }
+    for (j, &v) in tail.iter().enumerate() {
+        lo[j] = if v < lo[j] { v } else { lo[j] };
+        hi[j] = if v > hi[j] { v } else { hi[j] };
+    }
+    let lo = lo.iter().fold(0f32, |m, &v| if v < m { v } else { m });
+    let hi = hi.iter().fold(0f32, |m, &v| if v > m { v } else { m });
+    let s = (hi - lo) / 255.0;
+    // All zeros, or infinities: any scale will do (the result is 0, or as undefined as f32's).
+    let s = if s > 0.0 && s.is_finite() { s } else { 1.0 };
+    let inv = 1.0 / s;
+    let z = (round_even(-lo * inv) as i32).clamp(0, 255);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (round_even(v * inv) as i32 + z).clamp(0, 255) as u8;
+    }
+    (s, z)
+}
+
+/// Activations quantised per row: `rows` rows of `stride` bytes (k values, then the pad).
+pub struct QuantA {
+    pub data: Vec<u8>,
+    pub rows: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub scale: Vec<f32>,
+    pub zero: Vec<i32>,
+}
+
+/// The rows of `x` (n × k) quantised, by the code of `route` (every route rounds alike).
+pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> QuantA {
+    assert!(x.len() >= n * k, "int8: {} activations for {n}x{k}", x.len());
+    let stride = k.div_ceil(4) * 4;
+    let mut data = vec![0u8; n * stride];
+    let mut sz = vec![(1f32, 0i32); n];
+    if stride > 0 {
+        data.par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
+            *sz = match route {
+                // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it
+                // (`route`, `isa::vnni`).
+                #[cfg(target_arch = "x86_64")]
+                Route::Avx512Vnni => unsafe { quantise_row_avx512(x, out) },
+                // SAFETY: the route is AVX-VNNI (with AVX2 and FMA) only where the CPU has it.
+                #[cfg(target_arch = "x86_64")]
+                Route::AvxVnni => unsafe { quantise_row_avx2(x, out) },
+                _ => quantise_row(x, out),
+            };
+        });
+    }
+    let (scale, zero) = sz.into_iter().unzip();
+    QuantA { data, rows: n, k, stride, scale, zero }
+}
+
+/// [`quantise_row`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU has AVX-512F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn quantise_row_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    quantise_row(x, out)
+}
+
+/// [`quantise_row`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantise_row_avx2(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    quantise_row(x, out)
+}
+
+/// `x` (n × k) quantised per row and dequantised, as f32: the emulated route's activations.
+pub fn fake_quantised(x: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let a = quantise_activations(x, n, k, Route::Emulated);
+    let mut y = vec![0f32; n * k];
+    if k > 0 {
+        y.par_chunks_mut(k).enumerate().for_each(|(i, y)| {
+            let (s, z) = (a.scale[i], a.zero[i]);
+            y.iter_mut().zip(&a.data[i * a.stride..]).for_each(|(y, &u)| *y = (u as i32 - z) as f32 * s);
+        });
+    }
+    y
+}
+
+/// Rows of C per block: its A rows (block × K bytes) stay in L2 while the block's panels pass.
+const ROW_TILES_PER_BLOCK: usize = 8;
+/// Weight panels per block.
+const PANELS_PER_BLOCK: usize = 4;
+
+/// y (n × b.n()) = the int8 product of x (n × b.k()) and the weights, plus `bias`, on a VNNI
+/// route (weights packed as [`Store::Panels`]); `None` for the emulated route, which the caller
+/// runs as an f32 product on [`fake_quantised`] activations.
+pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>> {
+    let Store::Panels { route, words, colsum } = &b.store else { return None };
+    let (route, d_out, k) = (*route, b.n, b.k);
+    assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
+    let (nr, mr) = (route.nr(), route.mr());
+    let panels = d_out.div_ceil(nr);
+    let kq = k.div_ceil(4);
+    let mut bias_padded = bias.to_vec();
+    bias_padded.resize(panels * nr, 0.0);
+    let a = quantise_activations(x, n, k, route);
+    let mut y: Vec<f32> = Vec::with_capacity(n * d_out);
+    let c = MatMut::from_mut_ptr(y.as_mut_ptr(), n, d_out, d_out);
+    let (mc, pc) = (mr * ROW_TILES_PER_BLOCK, PANELS_PER_BLOCK);
+    let jobs: Vec<(usize, usize)> = (0..n.div_ceil(mc)).flat_map(|r| (0..panels.div_ceil(pc)).map(move |p| (r * mc, p * pc))).collect();
+    struct Shared(MatMut<f32>);
+    // SAFETY: the tasks write C only through disjoint (row block × panel block) rectangles.
+    unsafe impl Sync for Shared {}
+    let shared = Shared(c);
+    let shared = &shared;
+    jobs.into_par_iter().with_max_len(1).for_each(|(r0, p0)| {
+        let r1 = (r0 + mc).min(n);
+        // Tiles of equal height (≤ MR): 20 rows as 10 + 10, not 12 + 8.
+        let tiles = (r1 - r0).div_ceil(mr);
+        for p in p0..(p0 + pc).min(panels) {
+            let (j, nv) = (p * nr, (d_out - p * nr).min(nr));
+            let panel = &words[p * kq * nr..(p + 1) * kq * nr];
+            for t in 0..tiles {
+                let (t0, t1) = (r0 + (r1 - r0) * t / tiles, r0 + (r1 - r0) * (t + 1) / tiles);
+                let tile = Tile {
+                    a: &a.data[t0 * a.stride..],
+                    lda: a.stride,
+                    kq,
+                    b: panel,
+                    scale_a: &a.scale[t0..t1],
+                    zero_a: &a.zero[t0..t1],
+                    scale_b: &b.scale[j..j + nr],
+                    colsum: &colsum[j..j + nr],
+                    bias: &bias_padded[j..j + nr],
+                    c: shared.0.block(t0, j, t1 - t0, nv),
+                };
+                // SAFETY: the panels were packed for this route, which the CPU has (`route`);
+                // the tile's slices hold what `Tile` promises (its rows of A, whole quads; one
+                // panel; NR scales, sums and biases), and its block of C is inside C and this
+                // task's alone.
+                unsafe {
+                    match route {
+                        #[cfg(target_arch = "x86_64")]
+                        Route::Avx512Vnni => avx512vnni::kernel(&tile),
+                        #[cfg(target_arch = "x86_64")]
+                        Route::AvxVnni => avxvnni::kernel(&tile),
+                        _ => unreachable!("int8: panels on the emulated route"),
+                    }
+                }
+            }
+        }
+    });
+    // SAFETY: the jobs' rectangles cover every row and column of C once (row blocks of mc,
+    // panel blocks of pc, each panel's nv columns), and each tile writes all its elements.
+    unsafe { y.set_len(n * d_out) };
+    Some(y)
+}
+
+/// One register tile's operands (mv ≤ MR rows, one panel of NR columns).
+struct Tile<'a> {
+    /// From row 0 of the tile's A: mv rows of `lda` bytes, `kq` quads each.
+    a: &'a [u8],
+    lda: usize,
+    kq: usize,
+    /// The panel: kq · NR words.
+    b: &'a [i32],
+    /// Per row (mv).
+    scale_a: &'a [f32],
+    zero_a: &'a [i32],
+    /// Per column of the panel (NR).
+    scale_b: &'a [f32],
+    colsum: &'a [i32],
+    bias: &'a [f32],
+    /// mv × nv (nv ≤ NR) of C, written whole.
+    c: MatMut<f32>,
+}
+
+impl Tile<'_> {
+    /// Whether the slices hold what the kernels read (`nr`: the route's panel width).
+    fn holds(&self, nr: usize) -> bool {
+        let mv = self.c.rows();
+        self.scale_a.len() == mv
+            && self.zero_a.len() == mv
+            && (mv == 0 || self.a.len() >= (mv - 1) * self.lda + 4 * self.kq)
+            && self.b.len() >= self.kq * nr
+            && self.scale_b.len() >= nr
+            && self.colsum.len() >= nr
+            && self.bias.len() >= nr
+            && self.c.cols() <= nr
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512vnni;
+#[cfg(target_arch = "x86_64")]
+mod avxvnni;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::test_values;
+
+    /// The int8 maths in f64 from the quantised operands: what every route must give, up to
+    /// f32 rounding of the last steps.
+    fn reference(a: &QuantA, q: &[i8], sw: &[f32], bias: &[f32], n: usize, k: usize) -> Vec<f64> {
+        let mut y = vec![0f64; a.rows * n];
+        for i in 0..a.rows {
+            for o in 0..n {
+                let s: i64 = (0..k).map(|c| (a.data[i * a.stride + c] as i64 - a.zero[i] as i64) * q[o * k + c] as i64).sum();
+                y[i * n + o] = s as f64 * a.scale[i] as f64 * sw[o] as f64 + bias[o] as f64;
+            }
+        }
+        y
+    }
+
+    fn routes() -> Vec<Route> {
+        let mut r: Vec<Route> = isa::levels().map(route).collect();
+        r.dedup();
+        r
+    }
+
+    /// Shapes past every edge: one row, rows not a multiple of MR, columns not of NR, K not of
+    /// 4, and ViT-S's fc2 (K = 1536).
+    const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (1, 3, 5), (7, 33, 13), (12, 32, 16), (13, 17, 250), (49, 70, 385), (130, 40, 1536), (3, 100, 4099)];
+
+    /// Every route this machine has against the f64 int8 reference, and against the f32 product
+    /// within what 8 bits allow.
+    #[test]
+    fn every_route_matches_the_int8_reference() {
+        let mut seed = 0x3c6e_f372_fe94_f82bu64;
+        for &(m, n, k) in SHAPES {
+            let mut x = test_values(&mut seed, m * k);
+            // An outlier column and a row of zeros, as activations have.
+            if k > 3 {
+                (0..m).for_each(|i| x[i * k + 3] *= 20.0);
+            }
+            x[..k].fill(0.0);
+            let w = test_values(&mut seed, n * k);
+            let bias = test_values(&mut seed, n);
+            let (sw, q) = quantise_weights(&w, n, k);
+            // The VNNI routes' sums are exact and their epilogues the same operations: the
+            // same bits on each.
+            let mut vnni: Option<(Route, Vec<f32>)> = None;
+            for level in isa::levels() {
+                let b = QuantB::from_f32_nk(&w, n, k, level);
+                let r = b.route();
+                let a = quantise_activations(&x, m, k, r);
+                let want = reference(&a, &q, &sw, &bias, n, k);
+                let got = match product(&x, m, &b, &bias) {
+                    Some(y) => y,
+                    None => {
+                        // The emulated route: the f32 product of the dequantised operands.
+                        let (xa, Store::Dequantised(wd)) = (fake_quantised(&x, m, k), b.store()) else { panic!("{r:?}: no weights") };
+                        (0..m * n).map(|e| (0..k).map(|c| xa[e / n * k + c] * wd[e % n * k + c]).sum::<f32>() + bias[e % n]).collect()
+                    }
+                };
+                if r != Route::Emulated {
+                    match &vnni {
+                        Some((r0, y0)) => assert!(y0.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{r0:?} and {r:?} differ at {m}x{n}x{k}"),
+                        None => vnni = Some((r, got.clone())),
+                    }
+                }
+                let mag = want.iter().fold(1e-3f64, |s, v| s.max(v.abs()));
+                for (e, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    assert!((g as f64 - w).abs() <= 2e-6 * mag * (k as f64).sqrt(), "{level} {r:?} {m}x{n}x{k} [{e}]: {g} vs {w}");
+                }
+                // Against the unquantised product: each term off by at most half a step of each
+                // operand.
+                for i in 0..m {
+                    for o in 0..n {
+                        let exact: f64 = (0..k).map(|c| x[i * k + c] as f64 * w[o * k + c] as f64).sum::<f64>() + bias[o] as f64;
+                        let bound: f64 = (0..k)
+                            .map(|c| {
+                                0.5 * a.scale[i] as f64 * (w[o * k + c].abs() as f64 + 0.5 * sw[o] as f64) + 0.5 * sw[o] as f64 * x[i * k + c].abs() as f64
+                            })
+                            .sum();
+                        let g = got[i * n + o] as f64;
+                        assert!((g - exact).abs() <= bound + 1e-4, "{level} {r:?} {m}x{n}x{k} [{i},{o}]: {g} vs {exact} (bound {bound})");
+                    }
+                }
+            }
+        }
+        assert!(!routes().is_empty());
+    }
+
+    /// Every route quantises activations to the same bytes (they share the code; the wide
+    /// builds must not round differently), and the zero point maps 0 to itself.
+    #[test]
+    fn activations_quantise_alike_on_every_route() {
+        let mut seed = 0x510e_527f_ade6_82d1u64;
+        let (m, k) = (9, 301);
+        let mut x = test_values(&mut seed, m * k);
+        x[k..2 * k].iter_mut().for_each(|v| *v = v.abs());
+        let base = quantise_activations(&x, m, k, Route::Emulated);
+        for r in routes() {
+            let a = quantise_activations(&x, m, k, r);
+            assert_eq!((&a.data, &a.scale, &a.zero), (&base.data, &base.scale, &base.zero), "{r:?}");
+        }
+        // A row of non-negative values has its zero point at 0 and its maximum at 255.
+        assert_eq!(base.zero[1], 0);
+        assert_eq!(base.data[base.stride..base.stride + k].iter().max(), Some(&255));
+        for i in 0..m {
+            let (s, z) = (base.scale[i], base.zero[i]);
+            for c in 0..k {
+                let back = (base.data[i * base.stride + c] as i32 - z) as f32 * s;
+                assert!((back - x[i * k + c]).abs() <= 0.5001 * s, "[{i},{c}]");
+            }
+        }
+    }
+
+    /// Per-channel weights: the largest of each channel is ±127 and every value within half a
+    /// step; a channel of zeros stays zero.
+    #[test]
+    fn weights_quantise_per_channel() {
+        let mut seed = 0x9b05_688c_2b3e_6c1fu64;
+        let (n, k) = (5, 77);
+        let mut w = test_values(&mut seed, n * k);
+        w[2 * k..3 * k].fill(0.0);
+        w[4 * k..].iter_mut().for_each(|v| *v *= 1e-3);
+        let (s, q) = quantise_weights(&w, n, k);
+        for o in 0..n {
+            let row = &q[o * k..(o + 1) * k];
+            if o == 2 {
+                assert!(row.iter().all(|&v| v == 0));
+                continue;
+            }
+            assert_eq!(row.iter().map(|v| v.unsigned_abs()).max(), Some(127), "channel {o}");
+            for c in 0..k {
+                assert!((row[c] as f32 * s[o] - w[o * k + c]).abs() <= 0.5001 * s[o]);
+            }
+        }
+        // Dequantised and quantised again: the same values.
+        let back: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * s[e / k]).collect();
+        assert_eq!(quantise_weights(&back, n, k).1, q);
+    }
+}
