@@ -43,6 +43,9 @@ _moge() {
             moge,predict)
                 cmd="moge__subcmd__predict"
                 ;;
+            moge,quantize)
+                cmd="moge__subcmd__quantize"
+                ;;
             moge,serve)
                 cmd="moge__subcmd__serve"
                 ;;
@@ -70,6 +73,9 @@ _moge() {
             moge__subcmd__help,predict)
                 cmd="moge__subcmd__help__subcmd__predict"
                 ;;
+            moge__subcmd__help,quantize)
+                cmd="moge__subcmd__help__subcmd__quantize"
+                ;;
             moge__subcmd__help,serve)
                 cmd="moge__subcmd__help__subcmd__serve"
                 ;;
@@ -80,7 +86,7 @@ _moge() {
 
     case "${cmd}" in
         moge)
-            opts="-h -V --help --version predict batch serve bench compare download info models generate-assets help"
+            opts="-h -V --help --version predict batch serve bench compare quantize download info models generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -384,7 +390,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help)
-            opts="predict batch serve bench compare download info generate-assets help"
+            opts="predict batch serve bench compare quantize download info generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -496,6 +502,20 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help__subcmd__predict)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        moge__subcmd__help__subcmd__quantize)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -629,6 +649,40 @@ _moge() {
                     return 0
                     ;;
                 --server-retries)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        moge__subcmd__quantize)
+            opts="-o -h --weights --model --revision --output --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --weights)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --model)
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    return 0
+                    ;;
+                --revision)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -8,6 +8,7 @@ mod compare;
 mod download;
 mod info;
 mod predict;
+mod quantize;
 mod serve;
 mod values;
 
@@ -40,6 +41,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale.
     Compare(compare::CompareArgs),
+    /// Store a checkpoint's weights in int8 (per output channel), a quarter of the size, for --precision int8.
+    Quantize(quantize::QuantizeArgs),
     /// Fetch published models into the Hugging Face cache ahead of time.
     Download(download::DownloadArgs),
     /// List the published models: which are cached, where, their size and sha256.
@@ -392,6 +395,7 @@ pub fn main() -> i32 {
         Command::Predict(a) => predict::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Quantize(a) => quantize::run(a),
         Command::Download(a) => download::run(a),
         Command::Info(a) => info::run(a),
         Command::Batch(a) => batch::run(a),

@@ -335,17 +335,29 @@ fn parse_config_json(text: &str) -> Result<ModelConfig> {
 fn parse_safetensors(bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| anyhow!("not a readable safetensors file: {e}"))?;
     let mut out = HashMap::new();
-    for (name, view) in st.tensors() {
+    let tensors: HashMap<String, safetensors::tensor::TensorView> = st.tensors().into_iter().collect();
+    for (name, view) in &tensors {
+        // An int8 weight's scales ([`super::quantize`]) are read with it.
+        if let Some(base) = name.strip_suffix(super::quantize::SCALE_SUFFIX) {
+            if tensors.get(base).is_some_and(|b| b.dtype() == safetensors::Dtype::I8) {
+                continue;
+            }
+        }
+        if view.dtype() == safetensors::Dtype::I8 {
+            let scale = tensors.get(&format!("{name}{}", super::quantize::SCALE_SUFFIX)).filter(|s| s.dtype() == safetensors::Dtype::F32);
+            out.insert(name.clone(), super::quantize::dequantise(name, view.data(), view.shape(), scale.map(|s| (s.data(), s.shape())))?);
+            continue;
+        }
         let dtype = match view.dtype() {
             safetensors::Dtype::F32 => DType::F32,
             safetensors::Dtype::F16 => DType::F16,
             safetensors::Dtype::BF16 => DType::BF16,
             safetensors::Dtype::F64 => DType::F64,
-            other => bail!("{name}: tensors of {other:?} are not supported (expected F32, F16, BF16 or F64)"),
+            other => bail!("{name}: tensors of {other:?} are not supported (expected F32, F16, BF16 or F64, or I8 with its scales)"),
         };
         let t =
             Tensor::from_raw_buffer(view.data(), dtype, view.shape(), &Device::Cpu).and_then(|t| t.to_dtype(DType::F32)).map_err(|e| anyhow!("{name}: {e}"))?;
-        out.insert(name, t);
+        out.insert(name.clone(), t);
     }
     Ok(strip_wrapper_prefix(out))
 }

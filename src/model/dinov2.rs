@@ -15,6 +15,10 @@ use super::weights::Weights;
 use crate::simd::isa::{self, Isa};
 use crate::simd::sgemm::Panels;
 
+/// The linears of a block that `--precision int8` runs as int8 products (`Linear::load_block`),
+/// by their names in the state dict under `blocks.N.`.
+pub const INT8_LINEARS: [&str; 4] = ["attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"];
+
 pub const PATCH_SIZE: usize = 14;
 /// Position embeddings are trained for a 37x37 grid (518 / 14).
 pub const POS_GRID: usize = 37;
@@ -173,8 +177,8 @@ impl Block {
         Ok(Self {
             norm1: LayerNorm::load(w, &format!("{p}.norm1"), dim)?,
             attn: Attention {
-                qkv: Linear::load_block(w, &format!("{p}.attn.qkv"), dim, 3 * dim)?,
-                proj: Linear::load_block(w, &format!("{p}.attn.proj"), dim, dim)?,
+                qkv: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[0]), dim, 3 * dim)?,
+                proj: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[1]), dim, dim)?,
                 num_heads,
                 bf16: w.bf16(),
                 cpu: w.cpu_kernels(),
@@ -182,8 +186,8 @@ impl Block {
             },
             ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
-            fc1: Linear::load_block(w, &format!("{p}.mlp.fc1"), dim, 4 * dim)?,
-            fc2: Linear::load_block(w, &format!("{p}.mlp.fc2"), 4 * dim, dim)?,
+            fc1: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[2]), dim, 4 * dim)?,
+            fc2: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[3]), 4 * dim, dim)?,
             ls2: layer_scale(w, &format!("{p}.ls2.gamma"), dim)?,
         })
     }

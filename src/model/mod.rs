@@ -10,6 +10,7 @@ pub mod dinov2;
 mod graph;
 pub mod modules;
 pub mod pickle;
+pub mod quantize;
 pub mod runner;
 pub mod v2;
 pub mod weights;

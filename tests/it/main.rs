@@ -27,6 +27,7 @@ mod numerics;
 mod parity;
 mod pool;
 mod predict;
+mod quantize;
 mod remote_client;
 mod serve;
 mod synth;
