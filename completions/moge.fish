@@ -44,10 +44,10 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for the ViT\'s linears in int8' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
-int8\t'The ViT blocks\' linears as int8 products (weights per channel, activations per token), the rest f32; CPU only, fast with VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later, Intel client parts with AVX-VNNI). Never chosen by auto: check what it costs on your photos with `moge compare`'"
+int8\t'The ViT\'s linears and the decoder\'s 3x3 convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later). Never chosen by auto: check what it costs on your photos with `moge compare`'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l device -d 'Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees one, else the CPU), cpu, cuda or cuda:N' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
@@ -87,10 +87,10 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for the ViT\'s linears in int8' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
-int8\t'The ViT blocks\' linears as int8 products (weights per channel, activations per token), the rest f32; CPU only, fast with VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later, Intel client parts with AVX-VNNI). Never chosen by auto: check what it costs on your photos with `moge compare`'"
+int8\t'The ViT\'s linears and the decoder\'s 3x3 convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later). Never chosen by auto: check what it costs on your photos with `moge compare`'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l device -d 'Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees one, else the CPU), cpu, cuda or cuda:N' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
@@ -141,10 +141,10 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand serve" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for the ViT\'s linears in int8' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
-int8\t'The ViT blocks\' linears as int8 products (weights per channel, activations per token), the rest f32; CPU only, fast with VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later, Intel client parts with AVX-VNNI). Never chosen by auto: check what it costs on your photos with `moge compare`'"
+int8\t'The ViT\'s linears and the decoder\'s 3x3 convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later). Never chosen by auto: check what it costs on your photos with `moge compare`'"
 complete -c moge -n "__fish_moge_using_subcommand serve" -l device -d 'Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees one, else the CPU), cpu, cuda or cuda:N' -r
 complete -c moge -n "__fish_moge_using_subcommand serve" -l host -d 'Address to listen on (127.0.0.1: this machine only; 0.0.0.0 or :: for every interface)' -r
 complete -c moge -n "__fish_moge_using_subcommand serve" -l port -d 'Port; when it is taken, the next free one above it (0: any free port)' -r
@@ -171,10 +171,10 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for the ViT\'s linears in int8' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
-int8\t'The ViT blocks\' linears as int8 products (weights per channel, activations per token), the rest f32; CPU only, fast with VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later, Intel client parts with AVX-VNNI). Never chosen by auto: check what it costs on your photos with `moge compare`'"
+int8\t'The ViT\'s linears and the decoder\'s 3x3 convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later). Never chosen by auto: check what it costs on your photos with `moge compare`'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l device -d 'Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees one, else the CPU), cpu, cuda or cuda:N' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r

@@ -1,4 +1,4 @@
-//! GFLOP/s of the f32 3x3 convolution (`moge::model::cpu::conv3x3`): the direct route at the
+//! GFLOP/s of the f32 3x3 convolution (`moge::model::cpu::conv3x3`) and its int8 route: the direct route at the
 //! best level this CPU has beside the im2col + `gemm` route (the portable level's route; the
 //! `gemm` crate picks its own SIMD there too), on the shapes of the neck and heads at 640x480,
 //! measured interleaved (the machine is shared: compare the ratio).
@@ -9,6 +9,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
+use moge::model::cpu::int8::conv::QuantConv3x3;
 use moge::simd::isa::{self, Isa};
 use std::time::Instant;
 
@@ -33,8 +34,9 @@ fn main() -> candle_core::Result<()> {
             ("im2col", isa::with_isa(Isa::Portable, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
             ("winograd", op),
         ];
+        let int8 = QuantConv3x3::new(&wt.flatten_all()?.to_vec1::<f32>()?, bias.clone(), cin, cout, best)?;
         let flop = 2.0 * (cin * 9 * cout * h * w) as f64;
-        let mut times = [vec![], vec![], vec![]];
+        let mut times = [vec![], vec![], vec![], vec![]];
         let mut outs = vec![];
         for rep in 0..=reps {
             for (i, (_, op)) in ops.iter().enumerate().filter(|(i, _)| *i < 2 || winograd) {
@@ -46,6 +48,12 @@ fn main() -> candle_core::Result<()> {
                     outs.push(y.flatten_all()?.to_vec1::<f32>()?);
                 }
             }
+            let t = Instant::now();
+            let y = x.apply_op1_no_bwd(&int8.call(true))?;
+            if rep > 0 {
+                times[3].push(t.elapsed().as_secs_f64());
+            }
+            drop(y);
         }
         let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
         let err = diff(&outs[0], &outs[1]);
@@ -54,6 +62,13 @@ fn main() -> candle_core::Result<()> {
             t[t.len() / 2]
         };
         let (d, i) = (med(&mut times[0]), med(&mut times[1]));
+        let q = med(&mut times[3]);
+        println!(
+            "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  int8 ({}) {:7.1} G(FL)OP/s  {:.2}x the direct route",
+            if int8.native() { "avx512vnni" } else { "emulated" },
+            flop / q / 1e9,
+            d / q
+        );
         if winograd {
             let wg = med(&mut times[2]);
             println!(

@@ -192,7 +192,7 @@ pub struct ModelArgs {
     pub revision: String,
     /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats
     /// f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32;
-    /// f32 for number-for-number parity; int8 (never auto) for the ViT's linears in int8.
+    /// f32 for number-for-number parity; int8 (never auto) for int8 products.
     #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
     /// Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees
@@ -217,7 +217,7 @@ pub enum Precision {
     F32,
     /// bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel's, slower than f32).
     Bf16,
-    /// The ViT blocks' linears as int8 products (weights per channel, activations per token), the rest f32; CPU only, fast with VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later, Intel client parts with AVX-VNNI). Never chosen by auto: check what it costs on your photos with `moge compare`.
+    /// The ViT's linears and the decoder's 3x3 convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later). Never chosen by auto: check what it costs on your photos with `moge compare`.
     Int8,
 }
 

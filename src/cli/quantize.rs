@@ -35,7 +35,7 @@ pub fn run(args: QuantizeArgs) -> Result<i32> {
         None => moge::loader::checkpoint(&args.model, &args.revision)?,
     };
     let ck = Checkpoint::read(&source)?;
-    let (bytes, summary) = moge::model::quantize::int8_safetensors(&ck).with_context(|| format!("{}: cannot quantise", source.display()))?;
+    let (bytes, summary) = moge::model::quantize::int8_safetensors(&ck.tensors).with_context(|| format!("{}: cannot quantise", source.display()))?;
     let config = serde_json::to_string_pretty(&ck.config)?;
     let json = args.output.with_extension("json");
     moge::outputs::write_atomic(&json, |f| Ok(std::io::Write::write_all(f, config.as_bytes())?))?;

@@ -7,6 +7,7 @@ use candle_core::Tensor;
 use super::config::{ConvStackConfig, EncoderConfig};
 use super::cpu::bf16::PackedA;
 use super::cpu::conv3x3::Conv3x3Op;
+use super::cpu::int8::conv::QuantConv3x3;
 use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
@@ -57,7 +58,13 @@ pub struct Conv3x3 {
     bias: Tensor,   // (1, cout, 1, 1)
     /// The CPU kernel (weights kept on the host), used when the model lives on the CPU.
     cpu: Option<Conv3x3Op>,
+    /// The int8 route of the calls without the upsample, in a model run in int8.
+    int8: Option<QuantConv3x3>,
 }
+
+/// Channels in and out from which `--precision int8` runs a 3x3 convolution in int8: the
+/// decoder's stacks (32 to 512 channels); the output convolutions (a few channels out) stay f32.
+const INT8_CONV_MIN_CHANNELS: usize = 32;
 
 impl Conv3x3 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
@@ -77,12 +84,24 @@ impl Conv3x3 {
         } else {
             None
         };
-        Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu })
+        let int8 = if w.cpu_kernels() && w.int8() && !upsampling && cin.min(cout) >= INT8_CONV_MIN_CHANNELS && super::cpu::enabled() {
+            let level = crate::simd::isa::current();
+            Some(crate::model::cpu::with_f32(&weight, |wv| QuantConv3x3::new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
+        } else {
+            None
+        };
+        Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu, int8 })
     }
     fn cpu_op(&self, x: &Tensor) -> Option<&Conv3x3Op> {
         self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
     }
+    fn int8_op(&self, x: &Tensor) -> Option<&QuantConv3x3> {
+        self.int8.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
+    }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.int8_op(x) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
+        }
         if let Some(op) = self.cpu_op(x) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, false))?);
         }
@@ -90,6 +109,9 @@ impl Conv3x3 {
     }
     /// conv(relu(x)), with the ReLU fused into the CPU kernel.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.int8_op(x) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(true))?);
+        }
         if let Some(op) = self.cpu_op(x) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(true, false))?);
         }
@@ -97,6 +119,9 @@ impl Conv3x3 {
     }
     /// `residual + conv(relu(x))`, with the ReLU and the add fused into the CPU kernel.
     pub fn forward_relu_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.int8_op(x) {
+            return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(true))?);
+        }
         if let Some(op) = self.cpu_op(x) {
             return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(true, false))?);
         }

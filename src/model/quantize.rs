@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use anyhow::{anyhow, bail, Result};
 use candle_core::{DType, Device, Tensor};
 
-use super::checkpoint::Checkpoint;
 use super::cpu::int8::quantise_weights;
 use super::dinov2::INT8_LINEARS;
 
@@ -44,15 +43,16 @@ pub struct Summary {
     pub bytes: u64,
 }
 
-/// The checkpoint `ck` as an int8 safetensors file (its bytes), and what it holds.
-pub fn int8_safetensors(ck: &Checkpoint) -> Result<(Vec<u8>, Summary)> {
-    let mut keys: Vec<&String> = ck.tensors.keys().collect();
+/// A checkpoint's state dict `tensors` as an int8 safetensors file (its bytes), and what it
+/// holds.
+pub fn int8_safetensors(tensors: &HashMap<String, Tensor>) -> Result<(Vec<u8>, Summary)> {
+    let mut keys: Vec<&String> = tensors.keys().collect();
     keys.sort();
     let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     let mut summary = Summary { int8_tensors: 0, f32_tensors: 0, f32_bytes: 0, bytes: 0 };
     for key in keys {
-        let t = &ck.tensors[key];
-        if key.ends_with(SCALE_SUFFIX) && ck.tensors.contains_key(key.trim_end_matches(SCALE_SUFFIX)) {
+        let t = &tensors[key];
+        if key.ends_with(SCALE_SUFFIX) && tensors.contains_key(key.trim_end_matches(SCALE_SUFFIX)) {
             bail!("{key}: the checkpoint already has int8 scales");
         }
         let values: Vec<f32> = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
@@ -71,7 +71,7 @@ pub fn int8_safetensors(ck: &Checkpoint) -> Result<(Vec<u8>, Summary)> {
             }
         }
     }
-    if !ck.tensors.keys().any(|k| is_int8_weight(k)) {
+    if !tensors.keys().any(|k| is_int8_weight(k)) {
         bail!("no ViT block linears (blocks.N.{{{}}}.weight) in the checkpoint: not a MoGe-2 model to quantise", INT8_LINEARS.join(","));
     }
     let views = owned

@@ -234,6 +234,11 @@ impl Conv3x3Op {
         Conv3x3Call { op: self, relu_input, upsample2x }
     }
 
+    /// out (cout, h, w) from x (cin, h, w) [+ residual], without the upsample.
+    pub(crate) fn run_f32(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> Result<Vec<f32>> {
+        self.run(x, h, w, relu, false, residual)
+    }
+
     /// `x` is (cin, h, w), or (cin, h/2, w/2) with `upsample2x`; output (cout, h, w).
     fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, upsample2x: bool, residual: Option<&[f32]>) -> Result<Vec<f32>> {
         if let (Some(wg), false) = (&self.winograd, upsample2x) {

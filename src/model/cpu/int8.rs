@@ -87,6 +87,18 @@ fn round_even(v: f32) -> f32 {
     (v + MAGIC) - MAGIC
 }
 
+/// `v · inv` rounded, plus the zero point `z`, within [0, 255] (NaN: 0): a u8 activation, in a
+/// form that vectorises (Rust's saturating float-to-int cast does not; this one cannot
+/// overflow, so it needs none).
+#[inline(always)]
+fn to_u8(v: f32, inv: f32, z: f32) -> i32 {
+    let t = round_even(v * inv) + z;
+    let t = if t >= 0.0 { t } else { 0.0 };
+    let t = if t <= 255.0 { t } else { 255.0 };
+    // SAFETY: t is finite and within [0, 255] (the comparisons above send NaN to 0).
+    unsafe { t.to_int_unchecked::<i32>() }
+}
+
 /// The weights of one linear, PyTorch's (out, in), quantised per output channel.
 pub struct QuantB {
     n: usize,
@@ -220,9 +232,10 @@ fn quantise_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     // All zeros, or infinities: any scale will do (the result is 0, or as undefined as f32's).
     let s = if s > 0.0 && s.is_finite() { s } else { 1.0 };
     let inv = 1.0 / s;
-    let z = (round_even(-lo * inv) as i32).clamp(0, 255);
+    let z = to_u8(-lo, inv, 0.0);
+    let zf = z as f32;
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = (round_even(v * inv) as i32 + z).clamp(0, 255) as u8;
+        *o = to_u8(v, inv, zf) as u8;
     }
     (s, z)
 }
@@ -397,6 +410,8 @@ impl Tile<'_> {
             && self.c.cols() <= nr
     }
 }
+
+pub mod conv;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;

@@ -1,0 +1,488 @@
+//! The decoder's 3x3 convolutions (replicate padding, optional ReLU on the input, optional
+//! residual) as int8 products for `--precision int8`: weights per output channel as the
+//! linears', activations per pixel (over its channels, asymmetric u8), int32 sums per tap.
+//!
+//! The convolution is nine products, one per tap, each over the input channels (K = cin), so
+//! that each pixel keeps its own scale: tap t of output pixel p reads input pixel p + t, whose
+//! scale s and zero point z apply to the whole tap. Per tap, in f32:
+//! `y[o,p] += s_w[o] · (s[p+t] · Σ_c u[p+t,c]·q[o,c,t] − s[p+t]·z[p+t] · Σ_c q[o,c,t])`.
+//!
+//! The input is quantised once into "quad planes": for each group of four channels a plane of
+//! the padded image (replicate border in place), each pixel one i32 of its four u8. A register
+//! tile is 6 output channels × 32 pixels of one output row: per tap and quad, two vector loads
+//! of 16 pixels at the tap's offset (no unfolding: every tap reads the same planes shifted), six
+//! broadcast weight words, twelve `vpdpbusd`; the output is written channel-major, as the f32
+//! kernels write it.
+//!
+//! Routes: the kernel above on AVX512-VNNI; elsewhere the same quantisation emulated (the
+//! input quantised and dequantised, convolved with the dequantised weights by the f32 route).
+
+use rayon::prelude::*;
+
+use super::{quantise_weights, to_u8, Route};
+use crate::model::cpu::conv3x3::Conv3x3Op;
+use crate::simd::isa::Isa;
+
+/// Output channels per register tile.
+pub(super) const TILE_CH: usize = 6;
+/// Pixels per register tile (two zmm of 16).
+pub(super) const TILE_PX: usize = 32;
+/// Output-channel tiles per task.
+const TILES_PER_TASK: usize = 8;
+
+/// The route of the int8 convolutions at `level`: the AVX512-VNNI kernel, or emulated.
+pub fn route(level: Isa) -> Route {
+    match super::route(level) {
+        Route::Avx512Vnni => Route::Avx512Vnni,
+        Route::AvxVnni | Route::Emulated => Route::Emulated,
+    }
+}
+
+pub struct QuantConv3x3 {
+    cin: usize,
+    cout: usize,
+    bias: Vec<f32>,
+    store: Store,
+}
+
+enum Store {
+    /// Per tile of [`TILE_CH`] channels: for each tap, quad and channel of the tile, the word of
+    /// its four s8 weights (zero past cout or cin); s_w per channel; s_w · Σ_c q per channel and
+    /// tap.
+    Vnni { words: Vec<i32>, scale: Vec<f32>, scaled_sums: Vec<f32> },
+    /// The f32 route on the dequantised weights.
+    Emulated(Box<Conv3x3Op>),
+}
+
+impl QuantConv3x3 {
+    /// From a (cout, cin, 3, 3) weight, for the route of `level`.
+    pub fn new(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
+        let (scale, q) = quantise_weights(w, cout, cin * 9);
+        let store = match route(level) {
+            Route::Avx512Vnni => {
+                let quads = cin.div_ceil(4);
+                let tiles = cout.div_ceil(TILE_CH);
+                let mut words = vec![0i32; tiles * 9 * quads * TILE_CH];
+                let mut scaled_sums = vec![0f32; tiles * TILE_CH * 9];
+                for o in 0..cout {
+                    let (tile, r) = (o / TILE_CH, o % TILE_CH);
+                    for t in 0..9 {
+                        let qv = |c: usize| if c < cin { q[(o * cin + c) * 9 + t] } else { 0 };
+                        for quad in 0..quads {
+                            let b = [qv(4 * quad) as u8, qv(4 * quad + 1) as u8, qv(4 * quad + 2) as u8, qv(4 * quad + 3) as u8];
+                            words[((tile * 9 + t) * quads + quad) * TILE_CH + r] = i32::from_le_bytes(b);
+                        }
+                        let sum: i32 = (0..cin).map(|c| qv(c) as i32).sum();
+                        scaled_sums[o * 9 + t] = scale[o] * sum as f32;
+                    }
+                }
+                let mut scale = scale;
+                scale.resize(tiles * TILE_CH, 0.0);
+                Store::Vnni { words, scale, scaled_sums }
+            }
+            Route::AvxVnni | Route::Emulated => {
+                let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * 9)]).collect();
+                let t = candle_core::Tensor::from_vec(dq, (cout, cin, 3, 3), &candle_core::Device::Cpu)?;
+                Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias.clone(), cin, cout, false))?))
+            }
+        };
+        Ok(Self { cin, cout, bias, store })
+    }
+
+    /// Whether the products run as int8 (else emulated).
+    pub fn native(&self) -> bool {
+        matches!(self.store, Store::Vnni { .. })
+    }
+
+    pub fn call(&self, relu_input: bool) -> QuantConv3x3Call<'_> {
+        QuantConv3x3Call { op: self, relu_input }
+    }
+
+    /// out (cout, h, w) from x (cin, h, w) [+ residual].
+    pub fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
+        match &self.store {
+            Store::Emulated(op) => {
+                let planes = QuadPlanes::new(x, self.cin, h, w, relu);
+                op.run_f32(&planes.dequantised(self.cin, h, w), h, w, false, residual)
+            }
+            Store::Vnni { words, scale, scaled_sums } => Ok(self.run_vnni(x, h, w, relu, residual, words, scale, scaled_sums)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, words: &[i32], scale: &[f32], scaled_sums: &[f32]) -> Vec<f32> {
+        let (cin, cout) = (self.cin, self.cout);
+        let planes = QuadPlanes::new(x, cin, h, w, relu);
+        let quads = cin.div_ceil(4);
+        let tiles = cout.div_ceil(TILE_CH);
+        let mut bias = self.bias.clone();
+        bias.resize(tiles * TILE_CH, 0.0);
+        let mut scaled_sums = scaled_sums.to_vec();
+        scaled_sums.resize(tiles * TILE_CH * 9, 0.0);
+        let mut out = vec![0f32; cout * h * w];
+        if out.is_empty() {
+            return out;
+        }
+        let blocks = tiles.div_ceil(TILES_PER_TASK);
+        let hw = h * w;
+        let outp = crate::simd::SendPtr(out.as_mut_ptr());
+        let outp = &outp;
+        (0..h * blocks).into_par_iter().with_max_len(1).for_each(|job| {
+            let (y, block) = (job / blocks, job % blocks);
+            for x0 in (0..w).step_by(TILE_PX) {
+                let nv = (w - x0).min(TILE_PX);
+                for tile in block * TILES_PER_TASK..((block + 1) * TILES_PER_TASK).min(tiles) {
+                    let o0 = tile * TILE_CH;
+                    let mv = (cout - o0).min(TILE_CH);
+                    let args = ConvTile {
+                        planes: &planes,
+                        base: y * planes.wp + x0,
+                        weights: &words[tile * 9 * quads * TILE_CH..(tile + 1) * 9 * quads * TILE_CH],
+                        quads,
+                        scale_w: &scale[o0..o0 + TILE_CH],
+                        scaled_sums: &scaled_sums[o0 * 9..(o0 + TILE_CH) * 9],
+                        bias: &bias[o0..o0 + TILE_CH],
+                        residual: residual.map(|r| &r[o0 * hw + y * w + x0..]),
+                        out: outp.0.wrapping_add(o0 * hw + y * w + x0),
+                        hw,
+                        rows: mv,
+                        cols: nv,
+                    };
+                    debug_assert!(args.holds());
+                    // SAFETY: the weights were packed for AVX512-VNNI, which the CPU has
+                    // (`route`); the tile reads inside the planes (their slack covers a whole
+                    // tile past any row: `QuadPlanes::new`) and its weights, scales, sums and
+                    // biases (sliced whole above); it writes its mv channels' nv pixels of row y,
+                    // inside `out`, which no other task writes (tasks own (row, channel block)).
+                    #[cfg(target_arch = "x86_64")]
+                    unsafe {
+                        avx512vnni::conv_kernel(&args)
+                    };
+                }
+            }
+        });
+        out
+    }
+}
+
+/// One register tile of the convolution (see the module's documentation).
+pub(super) struct ConvTile<'a> {
+    pub planes: &'a QuadPlanes,
+    /// The padded-plane index of the tile's first pixel at tap (0, 0): output (y, x0) reads
+    /// padded (y + dy, x0 + dx).
+    pub base: usize,
+    /// [tap][quad][channel of the tile] words.
+    pub weights: &'a [i32],
+    pub quads: usize,
+    /// Per channel of the tile ([`TILE_CH`]), and per channel and tap.
+    pub scale_w: &'a [f32],
+    pub scaled_sums: &'a [f32],
+    pub bias: &'a [f32],
+    /// The residual at the tile's first output (channel-major, planes `hw` apart).
+    pub residual: Option<&'a [f32]>,
+    pub out: *mut f32,
+    pub hw: usize,
+    /// Channels (≤ [`TILE_CH`]) and pixels (≤ [`TILE_PX`]) kept.
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl ConvTile<'_> {
+    /// Whether the slices hold what the kernel reads.
+    pub fn holds(&self) -> bool {
+        let last = self.base + 2 * self.planes.wp + 2 + TILE_PX;
+        last <= self.planes.plane
+            && self.planes.data.len() >= self.quads * self.planes.plane
+            && self.planes.scale.len() >= last
+            && self.weights.len() >= 9 * self.quads * TILE_CH
+            && self.scale_w.len() >= TILE_CH
+            && self.scaled_sums.len() >= 9 * TILE_CH
+            && self.bias.len() >= TILE_CH
+            && self.rows <= TILE_CH
+            && self.cols <= TILE_PX
+            && self.residual.is_none_or(|r| self.rows == 0 || r.len() >= (self.rows - 1) * self.hw + self.cols)
+    }
+}
+
+/// The input quantised per pixel: quad planes of the padded image, and per padded pixel its
+/// scale and scale · zero point.
+pub(super) struct QuadPlanes {
+    /// quads × `plane` words.
+    pub data: Vec<i32>,
+    /// Padded width (w + 2); a plane holds (h + 2) rows of it and a tile's worth of slack.
+    pub wp: usize,
+    pub plane: usize,
+    pub scale: Vec<f32>,
+    pub scale_zero: Vec<f32>,
+    /// The zero point per padded pixel (for the emulated route's dequantisation).
+    zero: Vec<i32>,
+}
+
+impl QuadPlanes {
+    fn new(x: &[f32], cin: usize, h: usize, w: usize, relu: bool) -> Self {
+        let (wp, hp) = (w + 2, h + 2);
+        let plane = hp * wp + TILE_PX;
+        let quads = cin.div_ceil(4);
+        let mut data = vec![0i32; quads * plane];
+        let mut scale = vec![1f32; plane];
+        let mut zero = vec![0i32; plane];
+        let hw = h * w;
+        // Rows in parallel: each writes padded row y + 1 of every plane, through raw pointers
+        // (the rows are disjoint).
+        let (dp, sp, zp) = (
+            crate::simd::SendPtr(data.as_mut_ptr() as *mut f32),
+            crate::simd::SendPtr(scale.as_mut_ptr()),
+            crate::simd::SendPtr(zero.as_mut_ptr() as *mut f32),
+        );
+        let (dp, sp, zp) = (&dp, &sp, &zp);
+        let level = crate::simd::isa::current();
+        (0..h).into_par_iter().for_each(|y| {
+            let row = (y + 1) * wp + 1;
+            // SAFETY: padded row y + 1, columns 1..=w, of the scales, zero points and every
+            // plane is this task's alone, inside `plane` (row + w ≤ (h + 1) · wp).
+            let (s, z, planes) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(sp.0.add(row), w),
+                    std::slice::from_raw_parts_mut((zp.0 as *mut i32).add(row), w),
+                    (0..quads).map(|q| std::slice::from_raw_parts_mut((dp.0 as *mut i32).add(q * plane + row), w)).collect::<Vec<_>>(),
+                )
+            };
+            let rows: Vec<&[f32]> = (0..cin).map(|c| &x[c * hw + y * w..][..w]).collect();
+            quantise_pixels(level, &rows, relu, s, z, planes);
+        });
+        // The replicate border: columns 0 and w + 1 of each row, then rows 0 and h + 1.
+        let border = |v: &mut [i32]| {
+            for y in 1..=h {
+                v[y * wp] = v[y * wp + 1];
+                v[y * wp + w + 1] = v[y * wp + w];
+            }
+            v.copy_within(wp..2 * wp, 0);
+            v.copy_within(h * wp..(h + 1) * wp, (h + 1) * wp);
+        };
+        if h > 0 && w > 0 {
+            data.par_chunks_mut(plane).for_each(border);
+            border(&mut zero);
+            let mut bits: Vec<i32> = scale.iter().map(|s| s.to_bits() as i32).collect();
+            border(&mut bits);
+            scale = bits.iter().map(|&b| f32::from_bits(b as u32)).collect();
+        }
+        let scale_zero = scale.iter().zip(&zero).map(|(s, &z)| s * z as f32).collect();
+        Self { data, wp, plane, scale, scale_zero, zero }
+    }
+
+    /// The input as the products see it: (cin, h, w) f32, each value (u − z) · s.
+    fn dequantised(&self, cin: usize, h: usize, w: usize) -> Vec<f32> {
+        let mut x = vec![0f32; cin * h * w];
+        if x.is_empty() {
+            return x;
+        }
+        x.par_chunks_mut(h * w).enumerate().for_each(|(c, xc)| {
+            let (quad, j) = (c / 4, c % 4);
+            for y in 0..h {
+                for xx in 0..w {
+                    let p = (y + 1) * self.wp + xx + 1;
+                    let u = (self.data[quad * self.plane + p] >> (8 * j)) & 0xff;
+                    xc[y * w + xx] = (u - self.zero[p]) as f32 * self.scale[p];
+                }
+            }
+        });
+        x
+    }
+}
+
+/// One row of pixels quantised over its channels (`rows`: each channel's values along the row,
+/// ReLU'd first with `relu`): each pixel's scale and zero point into `s` and `z`, its channels'
+/// u8 four to a word into `planes` (one per quad).
+fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
+    match level {
+        // SAFETY: these levels are given only where the CPU has AVX-512F, BW and VL.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Bf16 => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
+        // SAFETY: this level is given only where the CPU has AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { quantise_pixels_avx2(rows, relu, s, z, planes) },
+        _ => quantise_pixels_body(rows, relu, s, z, planes),
+    }
+}
+
+/// [`quantise_pixels`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
+    quantise_pixels_body(rows, relu, s, z, planes)
+}
+
+/// [`quantise_pixels`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantise_pixels_avx2(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
+    quantise_pixels_body(rows, relu, s, z, planes)
+}
+
+/// Every loop here runs along the row, so that it vectorises over pixels (the channels of a
+/// pixel are a plane apart).
+#[inline(always)]
+fn quantise_pixels_body(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
+    let w = s.len();
+    // The ReLU as a floor under the values (−∞: none).
+    let floor = if relu { 0.0 } else { f32::NEG_INFINITY };
+    let (mut lo, mut hi) = (vec![0f32; w], vec![0f32; w]);
+    for row in rows {
+        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&row[..w]) {
+            let v = if v < floor { floor } else { v };
+            *l = if v < *l { v } else { *l };
+            *h = if v > *h { v } else { *h };
+        }
+    }
+    let (mut inv, mut zf) = (vec![0f32; w], vec![0f32; w]);
+    for ((((s, z), (inv, zf)), &l), &h) in s.iter_mut().zip(z.iter_mut()).zip(inv.iter_mut().zip(zf.iter_mut())).zip(&lo).zip(&hi) {
+        let sc = (h - l) / 255.0;
+        *s = if sc > 0.0 && sc.is_finite() { sc } else { 1.0 };
+        *inv = 1.0 / *s;
+        *z = to_u8(-l, *inv, 0.0);
+        *zf = *z as f32;
+    }
+    let zeros = vec![0f32; w];
+    for (quad, plane) in planes.into_iter().enumerate() {
+        let r = |j: usize| rows.get(4 * quad + j).map_or(&zeros[..], |r| &r[..w]);
+        // A channel past cin is 0 (its weights are 0): its byte is left 0 too.
+        let live = |j: usize| 4 * quad + j < rows.len();
+        let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+        let masks = [0, 1, 2, 3].map(|j| if live(j) { 0xff } else { 0 });
+        for i in 0..w {
+            let q = |v: f32, m: i32| {
+                let v = if v < floor { floor } else { v };
+                to_u8(v, inv[i], zf[i]) & m
+            };
+            plane[i] = q(r0[i], masks[0]) | q(r1[i], masks[1]) << 8 | q(r2[i], masks[2]) << 16 | q(r3[i], masks[3]) << 24;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512vnni;
+
+/// [`QuantConv3x3`] as a candle op: conv(relu?(x)) [+ residual].
+pub struct QuantConv3x3Call<'a> {
+    op: &'a QuantConv3x3,
+    relu_input: bool,
+}
+
+impl QuantConv3x3Call<'_> {
+    fn dims(&self, l: &candle_core::Layout) -> candle_core::Result<(usize, usize)> {
+        let (c, h, w) = l.shape().dims3()?;
+        if c != self.op.cin {
+            candle_core::bail!("conv3x3 int8: input has {c} channels, weight expects {}", self.op.cin);
+        }
+        Ok((h, w))
+    }
+}
+
+impl candle_core::CustomOp1 for QuantConv3x3Call<'_> {
+    fn name(&self) -> &'static str {
+        "conv3x3-int8"
+    }
+    fn cpu_fwd(&self, s: &candle_core::CpuStorage, l: &candle_core::Layout) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (h, w) = self.dims(l)?;
+        let x = crate::model::cpu::contiguous(s, l, "conv3x3 int8")?;
+        let y = self.op.run(x, h, w, self.relu_input, None)?;
+        Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((self.op.cout, h, w))))
+    }
+}
+
+impl candle_core::CustomOp2 for QuantConv3x3Call<'_> {
+    fn name(&self) -> &'static str {
+        "conv3x3-int8-add"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (h, w) = self.dims(l1)?;
+        if l2.shape().dims() != [self.op.cout, h, w] {
+            candle_core::bail!("conv3x3 int8: residual {:?} does not match the output ({}, {h}, {w})", l2.shape(), self.op.cout);
+        }
+        let x = crate::model::cpu::contiguous(s1, l1, "conv3x3 int8")?;
+        let r = crate::model::cpu::contiguous(s2, l2, "conv3x3 int8 residual")?;
+        let y = self.op.run(x, h, w, self.relu_input, Some(r))?;
+        Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((self.op.cout, h, w))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::{isa, test_values};
+
+    /// The int8 maths in f64 from the quantised operands (replicate padding), and the f32
+    /// convolution's, for one shape.
+    fn check(cin: usize, cout: usize, h: usize, w: usize, relu: bool, residual: bool, seed: &mut u64) {
+        let x = test_values(seed, cin * h * w);
+        let wt = test_values(seed, cout * cin * 9);
+        let bias = test_values(seed, cout);
+        let res = residual.then(|| test_values(seed, cout * h * w));
+        let (sw, q) = quantise_weights(&wt, cout, cin * 9);
+        let planes = QuadPlanes::new(&x, cin, h, w, relu);
+        let xq = planes.dequantised(cin, h, w);
+        let clamp = |v: isize, n: usize| v.clamp(0, n as isize - 1) as usize;
+        let mut want = vec![0f64; cout * h * w];
+        let mut exact = vec![0f64; cout * h * w];
+        for o in 0..cout {
+            for y in 0..h {
+                for xx in 0..w {
+                    let (mut s, mut e) = (0f64, 0f64);
+                    for c in 0..cin {
+                        for t in 0..9 {
+                            let (iy, ix) = (clamp(y as isize + t as isize / 3 - 1, h), clamp(xx as isize + t as isize % 3 - 1, w));
+                            s += xq[(c * h + iy) * w + ix] as f64 * q[(o * cin + c) * 9 + t] as f64 * sw[o] as f64;
+                            let v = x[(c * h + iy) * w + ix];
+                            e += if relu { v.max(0.0) } else { v } as f64 * wt[(o * cin + c) * 9 + t] as f64;
+                        }
+                    }
+                    let r = res.as_ref().map_or(0.0, |r| r[(o * h + y) * w + xx] as f64) + bias[o] as f64;
+                    want[(o * h + y) * w + xx] = s + r;
+                    exact[(o * h + y) * w + xx] = e + r;
+                }
+            }
+        }
+        for level in isa::levels() {
+            let op = QuantConv3x3::new(&wt, bias.clone(), cin, cout, level).unwrap();
+            let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
+            let mag = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+            let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
+            for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - v).abs() <= 2e-6 * mag * ((9 * cin) as f64).sqrt(),
+                    "{level} native {} {cin}->{cout} {h}x{w} relu {relu} [{i}]: {g} vs {v}",
+                    op.native()
+                );
+            }
+            // The quantisation's own error is small beside the values.
+            assert!(spread <= 0.05 * mag, "{cin}->{cout}: int8 off f32 by {spread} of {mag}");
+        }
+    }
+
+    #[test]
+    fn every_route_matches_the_int8_reference() {
+        let mut seed = 0x1f83_d9ab_fb41_bd6bu64;
+        for (cin, cout, h, w, relu, residual) in [
+            (1, 1, 1, 1, false, false),
+            (4, 6, 3, 5, true, false),
+            (7, 13, 4, 37, false, true),
+            (32, 40, 5, 33, true, true),
+            (64, 7, 2, 70, true, false),
+            (5, 3, 1, 9, false, false),
+        ] {
+            check(cin, cout, h, w, relu, residual, &mut seed);
+        }
+    }
+}
