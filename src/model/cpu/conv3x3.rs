@@ -86,7 +86,7 @@ impl UpWinograd {
     /// From a (cout, cin, 3, 3) weight of the convolution after the upsample; `None` where the
     /// Winograd route does not pay or is not this level's.
     fn new(w: &[f32], bias: &[f32], cin: usize, cout: usize) -> Option<Self> {
-        if !super::winograd::Winograd::worth(cin, 4 * cout) {
+        if !super::winograd::Winograd::worth(isa::current(), cin, 4 * cout) {
             return None;
         }
         // Output channel (py·2 + px)·cout + o.
@@ -198,7 +198,7 @@ impl Conv3x3Op {
         // (`Resampler`): the other routes' weights are not made for it (a plain call would take
         // the im2col route).
         let winograd = match route(level, bf16) {
-            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(cin, cout) => {
+            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(level, cin, cout) => {
                 super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?
             }
             _ => None,
@@ -759,12 +759,15 @@ mod tests {
             (64, 64, 5, 1, true, false, false),
             (64, 64, 4, 300, false, false, true),
             (64, 64, 6, 20, false, true, false),
+            // ... and at AVX-512, from 256 channels.
+            (256, 256, 3, 5, true, false, true),
             // Upsampled calls of an op built for them: Winograd on the input itself where 64
             // channels and more come in (four phases of 16 and more go out).
             (64, 32, 5, 7, false, true, true),
             (64, 16, 1, 9, false, true, false),
             (80, 17, 6, 1, false, true, false),
             (64, 8, 3, 4, false, true, false),
+            (256, 64, 2, 3, false, true, true),
         ];
         for &(cin, cout, h, w, relu, up, with_res) in &cases {
             let (ih, iw) = (h, w);
@@ -797,7 +800,8 @@ mod tests {
                 let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let wino = matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && cin >= 64 && cout >= 64;
+                    let wino =
+                        matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::super::winograd::Winograd::worth(level, cin, cout);
                     assert_eq!(op.winograd(), wino, "{level} bf16={bf16}");
                     let direct = route(level, bf16).filter(|_| !wino);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
@@ -805,7 +809,8 @@ mod tests {
                     assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
                     // Built for upsampled calls: the Winograd route takes them where it pays.
                     let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let up_wino = matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && cin >= 64 && 4 * cout >= 64;
+                    let up_wino =
+                        matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::super::winograd::Winograd::worth(level, cin, 4 * cout);
                     assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
                     if up_wino {
                         assert!(!ups.winograd() && ups.direct.is_none() && ups.packed.is_none(), "{level}: only the upsampled route's weights");

@@ -67,7 +67,8 @@ pub fn route(precision: super::Precision) -> Route {
         conv3x3: match conv3x3::route(level, bf16) {
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
             Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => {
-                format!("winograd f(2x2,3x3) {direct} (64+ channels; upsampled as 4 phases from 64+), direct {direct} (fewer, fused upsample)")
+                let min = winograd::Winograd::min_channels(direct);
+                format!("winograd f(2x2,3x3) {direct} ({min}+ channels; upsampled as 4 phases from {min}+), direct {direct} (fewer, fused upsample)")
             }
             Some(direct) => format!("direct {direct}"),
             None => "im2col".to_owned(),

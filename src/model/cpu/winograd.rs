@@ -43,12 +43,25 @@ pub struct Winograd {
 }
 
 impl Winograd {
-    /// Whether the route pays at these channel counts. Against the direct route, each shape
-    /// side by side in one run (`conv3x3_bench`, and the model's convolutions timed in a
-    /// ViT-S forward, Zen 3): 1.6-1.8x at 256 channels, 1.25-1.5x at 128, 1.0-1.3x at 64,
-    /// 0.9-1.1x at 32 (the short products and the transforms weigh more there).
-    pub fn worth(cin: usize, cout: usize) -> bool {
-        cin >= 64 && cout >= 64
+    /// Whether the route pays at these channel counts on `level`'s kernels. Against the direct
+    /// route, each shape side by side in one run (`conv3x3_bench`, and the model's convolutions
+    /// timed in a ViT-S forward): on a Zen 3 (AVX2) 1.6-1.8x at 256 channels, 1.25-1.5x at 128,
+    /// 1.0-1.3x at 64, 0.9-1.1x at 32 (the short products and the transforms weigh more
+    /// there); on an Intel Xeon at AVX-512, where the direct route's 14x32 tile runs at 260-310
+    /// GFLOP/s on 2 cores, 1.2-1.6x at 256 but 0.45-0.66x at 128 and 64, and a ViT-S f32 image
+    /// 1.11x faster (4.64-4.72 s to 4.20-4.21 s, alternated) with the direct route below 256.
+    pub fn worth(level: isa::Isa, cin: usize, cout: usize) -> bool {
+        let min = Self::min_channels(level);
+        cin >= min && cout >= min
+    }
+
+    /// The channels in and out from which [`Winograd::worth`] takes the route at `level`.
+    pub fn min_channels(level: isa::Isa) -> usize {
+        if level >= isa::Isa::Avx512 {
+            256
+        } else {
+            64
+        }
     }
 
     /// From a (cout, cin, 3, 3) weight, for this thread's one-tap kernel (`sgemm::Micro`);
