@@ -8,6 +8,7 @@
 
 #include "moge/moge.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -198,6 +199,21 @@ int main() {
   check(from_rgb->depth().data() == from_rgb->depth().data() && from_rgb->points().data() == from_rgb->points().data(), "no copy");
   check(from_rgb->points().size() == size_t(w) * h * 3 && from_rgb->mask().size() == size_t(w) * h, "sizes");
   check(std::fabs(from_rgb->fov_x() - 55.0f) < 1e-3f, "fov_x as given");
+
+  // int8 products: close to f32's depth, not equal to it.
+  auto load8 = load;
+  load8.precision = "int8";
+  auto int8 = moge::load(weights, load8)->infer_rgb(rgb.data(), w, h, size_t(w) * 3, opts);
+  std::vector<float> rel;
+  bool differs = false;
+  for (size_t i = 0; i < from_rgb->depth().size(); ++i) {
+    float a = from_rgb->depth()[i], b = int8->depth()[i];
+    differs |= a != b;
+    if (std::isfinite(a) && std::isfinite(b) && a > 0) rel.push_back(std::fabs(b / a - 1.0f));
+  }
+  check(differs && rel.size() > from_rgb->depth().size() / 2, "int8 changes the depth");
+  std::nth_element(rel.begin(), rel.begin() + rel.size() / 2, rel.end());
+  check(rel[rel.size() / 2] < 0.01f, "int8 depth within 1 % of f32's (median)");
   auto px = from_rgb->intrinsics_pixels();
   check(std::fabs(px.fx - from_rgb->intrinsics().fx * w) < 1e-3f, "intrinsics in pixels");
 

@@ -95,6 +95,23 @@ def test_options_reach_the_engine_as_the_clis_flags(model, tmp_path):
     assert abs(out.fov_x - 70) < 1e-3
 
 
+def test_int8_is_the_clis_int8_and_close_to_f32(model, tmp_path):
+    photo = IMAGES / "rgb_64x48.png"
+    out_dir = tmp_path / "int8"
+    r = cli("predict", photo, "-o", out_dir, "--weights", TINY, "--precision", "int8", "--device", "cpu", "--num-tokens", "1200")
+    assert r.returncode == 0, r.stderr
+    with MoGeModel.from_pretrained(TINY, precision="int8", device="cpu") as m:
+        out = m(photo, num_tokens=1200)
+    with np.load(out_dir / "rgb_64x48.npz") as z:
+        for k in ("points", "depth", "normal"):
+            assert np.array_equal(bits(out[k]), bits(z[k])), k
+    f32 = model(photo, num_tokens=1200)
+    assert not np.array_equal(bits(f32.depth), bits(out.depth)), "int8 changed nothing"
+    both = np.isfinite(f32.depth) & np.isfinite(out.depth)
+    assert both.mean() > 0.5
+    assert np.median(np.abs(out.depth[both] / f32.depth[both] - 1)) < 0.01
+
+
 def test_fov_x_exif_reads_each_photo_files_focal_length_as_the_cli_does(model, tmp_path):
     photo = IMAGES / "exif_f35_26mm_80x60.jpg"
     npz = cli_npz(tmp_path, photo, "--num-tokens", "900", "--fov-x", "exif")
