@@ -209,7 +209,7 @@ complete -c moge -n "__fish_moge_using_subcommand compare" -l max-fov-diff -d 'L
 complete -c moge -n "__fish_moge_using_subcommand compare" -l max-scale-diff -d 'Largest difference of the metric scales, as max(r, 1/r) - 1 of their ratio r' -r
 complete -c moge -n "__fish_moge_using_subcommand compare" -l json -d 'Print one JSON object: each photo\'s figures, the worst, the gates and what failed them'
 complete -c moge -n "__fish_moge_using_subcommand compare" -s h -l help -d 'Print help'
-complete -c moge -n "__fish_moge_using_subcommand quantize" -l weights -d 'The checkpoint to quantise: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
+complete -c moge -n "__fish_moge_using_subcommand quantize" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
 complete -c moge -n "__fish_moge_using_subcommand quantize" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''

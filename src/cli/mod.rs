@@ -178,9 +178,9 @@ impl RemoteArgs {
     }
 }
 
-/// Where the weights come from.
+/// Where the weights come from: a file, or a published model.
 #[derive(Args, Debug, Clone)]
-pub struct ModelArgs {
+pub struct WeightsArgs {
     /// A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it.
     #[arg(long, value_name = "PATH", conflicts_with = "model")]
     pub weights: Option<PathBuf>,
@@ -190,6 +190,31 @@ pub struct ModelArgs {
     /// Branch, tag or commit of the published model's repo.
     #[arg(long, value_name = "REV", default_value = moge::hub::DEFAULT_REVISION, conflicts_with = "weights")]
     pub revision: String,
+}
+
+impl WeightsArgs {
+    /// The checkpoint path: `--weights`, or the hub model (cached or downloaded).
+    pub fn checkpoint(&self) -> anyhow::Result<PathBuf> {
+        match &self.weights {
+            Some(p) => Ok(p.clone()),
+            None => moge::hub::resolve_revision(&self.model, &self.revision),
+        }
+    }
+
+    /// The model's name in sidecars: the published name, or the checkpoint's file name.
+    pub fn id(&self) -> String {
+        match &self.weights {
+            Some(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string()),
+            None => self.model.clone(),
+        }
+    }
+}
+
+/// The model to run: its weights, arithmetic and device.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub source: WeightsArgs,
     /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats
     /// f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32;
     /// f32 for number-for-number parity; int8 (never auto) for int8 products.
@@ -327,20 +352,14 @@ impl InferArgs {
 }
 
 impl ModelArgs {
-    /// The checkpoint path: `--weights`, or the hub model (cached or downloaded).
+    /// The checkpoint path ([`WeightsArgs::checkpoint`]).
     pub fn checkpoint(&self) -> anyhow::Result<PathBuf> {
-        match &self.weights {
-            Some(p) => Ok(p.clone()),
-            None => moge::hub::resolve_revision(&self.model, &self.revision),
-        }
+        self.source.checkpoint()
     }
 
-    /// The model's name in sidecars: the published name, or the checkpoint's file name.
+    /// The model's name in sidecars ([`WeightsArgs::id`]).
     pub fn id(&self) -> String {
-        match &self.weights {
-            Some(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string()),
-            None => self.model.clone(),
-        }
+        self.source.id()
     }
 
     /// The checkpoint and the model loaded from it on `--device` at the resolved precision:

@@ -6,21 +6,15 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use super::{model_names, EXIT_OK};
+use super::EXIT_OK;
 use moge::model::checkpoint::Checkpoint;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Run the result with `--weights OUT.safetensors --precision int8`; compare it with f32 on your photos with `moge compare`.")]
 pub struct QuantizeArgs {
-    /// The checkpoint to quantise: upstream model.pt, or .safetensors with its JSON config beside it.
-    #[arg(long, value_name = "PATH", conflicts_with = "model")]
-    pub weights: Option<PathBuf>,
-    /// A published model, fetched from the Hugging Face hub on first use.
-    #[arg(long, value_name = "NAME", default_value = moge::hub::DEFAULT_MODEL, value_parser = model_names())]
-    pub model: String,
-    /// Branch, tag or commit of the published model's repo.
-    #[arg(long, value_name = "REV", default_value = moge::hub::DEFAULT_REVISION, conflicts_with = "weights")]
-    pub revision: String,
+    /// The checkpoint to quantise.
+    #[command(flatten)]
+    pub source: super::WeightsArgs,
     /// The int8 checkpoint to write (.safetensors; its config is written beside it as .json).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
@@ -30,10 +24,7 @@ pub fn run(args: QuantizeArgs) -> Result<i32> {
     if args.output.extension().is_none_or(|e| e != "safetensors") {
         bail!("{}: the int8 checkpoint is a .safetensors file; name it so", args.output.display());
     }
-    let source = match &args.weights {
-        Some(p) => p.clone(),
-        None => moge::loader::checkpoint(&args.model, &args.revision)?,
-    };
+    let source = args.source.checkpoint()?;
     let ck = Checkpoint::read(&source)?;
     let (bytes, summary) = moge::model::quantize::int8_safetensors(&ck.tensors).with_context(|| format!("{}: cannot quantise", source.display()))?;
     let config = serde_json::to_string_pretty(&ck.config)?;

@@ -57,14 +57,7 @@ unsafe fn kern<const R: usize>(t: &Tile) {
             [_mm512_loadu_ps(t.bias.as_ptr()), _mm512_loadu_ps(t.bias.as_ptr().add(16))],
         )
     };
-    let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
-    let m1: __mmask16 = if nv >= 32 {
-        0xffff
-    } else if nv > 16 {
-        ((1u32 << (nv - 16)) - 1) as u16
-    } else {
-        0
-    };
+    let (m0, m1) = crate::simd::avx512::masks(nv);
     for (r, acc) in acc.iter().enumerate() {
         let z = _mm512_set1_epi32(t.zero_a[r]);
         let s = _mm512_set1_ps(t.scale_a[r]);

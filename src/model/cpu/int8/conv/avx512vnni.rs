@@ -73,14 +73,7 @@ unsafe fn conv_kern(t: &ConvTile) {
         scale_in!(0 1 2 3 4 5);
     }
     let nv = t.cols;
-    let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
-    let m1: __mmask16 = if nv >= 32 {
-        0xffff
-    } else if nv > 16 {
-        ((1u32 << (nv - 16)) - 1) as u16
-    } else {
-        0
-    };
+    let (m0, m1) = crate::simd::avx512::masks(nv);
     macro_rules! store {
         ($($r:literal)*) => {$(
             if $r < t.rows {
