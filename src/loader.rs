@@ -40,8 +40,9 @@ impl Default for LoadOptions {
 /// ```
 pub fn load(model: &str, opts: &LoadOptions) -> Result<Model> {
     let device = crate::device::open(opts.device).map_err(|e| anyhow!("device {}: {e}", opts.device))?;
-    let path = checkpoint(model, &opts.revision)?;
     let precision = opts.precision.unwrap_or_else(|| Precision::auto(&device.device));
+    precision.check_device(&device.device).map_err(|e| anyhow!("device {}: {e}", opts.device))?;
+    let path = checkpoint(model, &opts.revision)?;
     Model::load_with(&path, &device.device, precision)
 }
 

@@ -41,7 +41,7 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale.
     Compare(compare::CompareArgs),
-    /// Store a checkpoint's weights in int8 (per output channel), a quarter of the size, for --precision int8.
+    /// Store a checkpoint's weights in int8 (a scale per channel), a quarter of the size, for --precision int8.
     Quantize(quantize::QuantizeArgs),
     /// Fetch published models into the Hugging Face cache ahead of time.
     Download(download::DownloadArgs),
@@ -373,8 +373,11 @@ impl ModelArgs {
     }
 
     /// `--device`, opened; an impossible request is one line naming what is missing.
+    /// The device, opened, and checked to run `--precision` (before any download).
     pub fn open_device(&self) -> anyhow::Result<moge::device::Opened> {
-        moge::device::open(self.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))
+        let opened = moge::device::open(self.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))?;
+        self.precision.resolve(&opened.device).check_device(&opened.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))?;
+        Ok(opened)
     }
 
     /// [`ModelArgs::load`] of a checkpoint already resolved on a device already open (`bench`

@@ -30,7 +30,11 @@ pub fn run(args: QuantizeArgs) -> Result<i32> {
     let config = serde_json::to_string_pretty(&ck.config)?;
     let json = args.output.with_extension("json");
     moge::outputs::write_atomic(&json, |f| Ok(std::io::Write::write_all(f, config.as_bytes())?))?;
-    moge::outputs::write_atomic(&args.output, |f| Ok(std::io::Write::write_all(f, &bytes)?))?;
+    if let Err(e) = moge::outputs::write_atomic(&args.output, |f| Ok(std::io::Write::write_all(f, &bytes)?)) {
+        // The config alone would only mislead.
+        let _ = std::fs::remove_file(&json);
+        return Err(e);
+    }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     moge::outln!(
         "{}: {} weights in int8, {} tensors in f32: {:.1} MiB, {:.0} % of {:.1} MiB in f32 (config: {})",

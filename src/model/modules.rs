@@ -78,15 +78,17 @@ impl Conv3x3 {
     fn load_with(w: &mut Weights, p: &str, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let cpu = if w.cpu_kernels() {
-            let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
-            Some(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?)
-        } else {
-            None
-        };
         let int8 = if w.cpu_kernels() && w.int8() && !upsampling && cin.min(cout) >= INT8_CONV_MIN_CHANNELS && super::cpu::enabled() {
             let level = crate::simd::isa::current();
             Some(crate::model::cpu::with_f32(&weight, |wv| QuantConv3x3::new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
+        } else {
+            None
+        };
+        // A convolution that runs in int8 takes every call there (it is never upsampled): no f32
+        // weights packed beside it.
+        let cpu = if w.cpu_kernels() && int8.is_none() {
+            let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
+            Some(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?)
         } else {
             None
         };

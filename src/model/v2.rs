@@ -188,9 +188,7 @@ impl Model {
         if !matches!(dtype, DType::F32 | DType::BF16) {
             bail!("the matrix products run in f32 or bf16, not {dtype:?}");
         }
-        if precision == Precision::Int8 && !device.is_cpu() {
-            bail!("--precision int8 runs on the CPU only; on a GPU use bf16 or f32");
-        }
+        precision.check_device(device).map_err(anyhow::Error::msg)?;
         let mut w = Weights::new(tensors, device, dtype);
         w.precision = precision;
         let parts = Parts::bind(&config, &mut w)?;

@@ -5,6 +5,7 @@
 use moge::model::Precision;
 use moge::{InferOptions, Model};
 
+use crate::support::cli::moge;
 use crate::support::npz::Npz;
 use crate::support::paths::fixtures;
 use crate::support::reference::{at_lower_levels, check_against_reference, fixture_case, fullsize_weights, Gates};
@@ -57,4 +58,22 @@ fn int8_fullsize_vits_normal() {
     let mut z = Npz::open(&fixtures().join("fullsize/vits-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     check_against_reference("int8 vits-normal", &model, &mut z, &img, &InferOptions { num_tokens: Some(1800), ..Default::default() }, true, &INT8);
+}
+
+/// Without the CPU kernels (`MOGE_GENERIC_OPS=1`) int8 cannot run: refused before the model
+/// loads, rather than run in f32 under int8's name.
+#[test]
+fn int8_without_the_cpu_kernels_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let photo = fixtures().join("images/rgb_64x48.png");
+    let weights = fixtures().join("tiny_normal.pt");
+    let o = moge()
+        .env("MOGE_GENERIC_OPS", "1")
+        .args(["predict", photo.to_str().unwrap(), "-o", dir.path().to_str().unwrap(), "--weights", weights.to_str().unwrap(), "--precision", "int8"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--precision int8 needs the CPU kernels: unset MOGE_GENERIC_OPS"), "{e}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing written");
 }

@@ -50,6 +50,7 @@ impl Winograd {
     /// there); on an Intel Xeon at AVX-512, where the direct route's 14x32 tile runs at 260-310
     /// GFLOP/s on 2 cores, 1.2-1.6x at 256 but 0.45-0.66x at 128 and 64, and a ViT-S f32 image
     /// 1.11x faster (4.64-4.72 s to 4.20-4.21 s, alternated) with the direct route below 256.
+    /// Not measured on AMD's AVX-512 (Zen 4 and 5), whose default is bf16 (no Winograd there).
     pub fn worth(level: isa::Isa, cin: usize, cout: usize) -> bool {
         let min = Self::min_channels(level);
         cin >= min && cout >= min

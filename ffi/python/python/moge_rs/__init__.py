@@ -213,7 +213,7 @@ class MoGeModel:
         Hugging Face cache, downloaded when missing), a checkpoint path (upstream's ``model.pt``,
         or ``.safetensors``), or with ``server="http://host:port"`` a running ``moge serve`` or
         Tenstorrent MoGe-2 server (tt-MoGe) as the device. ``precision`` is ``auto``, ``f32``,
-        ``bf16`` or ``int8`` (the ViT's linears in int8, on the CPU); ``device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, as the command line's."""
+        ``bf16`` or ``int8`` (the ViT's linears and most convolutions in int8, on the CPU); ``device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, as the command line's."""
         if server is not None:
             return cls(_native.Model.connect(server, timeout=timeout))
         return cls(_native.Model.load(os.fspath(model), revision=revision, precision=precision, device=device))

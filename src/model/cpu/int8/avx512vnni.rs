@@ -66,7 +66,7 @@ unsafe fn kern<const R: usize>(t: &Tile) {
             let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h], _mm512_mullo_epi32(z, cs[h])));
             let y = _mm512_fmadd_ps(v, _mm512_mul_ps(s, sw[h]), bias[h]);
             // SAFETY: the masks cover the first nv of row r's columns, which C holds.
-            unsafe { _mm512_mask_storeu_ps(cr.add(16 * h), if h == 0 { m0 } else { m1 }, y) };
+            unsafe { _mm512_mask_storeu_ps(cr.wrapping_add(16 * h), if h == 0 { m0 } else { m1 }, y) };
         }
     }
 }

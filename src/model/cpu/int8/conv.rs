@@ -100,6 +100,15 @@ impl QuantConv3x3 {
 
     /// out (cout, h, w) from x (cin, h, w) [+ residual].
     pub fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
+        if x.len() < self.cin * h * w || residual.is_some_and(|r| r.len() < self.cout * h * w) {
+            candle_core::bail!(
+                "conv3x3 int8: {} input and {:?} residual values for {}->{} channels at {h}x{w}",
+                x.len(),
+                residual.map(<[f32]>::len),
+                self.cin,
+                self.cout
+            );
+        }
         match &self.store {
             Store::Emulated(op) => {
                 let planes = QuadPlanes::new(x, self.cin, h, w, relu);
@@ -295,7 +304,7 @@ impl QuadPlanes {
 /// u8 four to a word into `planes` (one per quad).
 fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
     match level {
-        // SAFETY: these levels are given only where the CPU has AVX-512F, BW and VL.
+        // SAFETY: these levels are given only where the CPU has AVX-512F (with AVX2 and FMA).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Bf16 => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
         // SAFETY: this level is given only where the CPU has AVX2 and FMA.
@@ -305,12 +314,12 @@ fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &m
     }
 }
 
-/// [`quantise_pixels`] compiled for AVX-512.
+/// [`quantise_pixels`] compiled for AVX-512 (F only: the level promises no more).
 ///
 /// # Safety
-/// The CPU has AVX-512F, BW and VL.
+/// The CPU has AVX-512F, AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
     quantise_pixels_body(rows, relu, s, z, planes)
 }
@@ -469,6 +478,15 @@ mod tests {
             // The quantisation's own error is small beside the values.
             assert!(spread <= 0.05 * mag, "{cin}->{cout}: int8 off f32 by {spread} of {mag}");
         }
+    }
+
+    /// Inputs or residuals shorter than the shape says are an error, not a read past them.
+    #[test]
+    fn short_operands_are_refused() {
+        let op = QuantConv3x3::new(&[0.5; 4 * 2 * 9], vec![0.0; 4], 2, 4, isa::max()).unwrap();
+        assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, false, None).is_ok());
+        assert!(op.run(&[1.0; 2 * 3 * 5 - 1], 3, 5, false, None).is_err());
+        assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, true, Some(&[0.0; 4 * 3 * 5 - 1])).is_err());
     }
 
     #[test]

@@ -84,10 +84,10 @@ unsafe fn conv_kern(t: &ConvTile) {
                     if let Some(res) = t.residual {
                         // SAFETY: the residual holds the tile's pixels of each of its rows
                         // (`holds`); masked-off lanes are not read.
-                        y = _mm512_add_ps(y, unsafe { _mm512_maskz_loadu_ps(m, res.as_ptr().add($r * t.hw + 16 * h)) });
+                        y = _mm512_add_ps(y, unsafe { _mm512_maskz_loadu_ps(m, res.as_ptr().wrapping_add($r * t.hw + 16 * h)) });
                     }
                     // SAFETY: the tile's nv pixels of row r are writable (the caller's promise).
-                    unsafe { _mm512_mask_storeu_ps(out.add(16 * h), m, y) };
+                    unsafe { _mm512_mask_storeu_ps(out.wrapping_add(16 * h), m, y) };
                 }
             }
         )*};
