@@ -99,6 +99,17 @@ fn to_u8(v: f32, inv: f32, z: f32) -> i32 {
     unsafe { t.to_int_unchecked::<i32>() }
 }
 
+/// The u8 quantisation of values within [lo, hi] (lo ≤ 0 ≤ hi): scale, its inverse and the zero
+/// point. All zeros, or infinities: any scale will do (the result is 0, or as undefined as
+/// f32's). One formula for the tokens of the linears and the pixels of the convolutions.
+#[inline(always)]
+fn range_scale(lo: f32, hi: f32) -> (f32, f32, i32) {
+    let s = (hi - lo) / 255.0;
+    let s = if s > 0.0 && s.is_finite() { s } else { 1.0 };
+    let inv = 1.0 / s;
+    (s, inv, to_u8(-lo, inv, 0.0))
+}
+
 /// The weights of one linear, PyTorch's (out, in), quantised per output channel.
 pub struct QuantB {
     n: usize,
@@ -138,13 +149,7 @@ pub fn quantise_weights(w: &[f32], n: usize, k: usize) -> (Vec<f32>, Vec<i8>) {
 impl QuantB {
     /// Quantises the (n, k) weight `w` for the route of `level`.
     pub fn from_f32_nk(w: &[f32], n: usize, k: usize, level: Isa) -> Self {
-        let (scale, q) = quantise_weights(w, n, k);
-        Self::from_quantised(scale, &q, n, k, level)
-    }
-
-    /// Weights already quantised (per channel `scale`, `q` (n, k) row-major), for `level`'s route.
-    pub fn from_quantised(mut scale: Vec<f32>, q: &[i8], n: usize, k: usize, level: Isa) -> Self {
-        assert!(q.len() >= n * k && scale.len() == n, "int8: {} values and {} scales for {n}x{k}", q.len(), scale.len());
+        let (mut scale, q) = quantise_weights(w, n, k);
         let route = route(isa::usable(level));
         let store = match route {
             Route::Emulated => {
@@ -186,14 +191,6 @@ impl QuantB {
         Self { n, k, scale, store }
     }
 
-    pub fn n(&self) -> usize {
-        self.n
-    }
-
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
     /// The route the weights were packed for.
     pub fn route(&self) -> Route {
         match &self.store {
@@ -228,11 +225,7 @@ fn quantise_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     }
     let lo = lo.iter().fold(0f32, |m, &v| if v < m { v } else { m });
     let hi = hi.iter().fold(0f32, |m, &v| if v > m { v } else { m });
-    let s = (hi - lo) / 255.0;
-    // All zeros, or infinities: any scale will do (the result is 0, or as undefined as f32's).
-    let s = if s > 0.0 && s.is_finite() { s } else { 1.0 };
-    let inv = 1.0 / s;
-    let z = to_u8(-lo, inv, 0.0);
+    let (s, inv, z) = range_scale(lo, hi);
     let zf = z as f32;
     for (o, &v) in out.iter_mut().zip(x) {
         *o = to_u8(v, inv, zf) as u8;

@@ -19,7 +19,7 @@
 
 use rayon::prelude::*;
 
-use super::{quantise_weights, to_u8, Route};
+use super::{quantise_weights, range_scale, to_u8, Route};
 use crate::model::cpu::conv3x3::Conv3x3Op;
 use crate::simd::isa::Isa;
 
@@ -41,17 +41,23 @@ pub fn route(level: Isa) -> Route {
 pub struct QuantConv3x3 {
     cin: usize,
     cout: usize,
-    bias: Vec<f32>,
     store: Store,
 }
 
 enum Store {
-    /// Per tile of [`TILE_CH`] channels: for each tap, quad and channel of the tile, the word of
-    /// its four s8 weights (zero past cout or cin); s_w per channel; s_w · Σ_c q per channel and
-    /// tap.
-    Vnni { words: Vec<i32>, scale: Vec<f32>, scaled_sums: Vec<f32> },
+    Vnni(VnniWeights),
     /// The f32 route on the dequantised weights.
     Emulated(Box<Conv3x3Op>),
+}
+
+/// The AVX512-VNNI kernel's weights, each padded with zeros to whole tiles of [`TILE_CH`]
+/// channels: for each tile, tap, quad and channel of the tile, the word of its four s8 weights
+/// (zero past cout or cin); s_w, s_w · Σ_c q per tap, and the bias, per channel.
+struct VnniWeights {
+    words: Vec<i32>,
+    scale: Vec<f32>,
+    scaled_sums: Vec<f32>,
+    bias: Vec<f32>,
 }
 
 impl QuantConv3x3 {
@@ -76,22 +82,23 @@ impl QuantConv3x3 {
                         scaled_sums[o * 9 + t] = scale[o] * sum as f32;
                     }
                 }
-                let mut scale = scale;
+                let (mut scale, mut bias) = (scale, bias);
                 scale.resize(tiles * TILE_CH, 0.0);
-                Store::Vnni { words, scale, scaled_sums }
+                bias.resize(tiles * TILE_CH, 0.0);
+                Store::Vnni(VnniWeights { words, scale, scaled_sums, bias })
             }
             Route::AvxVnni | Route::Emulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * 9)]).collect();
                 let t = candle_core::Tensor::from_vec(dq, (cout, cin, 3, 3), &candle_core::Device::Cpu)?;
-                Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias.clone(), cin, cout, false))?))
+                Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias, cin, cout, false))?))
             }
         };
-        Ok(Self { cin, cout, bias, store })
+        Ok(Self { cin, cout, store })
     }
 
     /// Whether the products run as int8 (else emulated).
     pub fn native(&self) -> bool {
-        matches!(self.store, Store::Vnni { .. })
+        matches!(self.store, Store::Vnni(_))
     }
 
     pub fn call(&self, relu_input: bool) -> QuantConv3x3Call<'_> {
@@ -114,20 +121,16 @@ impl QuantConv3x3 {
                 let planes = QuadPlanes::new(x, self.cin, h, w, relu);
                 op.run_f32(&planes.dequantised(self.cin, h, w), h, w, false, residual)
             }
-            Store::Vnni { words, scale, scaled_sums } => Ok(self.run_vnni(x, h, w, relu, residual, words, scale, scaled_sums)),
+            Store::Vnni(weights) => Ok(self.run_vnni(x, h, w, relu, residual, weights)),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, words: &[i32], scale: &[f32], scaled_sums: &[f32]) -> Vec<f32> {
+    fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
+        let VnniWeights { words, scale, scaled_sums, bias } = weights;
         let planes = QuadPlanes::new(x, cin, h, w, relu);
         let quads = cin.div_ceil(4);
         let tiles = cout.div_ceil(TILE_CH);
-        let mut bias = self.bias.clone();
-        bias.resize(tiles * TILE_CH, 0.0);
-        let mut scaled_sums = scaled_sums.to_vec();
-        scaled_sums.resize(tiles * TILE_CH * 9, 0.0);
         let mut out = vec![0f32; cout * h * w];
         if out.is_empty() {
             return out;
@@ -351,10 +354,7 @@ fn quantise_pixels_body(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32
     }
     let (mut inv, mut zf) = (vec![0f32; w], vec![0f32; w]);
     for ((((s, z), (inv, zf)), &l), &h) in s.iter_mut().zip(z.iter_mut()).zip(inv.iter_mut().zip(zf.iter_mut())).zip(&lo).zip(&hi) {
-        let sc = (h - l) / 255.0;
-        *s = if sc > 0.0 && sc.is_finite() { sc } else { 1.0 };
-        *inv = 1.0 / *s;
-        *z = to_u8(-l, *inv, 0.0);
+        (*s, *inv, *z) = range_scale(l, h);
         *zf = *z as f32;
     }
     let zeros = vec![0f32; w];
