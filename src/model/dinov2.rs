@@ -26,7 +26,8 @@ const LN_EPS: f64 = 1e-6;
 
 pub struct Linear {
     /// PyTorch's (out, in); products read it transposed through strides. `None` where the CPU
-    /// kernels hold it packed instead (`F32Weight::Panels`): one copy of the weights in memory.
+    /// kernels hold it packed instead (`F32Weight::Panels`, or int8): one copy of the weights in
+    /// memory.
     weight: Option<Tensor>,
     dtype: DType,
     bias: Tensor,
@@ -56,7 +57,9 @@ impl Linear {
             } else {
                 None
             };
-            let f32_weight = if packed.is_none() && Panels::available(isa::current()) && super::cpu::enabled() {
+            let f32_weight = if matches!(packed, Some(Packed::Int8(_))) {
+                F32Weight::InPacked
+            } else if packed.is_none() && Panels::available(isa::current()) && super::cpu::enabled() {
                 F32Weight::Panels(Arc::new(super::cpu::with_f32(&weight, |wv| Panels::new(wv, d_in, d_out, 1, d_in))?))
             } else {
                 F32Weight::Tensor(weight.clone())
@@ -67,12 +70,12 @@ impl Linear {
             None
         };
         let dtype = weight.dtype();
-        // Held in another form by the kernels: f32 panels, or int8 (which never reads it again).
-        let packed_f32 = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_), .. } | LinearOp { packed: Some(Packed::Int8(_)), .. }, _]));
-        if packed_f32 {
+        // Held in another form by the kernels alone: f32 panels, or int8.
+        let held = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_) | F32Weight::InPacked, .. }, _]));
+        if held {
             w.release(&format!("{prefix}.weight"));
         }
-        Ok(Self { weight: (!packed_f32).then_some(weight), dtype, bias, cpu })
+        Ok(Self { weight: (!held).then_some(weight), dtype, bias, cpu })
     }
     fn cpu_op(&self, x: &Tensor, gelu: bool) -> Option<&LinearOp> {
         self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled()).map(|ops| &ops[gelu as usize])
