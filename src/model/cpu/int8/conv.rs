@@ -52,11 +52,12 @@ enum Store {
 
 /// The AVX512-VNNI kernel's weights, each padded with zeros to whole tiles of [`TILE_CH`]
 /// channels: for each tile, tap, quad and channel of the tile, the word of its four s8 weights
-/// (zero past cout or cin); s_w, s_w · Σ_c q per tap, and the bias, per channel.
+/// (zero past cout or cin); s_w, Σ_c q per tap (as f32: exact, |Σ| < 2²⁴), and the bias, per
+/// channel.
 struct VnniWeights {
     words: Vec<i32>,
     scale: Vec<f32>,
-    scaled_sums: Vec<f32>,
+    sums: Vec<f32>,
     bias: Vec<f32>,
 }
 
@@ -69,7 +70,7 @@ impl QuantConv3x3 {
                 let quads = cin.div_ceil(4);
                 let tiles = cout.div_ceil(TILE_CH);
                 let mut words = vec![0i32; tiles * 9 * quads * TILE_CH];
-                let mut scaled_sums = vec![0f32; tiles * TILE_CH * 9];
+                let mut sums = vec![0f32; tiles * TILE_CH * 9];
                 for o in 0..cout {
                     let (tile, r) = (o / TILE_CH, o % TILE_CH);
                     for t in 0..9 {
@@ -79,13 +80,13 @@ impl QuantConv3x3 {
                             words[((tile * 9 + t) * quads + quad) * TILE_CH + r] = i32::from_le_bytes(b);
                         }
                         let sum: i32 = (0..cin).map(|c| qv(c) as i32).sum();
-                        scaled_sums[o * 9 + t] = scale[o] * sum as f32;
+                        sums[o * 9 + t] = sum as f32;
                     }
                 }
                 let (mut scale, mut bias) = (scale, bias);
                 scale.resize(tiles * TILE_CH, 0.0);
                 bias.resize(tiles * TILE_CH, 0.0);
-                Store::Vnni(VnniWeights { words, scale, scaled_sums, bias })
+                Store::Vnni(VnniWeights { words, scale, sums, bias })
             }
             Route::AvxVnni | Route::Emulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * 9)]).collect();
@@ -127,16 +128,18 @@ impl QuantConv3x3 {
 
     fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
-        let VnniWeights { words, scale, scaled_sums, bias } = weights;
+        let VnniWeights { words, scale, sums, bias } = weights;
         let planes = QuadPlanes::new(x, cin, h, w, relu);
         let quads = cin.div_ceil(4);
         let tiles = cout.div_ceil(TILE_CH);
-        let mut out = vec![0f32; cout * h * w];
-        if out.is_empty() {
+        let hw = h * w;
+        // Every value is written below (the tasks cover every row, channel and pixel): no zeros
+        // first (they cost as much as the quantisation).
+        let mut out: Vec<f32> = Vec::with_capacity(cout * hw);
+        if cout * hw == 0 {
             return out;
         }
         let blocks = tiles.div_ceil(TILES_PER_TASK);
-        let hw = h * w;
         let outp = crate::simd::SendPtr(out.as_mut_ptr());
         let outp = &outp;
         (0..h * blocks).into_par_iter().with_max_len(1).for_each(|job| {
@@ -152,7 +155,7 @@ impl QuantConv3x3 {
                         weights: &words[tile * 9 * quads * TILE_CH..(tile + 1) * 9 * quads * TILE_CH],
                         quads,
                         scale_w: &scale[o0..o0 + TILE_CH],
-                        scaled_sums: &scaled_sums[o0 * 9..(o0 + TILE_CH) * 9],
+                        sums: &sums[o0 * 9..(o0 + TILE_CH) * 9],
                         bias: &bias[o0..o0 + TILE_CH],
                         residual: residual.map(|r| &r[o0 * hw + y * w + x0..]),
                         out: outp.0.wrapping_add(o0 * hw + y * w + x0),
@@ -170,9 +173,13 @@ impl QuantConv3x3 {
                     unsafe {
                         avx512vnni::conv_kernel(&args)
                     };
+                    #[cfg(not(target_arch = "x86_64"))]
+                    unreachable!("an AVX512-VNNI route off x86-64");
                 }
             }
         });
+        // SAFETY: the tasks above wrote all cout · hw values.
+        unsafe { out.set_len(cout * hw) };
         out
     }
 }
@@ -188,7 +195,7 @@ pub(super) struct ConvTile<'a> {
     pub quads: usize,
     /// Per channel of the tile ([`TILE_CH`]), and per channel and tap.
     pub scale_w: &'a [f32],
-    pub scaled_sums: &'a [f32],
+    pub sums: &'a [f32],
     pub bias: &'a [f32],
     /// The residual at the tile's first output (channel-major, planes `hw` apart).
     pub residual: Option<&'a [f32]>,
@@ -208,7 +215,7 @@ impl ConvTile<'_> {
             && self.planes.scale.len() >= last
             && self.weights.len() >= 9 * self.quads * TILE_CH
             && self.scale_w.len() >= TILE_CH
-            && self.scaled_sums.len() >= 9 * TILE_CH
+            && self.sums.len() >= 9 * TILE_CH
             && self.bias.len() >= TILE_CH
             && self.rows <= TILE_CH
             && self.cols <= TILE_PX
@@ -226,6 +233,8 @@ pub(super) struct QuadPlanes {
     pub plane: usize,
     pub scale: Vec<f32>,
     pub scale_zero: Vec<f32>,
+    /// Every zero point is 0 (as after a ReLU): the kernel skips their correction.
+    pub zero_free: bool,
     /// The zero point per padded pixel (for the emulated route's dequantisation).
     zero: Vec<i32>,
 }
@@ -279,7 +288,8 @@ impl QuadPlanes {
             scale = bits.iter().map(|&b| f32::from_bits(b as u32)).collect();
         }
         let scale_zero = scale.iter().zip(&zero).map(|(s, &z)| s * z as f32).collect();
-        Self { data, wp, plane, scale, scale_zero, zero }
+        let zero_free = zero.iter().all(|&z| z == 0);
+        Self { data, wp, plane, scale, scale_zero, zero_free, zero }
     }
 
     /// The input as the products see it: (cin, h, w) f32, each value (u − z) · s.
@@ -317,14 +327,67 @@ fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &m
     }
 }
 
-/// [`quantise_pixels`] compiled for AVX-512 (F only: the level promises no more).
+/// [`quantise_pixels`] on AVX-512F registers, 16 pixels at a time: the same values as
+/// [`quantise_pixels_body`] (each step as `to_u8` and `range_scale` take it, NaN included),
+/// which the compiler left scalar where it packs the bytes.
 ///
 /// # Safety
-/// The CPU has AVX-512F, AVX2 and FMA.
+/// The CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
-    quantise_pixels_body(rows, relu, s, z, planes)
+#[target_feature(enable = "avx512f")]
+unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], mut planes: Vec<&mut [i32]>) {
+    use core::arch::x86_64::*;
+    let w = s.len();
+    debug_assert!(z.len() == w && rows.iter().all(|r| r.len() >= w) && planes.iter().all(|p| p.len() >= w) && planes.len() * 4 >= rows.len());
+    let zero = _mm512_setzero_ps();
+    let (one, top) = (_mm512_set1_ps(1.0), _mm512_set1_ps(255.0));
+    // `to_u8`: rounded to nearest even (for |v · inv| < 2²², as `round_even`; beyond, both clamp
+    // alike), plus z, then `t >= 0 ? t : 0` (NaN to 0: `max_ps` returns its second operand on
+    // NaN) and `t <= 255 ? t : 255`.
+    let to_u8 = |v: __m512, inv: __m512, zf: __m512| {
+        let t = _mm512_add_ps(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)), zf);
+        _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(t, zero), top))
+    };
+    for x0 in (0..w).step_by(16) {
+        let m: __mmask16 = if w - x0 >= 16 { 0xffff } else { ((1u32 << (w - x0)) - 1) as u16 };
+        // The lanes of `m` lie within the first w values of each row, plane, s and z (the
+        // promise of the debug assertion above); masked-off lanes are not touched.
+        // SAFETY: as said.
+        let load = |r: &[f32]| unsafe { _mm512_maskz_loadu_ps(m, r.as_ptr().add(x0)) };
+        // As the body: `if v < lo { v } else { lo }` is `min_ps(v, lo)`, NaN kept out; after a
+        // ReLU (`if v < 0 { 0 } else { v }`, `max_ps(0, v)`) the minimum is 0 and the maximum is
+        // the plain one's.
+        let (mut lo, mut hi) = (zero, zero);
+        for r in rows {
+            let v = load(r);
+            if !relu {
+                lo = _mm512_min_ps(v, lo);
+            }
+            hi = _mm512_max_ps(v, hi);
+        }
+        // `range_scale`, lane-wise.
+        let sc = _mm512_div_ps(_mm512_sub_ps(hi, lo), top);
+        let ok = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(sc, zero) & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(sc, _mm512_set1_ps(f32::INFINITY));
+        let sc = _mm512_mask_blend_ps(ok, one, sc);
+        let inv = _mm512_div_ps(one, sc);
+        let zi = to_u8(_mm512_sub_ps(zero, lo), inv, zero);
+        let zf = _mm512_cvtepi32_ps(zi);
+        // SAFETY: the lanes of `m` (above).
+        unsafe {
+            _mm512_mask_storeu_ps(s.as_mut_ptr().add(x0), m, sc);
+            _mm512_mask_storeu_epi32(z.as_mut_ptr().add(x0), m, zi);
+        }
+        for (quad, plane) in planes.iter_mut().enumerate() {
+            let mut word = _mm512_setzero_si512();
+            // A channel past cin keeps its byte 0 (its weights are 0).
+            for (j, r) in rows.iter().enumerate().skip(4 * quad).take(4) {
+                let v = if relu { _mm512_max_ps(zero, load(r)) } else { load(r) };
+                word = _mm512_or_si512(word, _mm512_sllv_epi32(to_u8(v, inv, zf), _mm512_set1_epi32(8 * (j - 4 * quad) as i32)));
+            }
+            // SAFETY: the lanes of `m` (above).
+            unsafe { _mm512_mask_storeu_epi32(plane.as_mut_ptr().add(x0), m, word) };
+        }
+    }
 }
 
 /// [`quantise_pixels`] compiled for AVX2.
@@ -487,6 +550,43 @@ mod tests {
         assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, false, None).is_ok());
         assert!(op.run(&[1.0; 2 * 3 * 5 - 1], 3, 5, false, None).is_err());
         assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, true, Some(&[0.0; 4 * 3 * 5 - 1])).is_err());
+    }
+
+    /// The per-pixel quantiser gives the portable body's scales, zero points and bytes at every
+    /// level, bit for bit, on edge values (NaN, infinities, signed zeros, huge and tiny values,
+    /// all-zero pixels), with and without the ReLU, at widths around the vector width and
+    /// channel counts that leave a quad part-filled.
+    #[test]
+    fn the_pixel_quantiser_is_the_same_at_every_level() {
+        let mut seed = 0x5e1e_c7ed_0dd5_4a11u64;
+        let edge = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0, 1e30, -1e30, 1e-30, 3.5, -2.5, 254.5, 0.5];
+        for (cin, w) in [(1, 1), (3, 15), (4, 16), (6, 17), (9, 33), (32, 40)] {
+            let mut x = test_values(&mut seed, cin * w);
+            for (i, v) in x.iter_mut().enumerate() {
+                // Scaled up (several scales per pixel), some values replaced by the edge ones.
+                *v *= [1.0, 1e3, 1e-3][i % 3];
+                if i % 7 == 3 {
+                    *v = edge[(i / 7) % edge.len()];
+                }
+            }
+            // A pixel of zeros in every channel (the range is empty: scale 1).
+            for c in 0..cin {
+                x[c * w] = 0.0;
+            }
+            let rows: Vec<&[f32]> = x.chunks(w).collect();
+            for relu in [false, true] {
+                let run = |level: Isa| {
+                    let (mut s, mut z) = (vec![0f32; w], vec![0i32; w]);
+                    let mut planes = vec![vec![0i32; w]; cin.div_ceil(4)];
+                    quantise_pixels(level, &rows, relu, &mut s, &mut z, planes.iter_mut().map(|p| &mut p[..]).collect());
+                    (s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), z, planes)
+                };
+                let want = run(Isa::Portable);
+                for level in isa::levels() {
+                    assert_eq!(run(level), want, "{level} cin {cin} w {w} relu {relu}");
+                }
+            }
+        }
     }
 
     #[test]

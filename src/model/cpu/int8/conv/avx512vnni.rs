@@ -17,18 +17,26 @@ use core::arch::x86_64::*;
 pub(super) unsafe fn conv_kernel(t: &ConvTile) {
     debug_assert!(t.holds());
     // SAFETY: the caller's promise, passed on.
-    unsafe { conv_kern(t) }
+    unsafe {
+        if t.planes.zero_free {
+            conv_kern::<false>(t)
+        } else {
+            conv_kern::<true>(t)
+        }
+    }
 }
 
-/// [`conv_kernel`].
+/// [`conv_kernel`], with the zero points' correction where `ZERO` (some pixel's zero point is
+/// not 0; after a ReLU none is, and the correction is skipped).
 ///
 /// # Safety
 /// As [`conv_kernel`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn conv_kern(t: &ConvTile) {
+unsafe fn conv_kern<const ZERO: bool>(t: &ConvTile) {
     use super::TILE_CH as R;
     let p = t.planes;
     let (wp, plane, quads) = (p.wp, p.plane, t.quads);
+    // Σ_t s[p+t] · (Σ_c u·q − z[p+t] · Σ_c q) per channel and pixel; s_w applies at the end.
     let mut accf = [[_mm512_setzero_ps(); 2]; R];
     for tap in 0..9 {
         let at = t.base + (tap / 3) * wp + tap % 3;
@@ -50,7 +58,7 @@ unsafe fn conv_kern(t: &ConvTile) {
             a = a.wrapping_add(plane);
             wq = wq.wrapping_add(R);
         }
-        // SAFETY: 32 scales from `at` are inside (`holds`).
+        // SAFETY: 32 scales (and scales · zero points) from `at` are inside (`holds`).
         let (s, sz) = unsafe {
             (
                 [_mm512_loadu_ps(p.scale.as_ptr().add(at)), _mm512_loadu_ps(p.scale.as_ptr().add(at + 16))],
@@ -61,11 +69,14 @@ unsafe fn conv_kern(t: &ConvTile) {
         // them on the stack through the quad loop above, storing them on every quad.
         macro_rules! scale_in {
             ($($r:literal)*) => {$(
-                let sw = _mm512_set1_ps(t.scale_w[$r]);
-                let corr = _mm512_set1_ps(t.scaled_sums[$r * 9 + tap]);
                 for h in 0..2 {
-                    accf[$r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[$r][h]), _mm512_mul_ps(s[h], sw), accf[$r][h]);
-                    accf[$r][h] = _mm512_fnmadd_ps(sz[h], corr, accf[$r][h]);
+                    accf[$r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[$r][h]), s[h], accf[$r][h]);
+                }
+                if ZERO {
+                    let corr = _mm512_set1_ps(t.sums[$r * 9 + tap]);
+                    for h in 0..2 {
+                        accf[$r][h] = _mm512_fnmadd_ps(sz[h], corr, accf[$r][h]);
+                    }
                 }
             )*};
         }
@@ -77,10 +88,10 @@ unsafe fn conv_kern(t: &ConvTile) {
     macro_rules! store {
         ($($r:literal)*) => {$(
             if $r < t.rows {
-                let b = _mm512_set1_ps(t.bias[$r]);
+                let (sw, b) = (_mm512_set1_ps(t.scale_w[$r]), _mm512_set1_ps(t.bias[$r]));
                 let out = t.out.wrapping_add($r * t.hw);
                 for (h, m) in [m0, m1].into_iter().enumerate() {
-                    let mut y = _mm512_add_ps(accf[$r][h], b);
+                    let mut y = _mm512_fmadd_ps(accf[$r][h], sw, b);
                     if let Some(res) = t.residual {
                         // SAFETY: the residual holds the tile's pixels of each of its rows
                         // (`holds`); masked-off lanes are not read.
