@@ -58,7 +58,8 @@ pub struct Conv3x3 {
     bias: Tensor,   // (1, cout, 1, 1)
     /// The CPU kernel (weights kept on the host), used when the model lives on the CPU.
     cpu: Option<Conv3x3Op>,
-    /// The int8 route of the calls without the upsample, in a model run in int8.
+    /// The int8 route, in a model run in int8: of the calls without the upsample, or of the
+    /// upsampled ones for a convolution loaded with [`Conv3x3::load_upsampling`].
     int8: Option<QuantConv3x3>,
 }
 
@@ -78,14 +79,15 @@ impl Conv3x3 {
     fn load_with(w: &mut Weights, p: &str, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let int8 = if w.cpu_kernels() && w.int8() && !upsampling && cin.min(cout) >= INT8_CONV_MIN_CHANNELS && super::cpu::enabled() {
+        let int8 = if w.cpu_kernels() && w.int8() && cin.min(cout) >= INT8_CONV_MIN_CHANNELS && super::cpu::enabled() {
             let level = crate::simd::isa::current();
-            Some(crate::model::cpu::with_f32(&weight, |wv| QuantConv3x3::new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
+            let new = if upsampling { QuantConv3x3::new_upsampling } else { QuantConv3x3::new };
+            Some(crate::model::cpu::with_f32(&weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
         } else {
             None
         };
-        // A convolution that runs in int8 takes every call there (it is never upsampled): no f32
-        // weights packed beside it.
+        // A convolution that runs in int8 takes every call there (an upsampling one is only
+        // called upsampled): no f32 weights packed beside it.
         let cpu = if w.cpu_kernels() && int8.is_none() {
             let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
             Some(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?)
@@ -97,11 +99,12 @@ impl Conv3x3 {
     fn cpu_op(&self, x: &Tensor) -> Option<&Conv3x3Op> {
         self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
     }
-    fn int8_op(&self, x: &Tensor) -> Option<&QuantConv3x3> {
-        self.int8.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
+    /// The int8 op for a call upsampled or not (an op serves only the one kind it was built for).
+    fn int8_op(&self, x: &Tensor, upsampled: bool) -> Option<&QuantConv3x3> {
+        self.int8.as_ref().filter(|op| op.upsampling() == upsampled && x.device().is_cpu() && super::cpu::enabled())
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x) {
+        if let Some(op) = self.int8_op(x, false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
         }
         if let Some(op) = self.cpu_op(x) {
@@ -111,7 +114,7 @@ impl Conv3x3 {
     }
     /// conv(relu(x)), with the ReLU fused into the CPU kernel.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x) {
+        if let Some(op) = self.int8_op(x, false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(true))?);
         }
         if let Some(op) = self.cpu_op(x) {
@@ -121,7 +124,7 @@ impl Conv3x3 {
     }
     /// `residual + conv(relu(x))`, with the ReLU and the add fused into the CPU kernel.
     pub fn forward_relu_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x) {
+        if let Some(op) = self.int8_op(x, false) {
             return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(true))?);
         }
         if let Some(op) = self.cpu_op(x) {
@@ -134,6 +137,9 @@ impl Conv3x3 {
     /// loaded with [`Conv3x3::load_upsampling`] convolves the input itself, so the 4x larger
     /// map is never stored; elsewhere candle upsamples first.
     pub fn forward_upsampled(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(op) = self.int8_op(x, true) {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
+        }
         if let Some(op) = self.cpu_op(x).filter(|op| op.fuses_upsample()) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, true))?);
         }

@@ -89,56 +89,66 @@ impl UpWinograd {
         if !super::winograd::Winograd::worth(isa::current(), cin, 4 * cout) {
             return None;
         }
-        // Output channel (py·2 + px)·cout + o.
-        let mut phased = vec![0f32; 4 * cout * cin * 9];
-        for (ph, [py, px]) in [[0, 0], [0, 1], [1, 0], [1, 1]].into_iter().enumerate() {
-            let (ay, ax) = (&PHASE[py], &PHASE[px]);
-            for o in 0..cout {
-                for c in 0..cin {
-                    let g = &w[(o * cin + c) * 9..][..9];
-                    let dst = &mut phased[((ph * cout + o) * cin + c) * 9..][..9];
-                    for dy in 0..3 {
-                        for dx in 0..3 {
-                            let mut v = 0f64;
-                            for ky in 0..3 {
-                                for kx in 0..3 {
-                                    v += ay[dy][ky] * ax[dx][kx] * g[ky * 3 + kx] as f64;
-                                }
-                            }
-                            dst[dy * 3 + dx] = v as f32;
-                        }
-                    }
-                }
-            }
-        }
-        let wg = super::winograd::Winograd::new(&phased, cin, 4 * cout)?;
+        let wg = super::winograd::Winograd::new(&phased_weights(w, cin, cout), cin, 4 * cout)?;
         Some(Self { wg, bias4: bias.repeat(4) })
     }
 
     /// out (cout, 2h, 2w) from x (cin, h, w) [+ residual].
     fn run(&self, x: &[f32], h: usize, w: usize, cout: usize, residual: Option<&[f32]>) -> Vec<f32> {
-        let y = self.wg.run(x, h, w, false, &self.bias4, None);
-        let (oh, ow) = (2 * h, 2 * w);
-        let mut out = vec![0f32; cout * oh * ow];
-        if out.is_empty() {
-            return out;
-        }
-        out.par_chunks_mut(ow).enumerate().for_each(|(row, dst)| {
-            let (o, oy) = (row / oh, row % oh);
-            let (i, py) = (oy / 2, oy % 2);
-            // Phases (py, 0) and (py, 1) of this row, interleaved.
-            let even = &y[(((2 * py) * cout + o) * h + i) * w..][..w];
-            let odd = &y[(((2 * py + 1) * cout + o) * h + i) * w..][..w];
-            for ((d, &a), &b) in dst.chunks_exact_mut(2).zip(even).zip(odd) {
-                d[0] = a;
-                d[1] = b;
-            }
-            if let Some(r) = residual {
-                dst.iter_mut().zip(&r[row * ow..][..ow]).for_each(|(d, &r)| *d += r);
-            }
-        });
-        out
+        interleave_phases(&self.wg.run(x, h, w, false, &self.bias4, None), h, w, cout, residual)
     }
+}
+
+/// The four phases' kernels ([`UpWinograd`]) of a (cout, cin, 3, 3) weight of the convolution
+/// after a 2x bilinear upsample: (4·cout, cin, 3, 3), output channel (py·2 + px)·cout + o.
+pub(crate) fn phased_weights(w: &[f32], cin: usize, cout: usize) -> Vec<f32> {
+    let mut phased = vec![0f32; 4 * cout * cin * 9];
+    for (ph, [py, px]) in [[0, 0], [0, 1], [1, 0], [1, 1]].into_iter().enumerate() {
+        let (ay, ax) = (&PHASE[py], &PHASE[px]);
+        for o in 0..cout {
+            for c in 0..cin {
+                let g = &w[(o * cin + c) * 9..][..9];
+                let dst = &mut phased[((ph * cout + o) * cin + c) * 9..][..9];
+                for dy in 0..3 {
+                    for dx in 0..3 {
+                        let mut v = 0f64;
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                v += ay[dy][ky] * ax[dx][kx] * g[ky * 3 + kx] as f64;
+                            }
+                        }
+                        dst[dy * 3 + dx] = v as f32;
+                    }
+                }
+            }
+        }
+    }
+    phased
+}
+
+/// The (cout, 2h, 2w) output [+ residual] from the four phases' (4·cout, h, w) outputs of
+/// [`phased_weights`]' convolution.
+pub(crate) fn interleave_phases(y: &[f32], h: usize, w: usize, cout: usize, residual: Option<&[f32]>) -> Vec<f32> {
+    let (oh, ow) = (2 * h, 2 * w);
+    let mut out = vec![0f32; cout * oh * ow];
+    if out.is_empty() {
+        return out;
+    }
+    out.par_chunks_mut(ow).enumerate().for_each(|(row, dst)| {
+        let (o, oy) = (row / oh, row % oh);
+        let (i, py) = (oy / 2, oy % 2);
+        // Phases (py, 0) and (py, 1) of this row, interleaved.
+        let even = &y[(((2 * py) * cout + o) * h + i) * w..][..w];
+        let odd = &y[(((2 * py + 1) * cout + o) * h + i) * w..][..w];
+        for ((d, &a), &b) in dst.chunks_exact_mut(2).zip(even).zip(odd) {
+            d[0] = a;
+            d[1] = b;
+        }
+        if let Some(r) = residual {
+            dst.iter_mut().zip(&r[row * ow..][..ow]).for_each(|(d, &r)| *d += r);
+        }
+    });
+    out
 }
 
 /// Direct-route weights: row o holds the 9 taps one after another, each over the input

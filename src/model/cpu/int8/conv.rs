@@ -40,7 +40,10 @@ pub fn route(level: Isa) -> Route {
 
 pub struct QuantConv3x3 {
     cin: usize,
+    /// The products' output channels: 4x the convolution's for an upsampling one.
     cout: usize,
+    /// Built by [`QuantConv3x3::new_upsampling`]: every call is upsampled.
+    upsampling: bool,
     store: Store,
 }
 
@@ -64,6 +67,21 @@ struct VnniWeights {
 impl QuantConv3x3 {
     /// From a (cout, cin, 3, 3) weight, for the route of `level`.
     pub fn new(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
+        Self::build(w, bias, cin, cout, level, false)
+    }
+
+    /// conv3x3(upsample_bilinear_2x(x)) (align_corners=False, a bilinear `Resampler`'s) from its
+    /// (cout, cin, 3, 3) weight: the four output phases' kernels on x itself (as the f32
+    /// route's `UpWinograd`), quantised per phase and channel, with x quantised per pixel
+    /// before the upsample (4x fewer pixels than after it); the phases interleaved at the end.
+    pub fn new_upsampling(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
+        if w.len() < cout * cin * 9 || bias.len() != cout {
+            candle_core::bail!("conv3x3 int8: {} weights and {} biases for {cin}->{cout}", w.len(), bias.len());
+        }
+        Self::build(&crate::model::cpu::conv3x3::phased_weights(w, cin, cout), bias.repeat(4), cin, 4 * cout, level, true)
+    }
+
+    fn build(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa, upsampling: bool) -> candle_core::Result<Self> {
         let (scale, q) = quantise_weights(w, cout, cin * 9);
         let store = match route(level) {
             Route::Avx512Vnni => {
@@ -94,7 +112,21 @@ impl QuantConv3x3 {
                 Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias, cin, cout, false))?))
             }
         };
-        Ok(Self { cin, cout, store })
+        Ok(Self { cin, cout, upsampling, store })
+    }
+
+    /// The output's channels and size from an input of h x w.
+    fn out_dims(&self, h: usize, w: usize) -> (usize, usize, usize) {
+        if self.upsampling {
+            (self.cout / 4, 2 * h, 2 * w)
+        } else {
+            (self.cout, h, w)
+        }
+    }
+
+    /// Whether it was built by [`QuantConv3x3::new_upsampling`] (and takes only upsampled calls).
+    pub fn upsampling(&self) -> bool {
+        self.upsampling
     }
 
     /// Whether the products run as int8 (else emulated).
@@ -106,17 +138,27 @@ impl QuantConv3x3 {
         QuantConv3x3Call { op: self, relu_input }
     }
 
-    /// out (cout, h, w) from x (cin, h, w) [+ residual].
+    /// out (cout, h, w) from x (cin, h, w) [+ residual]; for an upsampling op (cout, 2h, 2w)
+    /// from x (cin, h, w), with the residual at the output's size.
     pub fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
-        if x.len() < self.cin * h * w || residual.is_some_and(|r| r.len() < self.cout * h * w) {
+        let (oc, oh, ow) = self.out_dims(h, w);
+        if x.len() < self.cin * h * w || residual.is_some_and(|r| r.len() < oc * oh * ow) {
             candle_core::bail!(
-                "conv3x3 int8: {} input and {:?} residual values for {}->{} channels at {h}x{w}",
+                "conv3x3 int8: {} input and {:?} residual values for {}->{oc} channels at {h}x{w}",
                 x.len(),
                 residual.map(<[f32]>::len),
                 self.cin,
-                self.cout
             );
         }
+        if self.upsampling {
+            let y = self.product(x, h, w, relu, None)?;
+            return Ok(crate::model::cpu::conv3x3::interleave_phases(&y, h, w, oc, residual));
+        }
+        self.product(x, h, w, relu, residual)
+    }
+
+    /// The products' (cout, h, w) from x (cin, h, w) [+ residual].
+    fn product(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
         match &self.store {
             Store::Emulated(op) => {
                 let planes = QuadPlanes::new(x, self.cin, h, w, relu);
@@ -440,7 +482,8 @@ fn quantise_pixels_body(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
 
-/// [`QuantConv3x3`] as a candle op: conv(relu?(x)) [+ residual].
+/// [`QuantConv3x3`] as a candle op: conv(relu?(x)) [+ residual], the input upsampled first
+/// for an upsampling op.
 pub struct QuantConv3x3Call<'a> {
     op: &'a QuantConv3x3,
     relu_input: bool,
@@ -464,7 +507,7 @@ impl candle_core::CustomOp1 for QuantConv3x3Call<'_> {
         let (h, w) = self.dims(l)?;
         let x = crate::model::cpu::contiguous(s, l, "conv3x3 int8")?;
         let y = self.op.run(x, h, w, self.relu_input, None)?;
-        Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((self.op.cout, h, w))))
+        Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from(self.op.out_dims(h, w))))
     }
 }
 
@@ -480,13 +523,14 @@ impl candle_core::CustomOp2 for QuantConv3x3Call<'_> {
         l2: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let (h, w) = self.dims(l1)?;
-        if l2.shape().dims() != [self.op.cout, h, w] {
-            candle_core::bail!("conv3x3 int8: residual {:?} does not match the output ({}, {h}, {w})", l2.shape(), self.op.cout);
+        let (oc, oh, ow) = self.op.out_dims(h, w);
+        if l2.shape().dims() != [oc, oh, ow] {
+            candle_core::bail!("conv3x3 int8: residual {:?} does not match the output ({oc}, {oh}, {ow})", l2.shape());
         }
         let x = crate::model::cpu::contiguous(s1, l1, "conv3x3 int8")?;
         let r = crate::model::cpu::contiguous(s2, l2, "conv3x3 int8 residual")?;
         let y = self.op.run(x, h, w, self.relu_input, Some(r))?;
-        Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((self.op.cout, h, w))))
+        Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((oc, oh, ow))))
     }
 }
 
@@ -540,6 +584,102 @@ mod tests {
             }
             // The quantisation's own error is small beside the values.
             assert!(spread <= 0.05 * mag, "{cin}->{cout}: int8 off f32 by {spread} of {mag}");
+        }
+    }
+
+    /// The upsampling convolution against conv3x3(upsample_bilinear_2x(x)) in f64, computed
+    /// the plain way (the upsampled map, then replicate padding), and against the int8 maths of
+    /// its quantised operands (x per pixel before the upsample, the phases' kernels per channel).
+    fn check_upsampled(cin: usize, cout: usize, h: usize, w: usize, residual: bool, seed: &mut u64) {
+        let x = test_values(seed, cin * h * w);
+        let wt = test_values(seed, cout * cin * 9);
+        let bias = test_values(seed, cout);
+        let (oh, ow) = (2 * h, 2 * w);
+        let res = residual.then(|| test_values(seed, cout * oh * ow));
+        let clamp = |v: isize, n: usize| v.clamp(0, n as isize - 1) as usize;
+        // Upsampled index i of n: the two inputs and their weights (align_corners=False at 2x).
+        let taps = |i: usize, n: usize| {
+            let m = (i / 2) as isize;
+            if i.is_multiple_of(2) {
+                [(clamp(m - 1, n), 0.25), (clamp(m, n), 0.75)]
+            } else {
+                [(clamp(m, n), 0.75), (clamp(m + 1, n), 0.25)]
+            }
+        };
+        let mut up = vec![0f64; cin * oh * ow];
+        for c in 0..cin {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let mut v = 0f64;
+                    for (iy, ay) in taps(y, h) {
+                        for (ix, ax) in taps(xx, w) {
+                            v += ay * ax * x[(c * h + iy) * w + ix] as f64;
+                        }
+                    }
+                    up[(c * oh + y) * ow + xx] = v;
+                }
+            }
+        }
+        let r = |o: usize, y: usize, xx: usize| res.as_ref().map_or(0.0, |r| r[(o * oh + y) * ow + xx] as f64) + bias[o] as f64;
+        let mut exact = vec![0f64; cout * oh * ow];
+        for o in 0..cout {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let mut e = r(o, y, xx);
+                    for c in 0..cin {
+                        for t in 0..9 {
+                            let (iy, ix) = (clamp(y as isize + t as isize / 3 - 1, oh), clamp(xx as isize + t as isize % 3 - 1, ow));
+                            e += up[(c * oh + iy) * ow + ix] * wt[(o * cin + c) * 9 + t] as f64;
+                        }
+                    }
+                    exact[(o * oh + y) * ow + xx] = e;
+                }
+            }
+        }
+        // The int8 maths: phase (py, px) of output (2i + py, 2j + px) at input pixel (i, j).
+        let phased = crate::model::cpu::conv3x3::phased_weights(&wt, cin, cout);
+        let (sw, q) = quantise_weights(&phased, 4 * cout, cin * 9);
+        let xq = QuadPlanes::new(&x, cin, h, w, false).dequantised(cin, h, w);
+        let mut want = vec![0f64; cout * oh * ow];
+        for o in 0..cout {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let (i, j, ph) = (y / 2, xx / 2, (y % 2) * 2 + xx % 2);
+                    let po = ph * cout + o;
+                    let mut s = 0f64;
+                    for c in 0..cin {
+                        for t in 0..9 {
+                            let (iy, ix) = (clamp(i as isize + t as isize / 3 - 1, h), clamp(j as isize + t as isize % 3 - 1, w));
+                            s += xq[(c * h + iy) * w + ix] as f64 * q[(po * cin + c) * 9 + t] as f64 * sw[po] as f64;
+                        }
+                    }
+                    want[(o * oh + y) * ow + xx] = s + r(o, y, xx);
+                }
+            }
+        }
+        let mag = exact.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
+        assert!(spread <= 0.05 * mag, "upsampled {cin}->{cout}: int8 off the f64 upsample + conv by {spread} of {mag}");
+        for level in isa::levels() {
+            let op = QuantConv3x3::new_upsampling(&wt, bias.clone(), cin, cout, level).unwrap();
+            assert!(op.upsampling());
+            let got = isa::with_isa(level, || op.run(&x, h, w, false, res.as_deref())).unwrap();
+            assert_eq!(got.len(), cout * oh * ow);
+            for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - v).abs() <= 2e-6 * mag * ((9 * cin) as f64).sqrt(),
+                    "{level} native {} upsampled {cin}->{cout} {h}x{w} [{i}]: {g} vs {v}",
+                    op.native()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn upsampling_routes_match_the_upsample_then_conv() {
+        let mut seed = 0x0b5e_55ed_1e55_c0deu64;
+        for (cin, cout, h, w, residual) in [(1, 1, 1, 1, false), (5, 3, 2, 9, true), (36, 8, 4, 19, false), (64, 32, 3, 17, true)] {
+            check_upsampled(cin, cout, h, w, residual, &mut seed);
         }
     }
 
