@@ -14,12 +14,13 @@
 //! broadcast weight words, twelve `vpdpbusd`; the output is written channel-major, as the f32
 //! kernels write it.
 //!
-//! Routes: the kernel above on AVX512-VNNI; elsewhere the same quantisation emulated (the
-//! input quantised and dequantised, convolved with the dequantised weights by the f32 route).
+//! Routes, as the linears' (`super::route`): the kernel above on AVX512-VNNI, a 6 × 16 tile of
+//! ymm registers on AVX-VNNI (`avxvnni`); elsewhere the same quantisation emulated (the input
+//! quantised and dequantised, convolved with the dequantised weights by the f32 route).
 
 use rayon::prelude::*;
 
-use super::{quantise_weights, range_scale, to_u8, Route};
+use super::{quantise_weights, range_scale, route, to_u8, Route};
 use crate::model::cpu::conv3x3::Conv3x3Op;
 use crate::simd::isa::Isa;
 
@@ -29,14 +30,6 @@ pub(super) const TILE_CH: usize = 6;
 pub(super) const TILE_PX: usize = 32;
 /// Output-channel tiles per task.
 const TILES_PER_TASK: usize = 8;
-
-/// The route of the int8 convolutions at `level`: the AVX512-VNNI kernel, or emulated.
-pub fn route(level: Isa) -> Route {
-    match super::route(level) {
-        Route::Avx512Vnni => Route::Avx512Vnni,
-        Route::AvxVnni | Route::Emulated => Route::Emulated,
-    }
-}
 
 pub struct QuantConv3x3 {
     cin: usize,
@@ -48,7 +41,8 @@ pub struct QuantConv3x3 {
 }
 
 enum Store {
-    Vnni(VnniWeights),
+    /// The weights for the kernel of a VNNI route.
+    Vnni(VnniWeights, Route),
     /// The f32 route on the dequantised weights.
     Emulated(Box<Conv3x3Op>),
 }
@@ -84,7 +78,7 @@ impl QuantConv3x3 {
     fn build(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa, upsampling: bool) -> candle_core::Result<Self> {
         let (scale, q) = quantise_weights(w, cout, cin * 9);
         let store = match route(level) {
-            Route::Avx512Vnni => {
+            route @ (Route::Avx512Vnni | Route::AvxVnni) => {
                 let quads = cin.div_ceil(4);
                 let tiles = cout.div_ceil(TILE_CH);
                 let mut words = vec![0i32; tiles * 9 * quads * TILE_CH];
@@ -104,9 +98,9 @@ impl QuantConv3x3 {
                 let (mut scale, mut bias) = (scale, bias);
                 scale.resize(tiles * TILE_CH, 0.0);
                 bias.resize(tiles * TILE_CH, 0.0);
-                Store::Vnni(VnniWeights { words, scale, sums, bias })
+                Store::Vnni(VnniWeights { words, scale, sums, bias }, route)
             }
-            Route::AvxVnni | Route::Emulated => {
+            Route::Emulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * 9)]).collect();
                 let t = candle_core::Tensor::from_vec(dq, (cout, cin, 3, 3), &candle_core::Device::Cpu)?;
                 Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias, cin, cout, false))?))
@@ -131,7 +125,7 @@ impl QuantConv3x3 {
 
     /// Whether the products run as int8 (else emulated).
     pub fn native(&self) -> bool {
-        matches!(self.store, Store::Vnni(_))
+        matches!(self.store, Store::Vnni(..))
     }
 
     pub fn call(&self, relu_input: bool) -> QuantConv3x3Call<'_> {
@@ -164,11 +158,12 @@ impl QuantConv3x3 {
                 let planes = QuadPlanes::new(x, self.cin, h, w, relu);
                 op.run_f32(&planes.dequantised(self.cin, h, w), h, w, false, residual)
             }
-            Store::Vnni(weights) => Ok(self.run_vnni(x, h, w, relu, residual, weights)),
+            Store::Vnni(weights, route) => Ok(self.run_vnni(x, h, w, relu, residual, weights, *route)),
         }
     }
 
-    fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights) -> Vec<f32> {
+    #[allow(clippy::too_many_arguments)]
+    fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights, route: Route) -> Vec<f32> {
         let (cin, cout) = (self.cin, self.cout);
         let VnniWeights { words, scale, sums, bias } = weights;
         let planes = QuadPlanes::new(x, cin, h, w, relu);
@@ -182,12 +177,17 @@ impl QuantConv3x3 {
             return out;
         }
         let blocks = tiles.div_ceil(TILES_PER_TASK);
+        // Pixels per tile: two vectors.
+        #[cfg(target_arch = "x86_64")]
+        let px = if route == Route::Avx512Vnni { TILE_PX } else { avxvnni::TILE_PX };
+        #[cfg(not(target_arch = "x86_64"))]
+        let px = TILE_PX;
         let outp = crate::simd::SendPtr(out.as_mut_ptr());
         let outp = &outp;
         (0..h * blocks).into_par_iter().with_max_len(1).for_each(|job| {
             let (y, block) = (job / blocks, job % blocks);
-            for x0 in (0..w).step_by(TILE_PX) {
-                let nv = (w - x0).min(TILE_PX);
+            for x0 in (0..w).step_by(px) {
+                let nv = (w - x0).min(px);
                 for tile in block * TILES_PER_TASK..((block + 1) * TILES_PER_TASK).min(tiles) {
                     let o0 = tile * TILE_CH;
                     let mv = (cout - o0).min(TILE_CH);
@@ -206,17 +206,21 @@ impl QuantConv3x3 {
                         cols: nv,
                     };
                     debug_assert!(args.holds());
-                    // SAFETY: the weights were packed for AVX512-VNNI, which the CPU has
-                    // (`route`); the tile reads inside the planes (their slack covers a whole
-                    // tile past any row: `QuadPlanes::new`) and its weights, scales, sums and
-                    // biases (sliced whole above); it writes its mv channels' nv pixels of row y,
-                    // inside `out`, which no other task writes (tasks own (row, channel block)).
+                    // SAFETY: the weights were packed for this VNNI route, which the CPU has
+                    // (`route`); the tile (nv ≤ the route's pixels) reads inside the planes
+                    // (their slack covers a whole tile past any row: `QuadPlanes::new`) and its
+                    // weights, scales, sums and biases (sliced whole above); it writes its mv
+                    // channels' nv pixels of row y, inside `out`, which no other task writes
+                    // (tasks own (row, channel block)).
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
-                        avx512vnni::conv_kernel(&args)
+                        match route {
+                            Route::Avx512Vnni => avx512vnni::conv_kernel(&args),
+                            _ => avxvnni::conv_kernel(&args),
+                        }
                     };
                     #[cfg(not(target_arch = "x86_64"))]
-                    unreachable!("an AVX512-VNNI route off x86-64");
+                    unreachable!("a VNNI route off x86-64");
                 }
             }
         });
@@ -432,14 +436,61 @@ unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: 
     }
 }
 
-/// [`quantise_pixels`] compiled for AVX2.
+/// [`quantise_pixels_avx512`] on AVX2 registers, 8 pixels at a time (the AVX-VNNI route's, and
+/// the emulated route's at this level): the same values as [`quantise_pixels_body`].
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA.
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn quantise_pixels_avx2(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
-    quantise_pixels_body(rows, relu, s, z, planes)
+#[target_feature(enable = "avx2")]
+unsafe fn quantise_pixels_avx2(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], mut planes: Vec<&mut [i32]>) {
+    use core::arch::x86_64::*;
+    let w = s.len();
+    debug_assert!(z.len() == w && rows.iter().all(|r| r.len() >= w) && planes.iter().all(|p| p.len() >= w) && planes.len() * 4 >= rows.len());
+    let zero = _mm256_setzero_ps();
+    let (one, top) = (_mm256_set1_ps(1.0), _mm256_set1_ps(255.0));
+    // As the AVX-512 form's (`vmaxps` / `vminps` return their second operand on NaN).
+    let to_u8 = |v: __m256, inv: __m256, zf: __m256| {
+        let t = _mm256_add_ps(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v, inv)), zf);
+        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, zero), top))
+    };
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for x0 in (0..w).step_by(8) {
+        // Lane i is live where i < w - x0 (all ones), for the masked loads and stores.
+        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32((w - x0).min(8) as i32), lanes);
+        // The live lanes lie within the first w values of each row, plane, s and z (the promise
+        // of the debug assertion above); the others are not touched.
+        // SAFETY: as said.
+        let load = |r: &[f32]| unsafe { _mm256_maskload_ps(r.as_ptr().add(x0), m) };
+        let (mut lo, mut hi) = (zero, zero);
+        for r in rows {
+            let v = load(r);
+            if !relu {
+                lo = _mm256_min_ps(v, lo);
+            }
+            hi = _mm256_max_ps(v, hi);
+        }
+        let sc = _mm256_div_ps(_mm256_sub_ps(hi, lo), top);
+        let ok = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(sc, zero), _mm256_cmp_ps::<_CMP_LT_OQ>(sc, _mm256_set1_ps(f32::INFINITY)));
+        let sc = _mm256_blendv_ps(one, sc, ok);
+        let inv = _mm256_div_ps(one, sc);
+        let zi = to_u8(_mm256_sub_ps(zero, lo), inv, zero);
+        let zf = _mm256_cvtepi32_ps(zi);
+        // SAFETY: the live lanes (above).
+        unsafe {
+            _mm256_maskstore_ps(s.as_mut_ptr().add(x0), m, sc);
+            _mm256_maskstore_epi32(z.as_mut_ptr().add(x0), m, zi);
+        }
+        for (quad, plane) in planes.iter_mut().enumerate() {
+            let mut word = _mm256_setzero_si256();
+            for (j, r) in rows.iter().enumerate().skip(4 * quad).take(4) {
+                let v = if relu { _mm256_max_ps(zero, load(r)) } else { load(r) };
+                word = _mm256_or_si256(word, _mm256_sllv_epi32(to_u8(v, inv, zf), _mm256_set1_epi32(8 * (j - 4 * quad) as i32)));
+            }
+            // SAFETY: the live lanes (above).
+            unsafe { _mm256_maskstore_epi32(plane.as_mut_ptr().add(x0), m, word) };
+        }
+    }
 }
 
 /// Every loop here runs along the row, so that it vectorises over pixels (the channels of a
@@ -481,6 +532,8 @@ fn quantise_pixels_body(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32
 
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
+#[cfg(target_arch = "x86_64")]
+mod avxvnni;
 
 /// [`QuantConv3x3`] as a candle op: conv(relu?(x)) [+ residual], the input upsampled first
 /// for an upsampling op.
