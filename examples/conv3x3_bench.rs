@@ -9,7 +9,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
-use moge::model::cpu::int8::conv::QuantConv3x3;
+use moge::model::cpu::int8::conv::QuantConv;
 use moge::simd::isa::{self, Isa};
 use std::time::Instant;
 
@@ -34,7 +34,7 @@ fn main() -> candle_core::Result<()> {
             ("im2col", isa::with_isa(Isa::Portable, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
             ("winograd", op),
         ];
-        let int8 = QuantConv3x3::new(&wt.flatten_all()?.to_vec1::<f32>()?, bias.clone(), cin, cout, best)?;
+        let int8 = QuantConv::new(&wt.flatten_all()?.to_vec1::<f32>()?, bias.clone(), cin, cout, best)?;
         let flop = 2.0 * (cin * 9 * cout * h * w) as f64;
         let mut times = [vec![], vec![], vec![], vec![]];
         let mut outs = vec![];

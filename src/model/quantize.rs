@@ -4,10 +4,12 @@
 //! convolution's weight), the rest (norms, biases, embeddings) in f32. The file is safetensors:
 //! `<key>` as I8 in its own shape beside `<key>_scale` as F32 (first dimension), `<key>` ≈
 //! q · scale. Reading one ([`dequantise`]) gives back q · scale in f32. What `--precision int8`
-//! runs in int8 (the ViT's linears, the 3x3 convolutions of 32+ channels) quantises again to the
-//! same q (a channel's largest |q| is 127, so its scale comes back): the same numbers as
-//! quantising the f32 checkpoint at load. Every other layer runs in f32 on its dequantised
-//! weights, within half a step of the original's.
+//! runs in int8 with the weight as stored (the ViT's linears, the decoder's 3x3 and 1x1
+//! convolutions) quantises again to the same q (a channel's largest |q| is 127, so its scale
+//! comes back): the same numbers as quantising the f32 checkpoint at load. The transposed and
+//! upsampling convolutions run in int8 on weights rearranged per output phase, quantised again
+//! from the dequantised ones; every other layer runs in f32 on its dequantised weights, within
+//! half a step of the original's.
 
 use std::collections::HashMap;
 

@@ -205,7 +205,15 @@ pub struct Conv1x1Op {
 }
 
 impl Conv1x1Op {
-    fn run(&self, x: &[f32], hw: usize, residual: Option<&[f32]>) -> Result<Vec<f32>> {
+    /// An f32 op from a (cout, cin) weight, on the route of the current level.
+    pub fn new(w: Vec<f32>, bias: Vec<f32>, cin: usize, cout: usize) -> Result<Self> {
+        let pointwise = Pointwise::new(&w, cout, cin);
+        let weight = candle_core::Tensor::from_vec(w, (cout, cin), &candle_core::Device::Cpu)?;
+        Ok(Self { weight, bias, cin, cout, packed: None, pointwise })
+    }
+
+    /// out (cout, hw) from x (cin, hw) [+ residual].
+    pub fn run(&self, x: &[f32], hw: usize, residual: Option<&[f32]>) -> Result<Vec<f32>> {
         if let Some(p) = &self.pointwise {
             return Ok(p.run(x, hw, &self.bias, residual));
         }

@@ -1,6 +1,11 @@
-//! The decoder's 3x3 convolutions (replicate padding, optional ReLU on the input, optional
-//! residual) as int8 products for `--precision int8`: weights per output channel as the
+//! The decoder's convolutions as int8 products for `--precision int8`: the 3x3 ones (replicate
+//! padding, optional ReLU on the input, optional residual; also after a 2x bilinear upsample),
+//! the 1x1 ones and the 2x2 stride-2 transposed ones. Weights per output channel as the
 //! linears', activations per pixel (over its channels, asymmetric u8), int32 sums per tap.
+//!
+//! A 1x1 convolution is the centre tap alone; a transposed one a 1x1 convolution to its four
+//! output phases' channels, and the 3x3 one after an upsample a 3x3 convolution of its input to
+//! its four phases' kernels (`conv3x3::phased_weights`): both then interleave the phases.
 //!
 //! The convolution is nine products, one per tap, each over the input channels (K = cin), so
 //! that each pixel keeps its own scale: tap t of output pixel p reads input pixel p + t, whose
@@ -21,7 +26,8 @@
 use rayon::prelude::*;
 
 use super::{quantise_weights, range_scale, route, to_u8, Route};
-use crate::model::cpu::conv3x3::Conv3x3Op;
+use crate::model::cpu::conv3x3::{interleave_phases, phased_weights, Conv3x3Op};
+use crate::model::cpu::planes::Conv1x1Op;
 use crate::simd::isa::Isa;
 
 /// Output channels per register tile.
@@ -31,11 +37,14 @@ pub(super) const TILE_PX: usize = 32;
 /// Output-channel tiles per task.
 const TILES_PER_TASK: usize = 8;
 
-pub struct QuantConv3x3 {
+pub struct QuantConv {
     cin: usize,
     /// The products' output channels: 4x the convolution's for an upsampling one.
     cout: usize,
-    /// Built by [`QuantConv3x3::new_upsampling`]: every call is upsampled.
+    /// 9 (3x3), or 1 (1x1: the centre tap).
+    taps: usize,
+    /// Built by [`QuantConv::new_upsampling`] or [`QuantConv::new_transposed`]: the output is
+    /// twice the input's size, its four phases interleaved.
     upsampling: bool,
     store: Store,
 }
@@ -43,12 +52,13 @@ pub struct QuantConv3x3 {
 enum Store {
     /// The weights for the kernel of a VNNI route.
     Vnni(VnniWeights, Route),
-    /// The f32 route on the dequantised weights.
+    /// The f32 routes on the dequantised weights: a 3x3 convolution, or a 1x1 one.
     Emulated(Box<Conv3x3Op>),
+    EmulatedPointwise(Box<Conv1x1Op>),
 }
 
-/// The AVX512-VNNI kernel's weights, each padded with zeros to whole tiles of [`TILE_CH`]
-/// channels: for each tile, tap, quad and channel of the tile, the word of its four s8 weights
+/// The VNNI kernels' weights, each padded with zeros to whole tiles of [`TILE_CH`]
+/// channels: for each tile, tap (9, or the centre alone), quad and channel of the tile, the word of its four s8 weights
 /// (zero past cout or cin); s_w, Σ_c q per tap (as f32: exact, |Σ| < 2²⁴), and the bias, per
 /// channel.
 struct VnniWeights {
@@ -58,10 +68,38 @@ struct VnniWeights {
     bias: Vec<f32>,
 }
 
-impl QuantConv3x3 {
-    /// From a (cout, cin, 3, 3) weight, for the route of `level`.
+impl QuantConv {
+    /// A 3x3 convolution from its (cout, cin, 3, 3) weight, for the route of `level`.
     pub fn new(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
-        Self::build(w, bias, cin, cout, level, false)
+        Self::checked(w, &bias, cout * cin * 9, cout)?;
+        Self::build(w, bias, cin, cout, 9, level, false)
+    }
+
+    /// A 1x1 convolution from its (cout, cin) weight.
+    pub fn new_pointwise(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
+        Self::checked(w, &bias, cout * cin, cout)?;
+        Self::build(w, bias, cin, cout, 1, level, false)
+    }
+
+    /// `nn.ConvTranspose2d(cin, cout, 2, stride=2)` from its weight as (cout·4, cin), row
+    /// o·4 + di·2 + dj (PyTorch's (cin, cout, 2, 2) transposed): a 1x1 convolution to the four
+    /// phases' channels, phase-major, interleaved into (cout, 2h, 2w).
+    pub fn new_transposed(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
+        Self::checked(w, &bias, 4 * cout * cin, cout)?;
+        let mut phased = vec![0f32; 4 * cout * cin];
+        for (row, dst) in phased.chunks_exact_mut(cin.max(1)).enumerate().take(4 * cout) {
+            let (ph, o) = (row / cout, row % cout);
+            dst.copy_from_slice(&w[(o * 4 + ph) * cin..][..cin]);
+        }
+        Self::build(&phased, bias.repeat(4), cin, 4 * cout, 1, level, true)
+    }
+
+    /// An error unless the weight holds `want` values (or more) and the bias `cout`.
+    fn checked(w: &[f32], bias: &[f32], want: usize, cout: usize) -> candle_core::Result<()> {
+        if w.len() < want || bias.len() != cout {
+            candle_core::bail!("conv int8: {} weights and {} biases, for {want} and {cout}", w.len(), bias.len());
+        }
+        Ok(())
     }
 
     /// conv3x3(upsample_bilinear_2x(x)) (align_corners=False, a bilinear `Resampler`'s) from its
@@ -69,30 +107,29 @@ impl QuantConv3x3 {
     /// route's `UpWinograd`), quantised per phase and channel, with x quantised per pixel
     /// before the upsample (4x fewer pixels than after it); the phases interleaved at the end.
     pub fn new_upsampling(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
-        if w.len() < cout * cin * 9 || bias.len() != cout {
-            candle_core::bail!("conv3x3 int8: {} weights and {} biases for {cin}->{cout}", w.len(), bias.len());
-        }
-        Self::build(&crate::model::cpu::conv3x3::phased_weights(w, cin, cout), bias.repeat(4), cin, 4 * cout, level, true)
+        Self::checked(w, &bias, cout * cin * 9, cout)?;
+        Self::build(&phased_weights(w, cin, cout), bias.repeat(4), cin, 4 * cout, 9, level, true)
     }
 
-    fn build(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa, upsampling: bool) -> candle_core::Result<Self> {
-        let (scale, q) = quantise_weights(w, cout, cin * 9);
+    /// `upsampling`: the output is four phases' channels (phase-major), interleaved.
+    fn build(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, taps: usize, level: Isa, upsampling: bool) -> candle_core::Result<Self> {
+        let (scale, q) = quantise_weights(w, cout, cin * taps);
         let store = match route(level) {
             route @ (Route::Avx512Vnni | Route::AvxVnni) => {
                 let quads = cin.div_ceil(4);
                 let tiles = cout.div_ceil(TILE_CH);
-                let mut words = vec![0i32; tiles * 9 * quads * TILE_CH];
-                let mut sums = vec![0f32; tiles * TILE_CH * 9];
+                let mut words = vec![0i32; tiles * taps * quads * TILE_CH];
+                let mut sums = vec![0f32; tiles * TILE_CH * taps];
                 for o in 0..cout {
                     let (tile, r) = (o / TILE_CH, o % TILE_CH);
-                    for t in 0..9 {
-                        let qv = |c: usize| if c < cin { q[(o * cin + c) * 9 + t] } else { 0 };
+                    for t in 0..taps {
+                        let qv = |c: usize| if c < cin { q[(o * cin + c) * taps + t] } else { 0 };
                         for quad in 0..quads {
                             let b = [qv(4 * quad) as u8, qv(4 * quad + 1) as u8, qv(4 * quad + 2) as u8, qv(4 * quad + 3) as u8];
-                            words[((tile * 9 + t) * quads + quad) * TILE_CH + r] = i32::from_le_bytes(b);
+                            words[((tile * taps + t) * quads + quad) * TILE_CH + r] = i32::from_le_bytes(b);
                         }
                         let sum: i32 = (0..cin).map(|c| qv(c) as i32).sum();
-                        sums[o * 9 + t] = sum as f32;
+                        sums[o * taps + t] = sum as f32;
                     }
                 }
                 let (mut scale, mut bias) = (scale, bias);
@@ -101,12 +138,16 @@ impl QuantConv3x3 {
                 Store::Vnni(VnniWeights { words, scale, sums, bias }, route)
             }
             Route::Emulated => {
-                let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * 9)]).collect();
-                let t = candle_core::Tensor::from_vec(dq, (cout, cin, 3, 3), &candle_core::Device::Cpu)?;
-                Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias, cin, cout, false))?))
+                let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * taps)]).collect();
+                if taps == 1 {
+                    Store::EmulatedPointwise(Box::new(crate::simd::isa::with_isa(level, || Conv1x1Op::new(dq, bias, cin, cout))?))
+                } else {
+                    let t = candle_core::Tensor::from_vec(dq, (cout, cin, 3, 3), &candle_core::Device::Cpu)?;
+                    Store::Emulated(Box::new(crate::simd::isa::with_isa(level, || Conv3x3Op::new_direct(t, bias, cin, cout, false))?))
+                }
             }
         };
-        Ok(Self { cin, cout, upsampling, store })
+        Ok(Self { cin, cout, taps, upsampling, store })
     }
 
     /// The output's channels and size from an input of h x w.
@@ -118,7 +159,8 @@ impl QuantConv3x3 {
         }
     }
 
-    /// Whether it was built by [`QuantConv3x3::new_upsampling`] (and takes only upsampled calls).
+    /// Whether it was built by [`QuantConv::new_upsampling`] (and takes only upsampled calls)
+    /// or [`QuantConv::new_transposed`].
     pub fn upsampling(&self) -> bool {
         self.upsampling
     }
@@ -128,25 +170,20 @@ impl QuantConv3x3 {
         matches!(self.store, Store::Vnni(..))
     }
 
-    pub fn call(&self, relu_input: bool) -> QuantConv3x3Call<'_> {
-        QuantConv3x3Call { op: self, relu_input }
+    pub fn call(&self, relu_input: bool) -> QuantConvCall<'_> {
+        QuantConvCall { op: self, relu_input }
     }
 
-    /// out (cout, h, w) from x (cin, h, w) [+ residual]; for an upsampling op (cout, 2h, 2w)
-    /// from x (cin, h, w), with the residual at the output's size.
+    /// out (cout, h, w) from x (cin, h, w) [+ residual]; for an upsampling or transposed op
+    /// (cout, 2h, 2w) from x (cin, h, w), with the residual at the output's size.
     pub fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
         let (oc, oh, ow) = self.out_dims(h, w);
         if x.len() < self.cin * h * w || residual.is_some_and(|r| r.len() < oc * oh * ow) {
-            candle_core::bail!(
-                "conv3x3 int8: {} input and {:?} residual values for {}->{oc} channels at {h}x{w}",
-                x.len(),
-                residual.map(<[f32]>::len),
-                self.cin,
-            );
+            candle_core::bail!("conv int8: {} input and {:?} residual values for {}->{oc} channels at {h}x{w}", x.len(), residual.map(<[f32]>::len), self.cin,);
         }
         if self.upsampling {
             let y = self.product(x, h, w, relu, None)?;
-            return Ok(crate::model::cpu::conv3x3::interleave_phases(&y, h, w, oc, residual));
+            return Ok(interleave_phases(&y, h, w, oc, residual));
         }
         self.product(x, h, w, relu, residual)
     }
@@ -158,13 +195,17 @@ impl QuantConv3x3 {
                 let planes = QuadPlanes::new(x, self.cin, h, w, relu);
                 op.run_f32(&planes.dequantised(self.cin, h, w), h, w, false, residual)
             }
+            Store::EmulatedPointwise(op) => {
+                let planes = QuadPlanes::new(x, self.cin, h, w, relu);
+                op.run(&planes.dequantised(self.cin, h, w), h * w, residual)
+            }
             Store::Vnni(weights, route) => Ok(self.run_vnni(x, h, w, relu, residual, weights, *route)),
         }
     }
 
     #[allow(clippy::too_many_arguments)]
     fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights, route: Route) -> Vec<f32> {
-        let (cin, cout) = (self.cin, self.cout);
+        let (cin, cout, taps) = (self.cin, self.cout, self.taps);
         let VnniWeights { words, scale, sums, bias } = weights;
         let planes = QuadPlanes::new(x, cin, h, w, relu);
         let quads = cin.div_ceil(4);
@@ -182,6 +223,8 @@ impl QuantConv3x3 {
         let px = if route == Route::Avx512Vnni { TILE_PX } else { avxvnni::TILE_PX };
         #[cfg(not(target_arch = "x86_64"))]
         let px = TILE_PX;
+        // Each tap's offset in the padded planes from the tile's (dy, dx) = (0, 0).
+        let offsets: Vec<usize> = if taps == 9 { (0..9).map(|t| (t / 3) * planes.wp + t % 3).collect() } else { vec![planes.wp + 1] };
         let outp = crate::simd::SendPtr(out.as_mut_ptr());
         let outp = &outp;
         (0..h * blocks).into_par_iter().with_max_len(1).for_each(|job| {
@@ -194,10 +237,11 @@ impl QuantConv3x3 {
                     let args = ConvTile {
                         planes: &planes,
                         base: y * planes.wp + x0,
-                        weights: &words[tile * 9 * quads * TILE_CH..(tile + 1) * 9 * quads * TILE_CH],
+                        offsets: &offsets,
+                        weights: &words[tile * taps * quads * TILE_CH..(tile + 1) * taps * quads * TILE_CH],
                         quads,
                         scale_w: &scale[o0..o0 + TILE_CH],
-                        sums: &sums[o0 * 9..(o0 + TILE_CH) * 9],
+                        sums: &sums[o0 * taps..(o0 + TILE_CH) * taps],
                         bias: &bias[o0..o0 + TILE_CH],
                         residual: residual.map(|r| &r[o0 * hw + y * w + x0..]),
                         out: outp.0.wrapping_add(o0 * hw + y * w + x0),
@@ -236,6 +280,8 @@ pub(super) struct ConvTile<'a> {
     /// The padded-plane index of the tile's first pixel at tap (0, 0): output (y, x0) reads
     /// padded (y + dy, x0 + dx).
     pub base: usize,
+    /// Each tap's offset from `base` (9 taps, or the centre alone).
+    pub offsets: &'a [usize],
     /// [tap][quad][channel of the tile] words.
     pub weights: &'a [i32],
     pub quads: usize,
@@ -255,13 +301,16 @@ pub(super) struct ConvTile<'a> {
 impl ConvTile<'_> {
     /// Whether the slices hold what the kernel reads.
     pub fn holds(&self) -> bool {
-        let last = self.base + 2 * self.planes.wp + 2 + TILE_PX;
-        last <= self.planes.plane
+        let taps = self.offsets.len();
+        let last = self.base + self.offsets.iter().max().copied().unwrap_or(0) + TILE_PX;
+        self.offsets.iter().all(|&o| o <= 2 * self.planes.wp + 2)
+            && last <= self.planes.plane
             && self.planes.data.len() >= self.quads * self.planes.plane
             && self.planes.scale.len() >= last
-            && self.weights.len() >= 9 * self.quads * TILE_CH
+            && self.planes.scale_zero.len() >= last
+            && self.weights.len() >= taps * self.quads * TILE_CH
             && self.scale_w.len() >= TILE_CH
-            && self.sums.len() >= 9 * TILE_CH
+            && self.sums.len() >= taps * TILE_CH
             && self.bias.len() >= TILE_CH
             && self.rows <= TILE_CH
             && self.cols <= TILE_PX
@@ -535,14 +584,14 @@ mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 mod avxvnni;
 
-/// [`QuantConv3x3`] as a candle op: conv(relu?(x)) [+ residual], the input upsampled first
+/// [`QuantConv`] as a candle op: conv(relu?(x)) [+ residual], the input upsampled first
 /// for an upsampling op.
-pub struct QuantConv3x3Call<'a> {
-    op: &'a QuantConv3x3,
+pub struct QuantConvCall<'a> {
+    op: &'a QuantConv,
     relu_input: bool,
 }
 
-impl QuantConv3x3Call<'_> {
+impl QuantConvCall<'_> {
     fn dims(&self, l: &candle_core::Layout) -> candle_core::Result<(usize, usize)> {
         let (c, h, w) = l.shape().dims3()?;
         if c != self.op.cin {
@@ -552,7 +601,7 @@ impl QuantConv3x3Call<'_> {
     }
 }
 
-impl candle_core::CustomOp1 for QuantConv3x3Call<'_> {
+impl candle_core::CustomOp1 for QuantConvCall<'_> {
     fn name(&self) -> &'static str {
         "conv3x3-int8"
     }
@@ -564,7 +613,7 @@ impl candle_core::CustomOp1 for QuantConv3x3Call<'_> {
     }
 }
 
-impl candle_core::CustomOp2 for QuantConv3x3Call<'_> {
+impl candle_core::CustomOp2 for QuantConvCall<'_> {
     fn name(&self) -> &'static str {
         "conv3x3-int8-add"
     }
@@ -624,7 +673,7 @@ mod tests {
             }
         }
         for level in isa::levels() {
-            let op = QuantConv3x3::new(&wt, bias.clone(), cin, cout, level).unwrap();
+            let op = QuantConv::new(&wt, bias.clone(), cin, cout, level).unwrap();
             let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
             let mag = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
             let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
@@ -714,7 +763,7 @@ mod tests {
         let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
         assert!(spread <= 0.05 * mag, "upsampled {cin}->{cout}: int8 off the f64 upsample + conv by {spread} of {mag}");
         for level in isa::levels() {
-            let op = QuantConv3x3::new_upsampling(&wt, bias.clone(), cin, cout, level).unwrap();
+            let op = QuantConv::new_upsampling(&wt, bias.clone(), cin, cout, level).unwrap();
             assert!(op.upsampling());
             let got = isa::with_isa(level, || op.run(&x, h, w, false, res.as_deref())).unwrap();
             assert_eq!(got.len(), cout * oh * ow);
@@ -736,10 +785,84 @@ mod tests {
         }
     }
 
+    /// The 1x1 convolution (with a residual where asked) and the 2x2 stride-2 transposed one,
+    /// against their int8 maths in f64 from the quantised operands (x per pixel, the weights per
+    /// output channel: per phase and channel for the transposed one), and against the f32
+    /// operands. `wt` is (cout, cin) for the 1x1 one, (cout·4, cin) with row o·4 + di·2 + dj for
+    /// the transposed one (as `ConvTranspose2x2` holds it).
+    fn check_pointwise(cin: usize, cout: usize, h: usize, w: usize, transposed: bool, residual: bool, seed: &mut u64) {
+        let phases = if transposed { 4 } else { 1 };
+        let x = test_values(seed, cin * h * w);
+        let wt = test_values(seed, phases * cout * cin);
+        let bias = test_values(seed, cout);
+        let (oh, ow) = if transposed { (2 * h, 2 * w) } else { (h, w) };
+        let res = residual.then(|| test_values(seed, cout * oh * ow));
+        // Row of `wt` for output channel o at phase ph, and the row it is quantised as.
+        let row = |o: usize, ph: usize| if transposed { o * 4 + ph } else { o };
+        let qrow = |o: usize, ph: usize| if transposed { ph * cout + o } else { o };
+        let mut reordered = vec![0f32; phases * cout * cin];
+        for o in 0..cout {
+            for ph in 0..phases {
+                reordered[qrow(o, ph) * cin..][..cin].copy_from_slice(&wt[row(o, ph) * cin..][..cin]);
+            }
+        }
+        let (sw, q) = quantise_weights(&reordered, phases * cout, cin);
+        let xq = QuadPlanes::new(&x, cin, h, w, false).dequantised(cin, h, w);
+        let (mut want, mut exact) = (vec![0f64; cout * oh * ow], vec![0f64; cout * oh * ow]);
+        for o in 0..cout {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let (i, j, ph) = if transposed { (y / 2, xx / 2, (y % 2) * 2 + xx % 2) } else { (y, xx, 0) };
+                    let r = res.as_ref().map_or(0.0, |r| r[(o * oh + y) * ow + xx] as f64) + bias[o] as f64;
+                    let (mut s, mut e) = (r, r);
+                    for c in 0..cin {
+                        let k = qrow(o, ph);
+                        s += xq[(c * h + i) * w + j] as f64 * q[k * cin + c] as f64 * sw[k] as f64;
+                        e += x[(c * h + i) * w + j] as f64 * wt[row(o, ph) * cin + c] as f64;
+                    }
+                    want[(o * oh + y) * ow + xx] = s;
+                    exact[(o * oh + y) * ow + xx] = e;
+                }
+            }
+        }
+        let mag = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
+        assert!(spread <= 0.05 * mag, "{cin}->{cout} transposed {transposed}: int8 off f32 by {spread} of {mag}");
+        for level in isa::levels() {
+            let new = if transposed { QuantConv::new_transposed } else { QuantConv::new_pointwise };
+            let op = new(&wt, bias.clone(), cin, cout, level).unwrap();
+            assert_eq!(op.upsampling(), transposed);
+            let got = isa::with_isa(level, || op.run(&x, h, w, false, res.as_deref())).unwrap();
+            assert_eq!(got.len(), cout * oh * ow);
+            for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - v).abs() <= 2e-6 * mag * (cin as f64).sqrt(),
+                    "{level} native {} {cin}->{cout} {h}x{w} transposed {transposed} [{i}]: {g} vs {v}",
+                    op.native()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pointwise_and_transposed_routes_match_the_int8_reference() {
+        let mut seed = 0x7a11_0f1c_e5ca_1ab1u64;
+        for (cin, cout, h, w, transposed, residual) in [
+            (1, 1, 1, 1, false, false),
+            (5, 7, 3, 19, false, true),
+            (64, 13, 2, 37, false, false),
+            (3, 2, 1, 1, true, false),
+            (33, 10, 3, 17, true, false),
+            (64, 32, 2, 40, true, false),
+        ] {
+            check_pointwise(cin, cout, h, w, transposed, residual, &mut seed);
+        }
+    }
+
     /// Inputs or residuals shorter than the shape says are an error, not a read past them.
     #[test]
     fn short_operands_are_refused() {
-        let op = QuantConv3x3::new(&[0.5; 4 * 2 * 9], vec![0.0; 4], 2, 4, isa::max()).unwrap();
+        let op = QuantConv::new(&[0.5; 4 * 2 * 9], vec![0.0; 4], 2, 4, isa::max()).unwrap();
         assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, false, None).is_ok());
         assert!(op.run(&[1.0; 2 * 3 * 5 - 1], 3, 5, false, None).is_err());
         assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, true, Some(&[0.0; 4 * 3 * 5 - 1])).is_err());

@@ -7,9 +7,10 @@
 use super::ConvTile;
 use core::arch::x86_64::*;
 
-/// One tile of the int8 convolution (`super`): [`super::TILE_CH`] output channels ×
-/// 32 pixels of one output row, the nine taps' products summed in i32 per tap and scaled into
-/// f32 accumulators, then the bias and the residual; `t.rows` channels and `t.cols` pixels kept.
+/// One tile of the int8 convolution (`super`): [`super::TILE_CH`] output channels × 32 pixels
+/// of one output row, the taps' products (nine, or the centre alone) summed in i32 per tap and
+/// scaled into f32 accumulators, then the bias and the residual; `t.rows` channels and `t.cols`
+/// pixels kept.
 ///
 /// # Safety
 /// The CPU has AVX512-VNNI, BW and VL; `t.holds()`; the tile's outputs (rows `t.hw` apart from
@@ -35,11 +36,12 @@ pub(super) unsafe fn conv_kernel(t: &ConvTile) {
 unsafe fn conv_kern<const ZERO: bool>(t: &ConvTile) {
     use super::TILE_CH as R;
     let p = t.planes;
-    let (wp, plane, quads) = (p.wp, p.plane, t.quads);
+    let (plane, quads) = (p.plane, t.quads);
     // Σ_t s[p+t] · (Σ_c u·q − z[p+t] · Σ_c q) per channel and pixel; s_w applies at the end.
     let mut accf = [[_mm512_setzero_ps(); 2]; R];
-    for tap in 0..9 {
-        let at = t.base + (tap / 3) * wp + tap % 3;
+    let taps = t.offsets.len();
+    for (tap, &off) in t.offsets.iter().enumerate() {
+        let at = t.base + off;
         let mut acc = [[_mm512_setzero_si512(); 2]; R];
         let mut a = p.data.as_ptr().wrapping_add(at);
         let mut wq = t.weights.as_ptr().wrapping_add(tap * quads * R);
@@ -73,7 +75,7 @@ unsafe fn conv_kern<const ZERO: bool>(t: &ConvTile) {
                     accf[$r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[$r][h]), s[h], accf[$r][h]);
                 }
                 if ZERO {
-                    let corr = _mm512_set1_ps(t.sums[$r * 9 + tap]);
+                    let corr = _mm512_set1_ps(t.sums[$r * taps + tap]);
                     for h in 0..2 {
                         accf[$r][h] = _mm512_fnmadd_ps(sz[h], corr, accf[$r][h]);
                     }

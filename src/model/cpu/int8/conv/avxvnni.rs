@@ -40,11 +40,12 @@ pub(super) unsafe fn conv_kernel(t: &ConvTile) {
 unsafe fn conv_kern<const ZERO: bool>(t: &ConvTile) {
     use super::TILE_CH as R;
     let p = t.planes;
-    let (wp, plane, quads) = (p.wp, p.plane, t.quads);
+    let (plane, quads) = (p.plane, t.quads);
     // Σ_t s[p+t] · (Σ_c u·q − z[p+t] · Σ_c q) per channel and pixel; s_w applies at the end.
     let mut accf = [[0f32; TILE_PX]; R];
-    for tap in 0..9 {
-        let at = t.base + (tap / 3) * wp + tap % 3;
+    let taps = t.offsets.len();
+    for (tap, &off) in t.offsets.iter().enumerate() {
+        let at = t.base + off;
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         let mut a = p.data.as_ptr().wrapping_add(at);
         let mut wq = t.weights.as_ptr().wrapping_add(tap * quads * R);
@@ -71,7 +72,7 @@ unsafe fn conv_kern<const ZERO: bool>(t: &ConvTile) {
             )
         };
         for (r, (acc, accf)) in acc.iter().zip(accf.iter_mut()).enumerate() {
-            let corr = _mm256_set1_ps(t.sums[r * 9 + tap]);
+            let corr = _mm256_set1_ps(t.sums[r * taps + tap]);
             for h in 0..2 {
                 // SAFETY: `accf` rows hold 16 floats.
                 unsafe {
