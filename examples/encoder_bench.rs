@@ -2,7 +2,7 @@
 //! linear and attention ops), for ViT-S and ViT-L widths, GFLOP/s counting a multiply-add as
 //! two: each linear through the `gemm` crate and through `sgemm`'s panels (the level's one-tap
 //! kernel, AVX2 or AVX-512F), interleaved in one process (the machine is shared: compare the
-//! ratio); attention by the route of this machine's level, in f32 and with int8 scores.
+//! ratio); attention by the route of this machine's level.
 //!
 //! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
 
@@ -49,8 +49,8 @@ fn main() -> candle_core::Result<()> {
         let inputs: Vec<Tensor> =
             ops.iter().map(|(_, op)| Tensor::from_vec(rng.units(n * op[0].d_in), (n, op[0].d_in), &Device::Cpu)).collect::<candle_core::Result<_>>()?;
         let qkv = rng.units(n * 3 * d);
-        let atts = [false, true].map(|int8| AttentionOp { num_heads: heads, bf16: false, int8, isa: isa::current() });
-        let mut times = vec![Vec::new(); 3 * ops.len() + 2];
+        let att = AttentionOp { num_heads: heads, bf16: false, isa: isa::current() };
+        let mut times = vec![Vec::new(); 3 * ops.len() + 1];
         let only_attention = which.contains('a');
         for _ in 0..reps {
             for (i, (_, op)) in ops.iter().enumerate().filter(|_| !only_attention) {
@@ -61,21 +61,19 @@ fn main() -> candle_core::Result<()> {
                     drop(y);
                 }
             }
-            for (j, att) in atts.iter().enumerate() {
-                let t = Instant::now();
-                let o = att.run(&qkv, n, d);
-                times[3 * ops.len() + j].push(t.elapsed().as_secs_f64());
-                drop(o);
-            }
+            let t = Instant::now();
+            let o = att.run(&qkv, n, d);
+            times[3 * ops.len()].push(t.elapsed().as_secs_f64());
+            drop(o);
         }
         // Per way of computing the linears (the gemm crate, panels, int8), the block's total
-        // with the attention (f32, or int8 scores with the int8 linears).
+        // with the attention.
         let ways = ["gemm crate", "panels", "int8"];
         let mut totals = [0.0; 3];
         for (i, t) in times.iter_mut().enumerate() {
             let (label, flops) = match ops.get(i / 3) {
                 Some((l, op)) => (format!("{l} {}", ways[i % 3]), 2.0 * (n * op[0].d_in * op[0].d_out) as f64),
-                None => (if i == 3 * ops.len() { "attention f32" } else { "attention int8" }.to_owned(), 4.0 * (n * n * d) as f64),
+                None => ("attention".to_owned(), 4.0 * (n * n * d) as f64),
             };
             if t.is_empty() {
                 continue;
@@ -83,8 +81,7 @@ fn main() -> candle_core::Result<()> {
             let s = median(t);
             match ops.get(i / 3) {
                 Some(_) => totals[i % 3] += s,
-                None if i == 3 * ops.len() => totals[..2].iter_mut().for_each(|t| *t += s),
-                None => totals[2] += s,
+                None => totals.iter_mut().for_each(|t| *t += s),
             }
             println!("{name} {label:<16} {:8.2} ms {:7.1} G(FL)OP/s", s * 1e3, flops / s / 1e9);
         }

@@ -128,8 +128,6 @@ pub struct Attention {
     proj: Linear,
     num_heads: usize,
     bf16: bool,
-    /// The scores q·kᵀ as int8 products (`--precision int8`; `AttentionOp`).
-    int8: bool,
     /// Whether the CPU kernel applies (f32 weights on the CPU).
     cpu: bool,
     /// The CPU kernel's level, chosen when the model is built.
@@ -142,7 +140,7 @@ impl Attention {
         let hd = d / self.num_heads;
         if self.cpu && x.device().is_cpu() && super::cpu::enabled() {
             let qkv = self.qkv.forward(x)?.contiguous()?;
-            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16, int8: self.int8, isa: self.isa })?;
+            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16, isa: self.isa })?;
             return self.proj.forward(&out);
         }
         let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
@@ -186,7 +184,6 @@ impl Block {
                 proj: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[1]), dim, dim)?,
                 num_heads,
                 bf16: w.bf16(),
-                int8: w.int8(),
                 cpu: w.cpu_kernels(),
                 isa: isa::current(),
             },

@@ -27,11 +27,10 @@ pub enum Precision {
     #[default]
     F32,
     Bf16,
-    /// The transformer blocks' linears (qkv, proj, fc1, fc2) and attention scores, and the
-    /// decoder's convolutions of 32 channels and more (1x1: 64; `cpu::int8`) as int8 products on
-    /// the CPU: weights per output channel, activations per token or pixel, int32 sums. The
-    /// softmax and its product with v, the output convolutions, the scale head and everything
-    /// else stay f32. Never `auto`: it is asked for.
+    /// The transformer blocks' linears (qkv, proj, fc1, fc2) and the decoder's convolutions of
+    /// 32 channels and more (1x1: 64; `cpu::int8`) as int8 products on the CPU: weights per
+    /// output channel, activations per token or pixel, int32 sums. Attention, the output
+    /// convolutions, the scale head and everything else stay f32. Never `auto`: it is asked for.
     Int8,
 }
 

@@ -12,15 +12,12 @@ use crate::simd::sgemm::{self, Lhs, Micro, Panels};
 use crate::simd::{Mat, MatMut, SendPtr};
 
 use super::bf16::{gemm_bf16, PackedB};
-use super::int8::{self, QuantA, QuantB};
 use super::planes::Pointwise;
 
 pub struct AttentionOp {
     pub num_heads: usize,
     /// Both products in bf16 (f32 accumulation).
     pub bf16: bool,
-    /// The scores as int8 products ([`AttentionOp::run_int8`]).
-    pub int8: bool,
     /// The level of the softmax and the bf16 packing (`isa::current()` when the model was
     /// built): passed to the tasks, which run on rayon's threads.
     pub isa: Isa,
@@ -44,9 +41,6 @@ fn head_rows(qkv: &[f32], n: usize, row: usize, off: usize, hd: usize) -> Vec<f3
 
 impl AttentionOp {
     pub fn run(&self, qkv: &[f32], n: usize, d: usize) -> Vec<f32> {
-        if self.int8 {
-            return self.run_int8(qkv, n, d);
-        }
         let heads = self.num_heads;
         let hd = d / heads;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -183,67 +177,6 @@ impl AttentionOp {
     }
 }
 
-impl AttentionOp {
-    /// `--precision int8`: the scores q·kᵀ as int8 products, the softmax and p·v in f32 (the
-    /// probabilities are mostly below 1/255 at these token counts: as u8 they would vanish). As
-    /// SageAttention (Zhang et al., 2024) does, k less its mean over the keys (per channel: the
-    /// softmax of a query's row does not change, each of its scores moving by the same q·mean)
-    /// before it is quantised. In the f32 route's layout (`transposed`): sᵀ = k · q_blkᵀ, k's
-    /// rows the product's activations (u8 per key with a zero point, quantised once per head),
-    /// the block's queries its weights (s8 per query).
-    fn run_int8(&self, qkv: &[f32], n: usize, d: usize) -> Vec<f32> {
-        let heads = self.num_heads;
-        let hd = d / heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let row = 3 * d;
-        let level = isa::usable(self.isa);
-        let micro = Micro::at(level);
-        let route = int8::route(level);
-        let keys: Vec<(QuantA, Option<Panels>)> = (0..heads)
-            .into_par_iter()
-            .map(|h| {
-                let mut k = head_rows(qkv, n, row, d + h * hd, hd);
-                let mut mean = vec![0f64; hd];
-                k.chunks_exact(hd.max(1)).for_each(|r| mean.iter_mut().zip(r).for_each(|(m, &v)| *m += v as f64));
-                let mean: Vec<f32> = mean.iter().map(|m| (m / n.max(1) as f64) as f32).collect();
-                k.chunks_exact_mut(hd.max(1)).for_each(|r| r.iter_mut().zip(&mean).for_each(|(v, m)| *v -= m));
-                let v = micro.map(|m| Panels::for_micro(m, &qkv[2 * d + h * hd..], n, hd, row, 1));
-                (int8::quantise_activations(&k, n, hd, route), v)
-            })
-            .collect();
-        let mut out = vec![0f32; n * d];
-        let out_ptr = SendPtr(out.as_mut_ptr());
-        let bqp = Q_BLOCK_TILES;
-        let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(bqp).map(move |q0| (h, q0))).collect();
-        blocks.par_iter().for_each_init(Scratch::default, |s, &(h, q0)| {
-            let bq = bqp.min(n - q0);
-            // The block's queries, padded with zero rows to bqp (columns of zero scores).
-            let mut q = vec![0f32; bqp * hd];
-            for (i, r) in q.chunks_exact_mut(hd.max(1)).take(bq).enumerate() {
-                r.copy_from_slice(&qkv[(q0 + i) * row + h * hd..][..hd]);
-            }
-            let qb = QuantB::from_f32_nk(&q, bqp, hd, level);
-            let (kq, v) = &keys[h];
-            s.scores.resize(n * bqp, 0.0);
-            // This block's rows of this head's columns of `out` (n × d): heads write disjoint
-            // column ranges and blocks disjoint rows.
-            let dst = Mat::from_mut_ptr(out_ptr.get(), n, d, d).block(q0, h * hd, bq, hd);
-            let values = match v {
-                Some(v) => Values::Panels(v),
-                None => Values::Rows(&qkv[2 * d + h * hd..], row),
-            };
-            // SAFETY: `kq` was quantised by `qb`'s route (both `route(level)`), hd values per
-            // row; `scores` holds n × bqp floats, this task's; `dst` is this task's part of
-            // `out`, which nothing else reaches.
-            unsafe {
-                int8::product_quantised(kq, &qb, Mat::from_slice_mut(&mut s.scores, n, bqp, bqp).as_raw_mut());
-                weigh_values(values, n, bqp, scale, level, s, dst);
-            }
-        });
-        out
-    }
-}
-
 /// One head's operands on the one-tap kernels' route, prepared once per head: k (n × hd) as
 /// the kernel's row tiles, v (n × hd) as its column panels, and qᵀ (hd × n, rows padded to
 /// whole column blocks).
@@ -271,63 +204,14 @@ struct Scratch {
 /// # Safety
 /// Every element of `dst` is writable, and nothing else reads or writes them meanwhile.
 unsafe fn transposed(head: &Head, qt: Mat<&[f32]>, scale: f32, level: Isa, zeros: &[f32], s: &mut Scratch, dst: MatMut<f32>) {
-    let (n, bqp) = (head.v.k(), qt.cols());
-    s.scores.resize(n * bqp, 0.0);
-    head.k.product(qt, zeros, Mat::from_slice_mut(&mut s.scores, n, bqp, bqp));
-    // SAFETY: the caller's promise, passed on.
-    unsafe { weigh_values(Values::Panels(&head.v), n, bqp, scale, level, s, dst) };
-}
-
-/// A head's v (n × hd): packed as the one-tap kernel's column panels, or its rows within qkv
-/// (`stride` apart) for the `gemm` crate.
-enum Values<'a> {
-    Panels(&'a Panels),
-    Rows(&'a [f32], usize),
-}
-
-/// out_blk = softmax(scale · s) · v for a block of queries from the scores sᵀ (n × bqp, keys
-/// along rows) in `s.scores`: a softmax down each column, unnormalised (so the exps of a query
-/// are a column of sᵀ, the row of p that the product with v packs as one copy per key), the
-/// product, then each query's row divided by its sum. The block's bq ≤ bqp queries are `dst`'s
-/// rows (bq × hd).
-///
-/// # Safety
-/// Every element of `dst` is writable, and nothing else reads or writes them meanwhile; with
-/// `Values::Rows`, v's n rows of `dst.cols()` values are inside its slice.
-unsafe fn weigh_values(v: Values, n: usize, bqp: usize, scale: f32, level: Isa, s: &mut Scratch, dst: MatMut<f32>) {
-    let bq = dst.rows();
+    let (n, bq, bqp) = (head.v.k(), dst.rows(), qt.cols());
     let Scratch { scores, tmp: sums, pack } = s;
+    scores.resize(n * bqp, 0.0);
     sums.resize(bqp, 0.0);
+    head.k.product(qt, zeros, Mat::from_slice_mut(scores, n, bqp, bqp));
     softmax_columns(level, scores, bqp, scale, sums);
-    match v {
-        // SAFETY: `dst` is the caller's to write (its promise).
-        Values::Panels(v) => unsafe { sgemm::product(Lhs::Columns(Mat::from_slice(scores, n, bq, bqp)), v, None, None, dst, pack) },
-        // SAFETY: `dst` is bq rows of hd floats, `dst.stride()` apart, the caller's; p (bq × n)
-        // is read down the columns of sᵀ, v is n rows of hd (the caller's promise).
-        Values::Rows(v, stride) => unsafe {
-            gemm::gemm(
-                bq,
-                dst.cols(),
-                n,
-                dst.ptr(),
-                1,
-                dst.stride() as isize,
-                false,
-                scores.as_ptr(),
-                bqp as isize,
-                1,
-                v.as_ptr(),
-                1,
-                stride as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            )
-        },
-    }
+    // SAFETY: `dst` is the caller's to write (its promise).
+    unsafe { sgemm::product(Lhs::Columns(Mat::from_slice(scores, n, bq, bqp)), &head.v, None, None, dst, pack) };
     for (i, &z) in sums.iter().enumerate().take(bq) {
         let inv = 1.0 / z;
         // SAFETY: row i of `dst`, written just above and reached by nothing else.
@@ -387,53 +271,7 @@ mod tests {
             let qkv: Vec<f32> = crate::simd::test_values(&mut seed, n * 3 * d).iter().map(|v| 2.0 * v).collect();
             let want = reference(&qkv, n, d, heads);
             for level in isa::levels() {
-                let got = isa::with_isa(level, || AttentionOp { num_heads: heads, bf16: false, int8: false, isa: level }.run(&qkv, n, d));
-                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                    assert!((g as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()), "{level} n={n} d={d} heads={heads} [{i}]: {g} vs {w}");
-                }
-            }
-        }
-    }
-
-    /// int8 attention at every level against f64 maths from the same quantised operands (k
-    /// less its mean over the keys, per key as u8 with a zero point; q per query as s8), and
-    /// within the quantisation's error of the f32 reference.
-    #[test]
-    fn int8_attention_matches_its_quantised_reference_at_every_level() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for &(n, d, heads) in &[(37, 128, 2), (70, 64, 1), (19, 48, 2)] {
-            let hd = d / heads;
-            // An offset on k's channels, which the mean's removal takes out before quantising.
-            let qkv: Vec<f32> = crate::simd::test_values(&mut seed, n * 3 * d)
-                .iter()
-                .enumerate()
-                .map(|(i, v)| 2.0 * v + if (i % (3 * d)) / d == 1 { 3.0 } else { 0.0 })
-                .collect();
-            let exact = reference(&qkv, n, d, heads);
-            let mut want = vec![0f64; n * d];
-            for h in 0..heads {
-                let mut k = head_rows(&qkv, n, 3 * d, d + h * hd, hd);
-                let mean: Vec<f32> = (0..hd).map(|c| ((0..n).map(|j| k[j * hd + c] as f64).sum::<f64>() / n as f64) as f32).collect();
-                k.iter_mut().enumerate().for_each(|(i, v)| *v -= mean[i % hd]);
-                let kq = int8::fake_quantised(&k, n, hd);
-                let q = head_rows(&qkv, n, 3 * d, h * hd, hd);
-                let (sq, qq) = int8::quantise_weights(&q, n, hd);
-                for i in 0..n {
-                    let logits: Vec<f64> = (0..n)
-                        .map(|j| (0..hd).map(|c| qq[i * hd + c] as f64 * sq[i] as f64 * kq[j * hd + c] as f64).sum::<f64>() / (hd as f64).sqrt())
-                        .collect();
-                    let max = logits.iter().copied().fold(f64::MIN, f64::max);
-                    let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
-                    let z: f64 = e.iter().sum();
-                    for c in 0..hd {
-                        want[i * d + h * hd + c] = (0..n).map(|j| e[j] / z * qkv[j * 3 * d + 2 * d + h * hd + c] as f64).sum();
-                    }
-                }
-            }
-            let spread = exact.iter().zip(&want).fold(0f64, |m, (e, w)| m.max((e - w).abs()));
-            assert!(spread > 0.0 && spread <= 0.1, "n={n} d={d}: int8 off f32 by {spread}");
-            for level in isa::levels() {
-                let got = isa::with_isa(level, || AttentionOp { num_heads: heads, bf16: false, int8: true, isa: level }.run(&qkv, n, d));
+                let got = isa::with_isa(level, || AttentionOp { num_heads: heads, bf16: false, isa: level }.run(&qkv, n, d));
                 for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                     assert!((g as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()), "{level} n={n} d={d} heads={heads} [{i}]: {g} vs {w}");
                 }

@@ -250,24 +250,21 @@ pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> Quan
     let mut data = vec![0u8; n * stride];
     let mut sz = vec![(1f32, 0i32); n];
     if stride > 0 {
-        data.par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| *sz = quantise_row_at(route, x, out));
+        data.par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
+            *sz = match route {
+                // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it
+                // (`route`, `isa::vnni`).
+                #[cfg(target_arch = "x86_64")]
+                Route::Avx512Vnni => unsafe { quantise_row_avx512(x, out) },
+                // SAFETY: the route is AVX-VNNI (with AVX2 and FMA) only where the CPU has it.
+                #[cfg(target_arch = "x86_64")]
+                Route::AvxVnni => unsafe { quantise_row_avx2(x, out) },
+                _ => quantise_row(x, out),
+            };
+        });
     }
     let (scale, zero) = sz.into_iter().unzip();
     QuantA { data, rows: n, k, stride, scale, zero }
-}
-
-/// [`quantise_row`] by the code of `route`.
-fn quantise_row_at(route: Route, x: &[f32], out: &mut [u8]) -> (f32, i32) {
-    match route {
-        // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it (`route`,
-        // `isa::vnni`).
-        #[cfg(target_arch = "x86_64")]
-        Route::Avx512Vnni => unsafe { quantise_row_avx512(x, out) },
-        // SAFETY: the route is AVX-VNNI (with AVX2 and FMA) only where the CPU has it.
-        #[cfg(target_arch = "x86_64")]
-        Route::AvxVnni => unsafe { quantise_row_avx2(x, out) },
-        _ => quantise_row(x, out),
-    }
 }
 
 /// [`quantise_row`] compiled for AVX-512.
@@ -312,11 +309,12 @@ const PANELS_PER_BLOCK: usize = 4;
 /// route (weights packed as [`Store::Panels`]); `None` for the emulated route, which the caller
 /// runs as an f32 product on [`fake_quantised`] activations.
 pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>> {
-    let Store::Panels { route, .. } = &b.store else { return None };
+    let Store::Panels { route, words, colsum } = &b.store else { return None };
     let (route, d_out, k) = (*route, b.n, b.k);
     assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
     let (nr, mr) = (route.nr(), route.mr());
     let panels = d_out.div_ceil(nr);
+    let kq = k.div_ceil(4);
     let mut bias_padded = bias.to_vec();
     bias_padded.resize(panels * nr, 0.0);
     let a = quantise_activations(x, n, k, route);
@@ -330,115 +328,46 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>
     let shared = Shared(c);
     let shared = &shared;
     jobs.into_par_iter().with_max_len(1).for_each(|(r0, p0)| {
-        // SAFETY: the panels were packed for this route, which the CPU has (`route`); the
-        // block is inside C and this task's alone.
-        unsafe { block(&a, b, &bias_padded, (r0, (r0 + mc).min(n)), (p0, (p0 + pc).min(panels)), shared.0) };
+        let r1 = (r0 + mc).min(n);
+        // Tiles of equal height (≤ MR): 20 rows as 10 + 10, not 12 + 8.
+        let tiles = (r1 - r0).div_ceil(mr);
+        for p in p0..(p0 + pc).min(panels) {
+            let (j, nv) = (p * nr, (d_out - p * nr).min(nr));
+            let panel = &words[p * kq * nr..(p + 1) * kq * nr];
+            for t in 0..tiles {
+                let (t0, t1) = (r0 + (r1 - r0) * t / tiles, r0 + (r1 - r0) * (t + 1) / tiles);
+                let tile = Tile {
+                    a: &a.data[t0 * a.stride..],
+                    lda: a.stride,
+                    kq,
+                    b: panel,
+                    scale_a: &a.scale[t0..t1],
+                    zero_a: &a.zero[t0..t1],
+                    scale_b: &b.scale[j..j + nr],
+                    colsum: &colsum[j..j + nr],
+                    bias: &bias_padded[j..j + nr],
+                    c: shared.0.block(t0, j, t1 - t0, nv),
+                };
+                // SAFETY: the panels were packed for this route, which the CPU has (`route`);
+                // the tile's slices hold what `Tile` promises (its rows of A, whole quads; one
+                // panel; NR scales, sums and biases), and its block of C is inside C and this
+                // task's alone.
+                unsafe {
+                    match route {
+                        #[cfg(target_arch = "x86_64")]
+                        Route::Avx512Vnni => avx512vnni::kernel(&tile),
+                        #[cfg(target_arch = "x86_64")]
+                        Route::AvxVnni => avxvnni::kernel(&tile),
+                        _ => unreachable!("int8: panels on the emulated route"),
+                    }
+                }
+            }
+        }
     });
     // SAFETY: the jobs' rectangles cover every row and column of C once (row blocks of mc,
     // panel blocks of pc, each panel's nv columns), and each tile writes all its elements.
     unsafe { y.set_len(n * d_out) };
     Some(y)
-}
-
-/// Rows [r0, r1) × panels [p0, p1) of C = the int8 product of `a` and `b` + `bias` (padded to
-/// whole panels), tile by tile on this thread.
-///
-/// # Safety
-/// `b` holds panels for its route, which the CPU has; `a` was quantised for it with `b.k`
-/// values per row, and has rows [r0, r1); that block of `c` (n × b.n) is writable, and nothing
-/// else reaches it meanwhile.
-unsafe fn block(a: &QuantA, b: &QuantB, bias: &[f32], (r0, r1): (usize, usize), (p0, p1): (usize, usize), c: MatMut<f32>) {
-    let Store::Panels { route, words, colsum } = &b.store else { unreachable!("int8: a block on the emulated route") };
-    let (route, d_out, kq) = (*route, b.n, b.k.div_ceil(4));
-    let (nr, mr) = (route.nr(), route.mr());
-    // Tiles of equal height (≤ MR): 20 rows as 10 + 10, not 12 + 8.
-    let tiles = (r1 - r0).div_ceil(mr);
-    for p in p0..p1 {
-        let (j, nv) = (p * nr, (d_out - p * nr).min(nr));
-        let panel = &words[p * kq * nr..(p + 1) * kq * nr];
-        for t in 0..tiles {
-            let (t0, t1) = (r0 + (r1 - r0) * t / tiles, r0 + (r1 - r0) * (t + 1) / tiles);
-            let tile = Tile {
-                a: &a.data[t0 * a.stride..],
-                lda: a.stride,
-                kq,
-                b: panel,
-                scale_a: &a.scale[t0..t1],
-                zero_a: &a.zero[t0..t1],
-                scale_b: &b.scale[j..j + nr],
-                colsum: &colsum[j..j + nr],
-                bias: &bias[j..j + nr],
-                c: c.block(t0, j, t1 - t0, nv),
-            };
-            // SAFETY: the panels were packed for this route, which the CPU has (the caller's
-            // promise); the tile's slices hold what `Tile` promises (its rows of A, whole quads;
-            // one panel; NR scales, sums and biases), and its block of C is the caller's.
-            unsafe {
-                match route {
-                    #[cfg(target_arch = "x86_64")]
-                    Route::Avx512Vnni => avx512vnni::kernel(&tile),
-                    #[cfg(target_arch = "x86_64")]
-                    Route::AvxVnni => avxvnni::kernel(&tile),
-                    _ => unreachable!("int8: panels on the emulated route"),
-                }
-            }
-        }
-    }
-}
-
-/// C (a.rows × b.n) = the int8 product of the quantised rows `a` and `b`'s rows, on this
-/// thread (a task's share: attention's scores of a block of queries, `a` its keys quantised
-/// once for every block); on the emulated route the same numbers through an f32 product of the
-/// dequantised operands.
-///
-/// # Safety
-/// `a` was quantised by `b`'s route with `b.k` values per row; every element of `c` is
-/// writable, and nothing else reaches them meanwhile.
-pub unsafe fn product_quantised(a: &QuantA, b: &QuantB, c: MatMut<f32>) {
-    let (m, n, k) = (a.rows, b.n, b.k);
-    assert!(a.k == k && c.rows() == m && c.cols() == n, "int8: {}x{} by {n}x{k} into {}x{}", a.rows, a.k, c.rows(), c.cols());
-    match &b.store {
-        Store::Dequantised(w) => {
-            let mut x = vec![0f32; m * k];
-            for (i, xr) in x.chunks_exact_mut(k.max(1)).take(m).enumerate() {
-                let (s, z) = (a.scale[i], a.zero[i]);
-                xr.iter_mut().zip(&a.data[i * a.stride..]).for_each(|(v, &u)| *v = (u as i32 - z) as f32 * s);
-            }
-            // SAFETY: c is m × n (its stride), x m rows of k and w n rows of k (wᵀ read with
-            // columns k apart).
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    c.ptr(),
-                    1,
-                    c.stride() as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    w.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                )
-            };
-        }
-        Store::Panels { route, .. } => {
-            static ZEROS: [f32; 32] = [0.0; 32];
-            let panels = n.div_ceil(route.nr());
-            let bias: Vec<f32> = if panels * route.nr() <= ZEROS.len() { ZEROS.to_vec() } else { vec![0.0; panels * route.nr()] };
-            // SAFETY: the panels were packed for their route, which the CPU has; `a` was
-            // quantised by it (the caller's promise), and c is the caller's.
-            unsafe { block(a, b, &bias, (0, m), (0, panels), c) };
-        }
-    }
 }
 
 /// One register tile's operands (mv ≤ MR rows, one panel of NR columns).

@@ -75,8 +75,8 @@ pub fn route(precision: super::Precision) -> Route {
         },
         products: match (bf16, bf16::route(level)) {
             _ if precision == super::Precision::Int8 => match int8::route(level) {
-                int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and attention scores and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
-                r => format!("int8 {} for the ViT's linears and attention scores and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
+                int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
+                r => format!("int8 {} for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
             },
             (false, _) => match sgemm::Micro::at(level) {
                 Some(sgemm::Micro::Avx2) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
