@@ -207,6 +207,9 @@ pub struct Conv1x1Op {
 impl Conv1x1Op {
     /// An f32 op from a (cout, cin) weight, on the route of the current level.
     pub fn new(w: Vec<f32>, bias: Vec<f32>, cin: usize, cout: usize) -> Result<Self> {
+        if w.len() != cout * cin || bias.len() != cout {
+            candle_core::bail!("conv1x1: {} weights and {} biases for {cin}->{cout}", w.len(), bias.len());
+        }
         let pointwise = Pointwise::new(&w, cout, cin);
         let weight = candle_core::Tensor::from_vec(w, (cout, cin), &candle_core::Device::Cpu)?;
         Ok(Self { weight, bias, cin, cout, packed: None, pointwise })
@@ -214,6 +217,15 @@ impl Conv1x1Op {
 
     /// out (cout, hw) from x (cin, hw) [+ residual].
     pub fn run(&self, x: &[f32], hw: usize, residual: Option<&[f32]>) -> Result<Vec<f32>> {
+        if x.len() < self.cin * hw || residual.is_some_and(|r| r.len() < self.cout * hw) {
+            candle_core::bail!(
+                "conv1x1: {} input and {:?} residual values for {}->{} at {hw} pixels",
+                x.len(),
+                residual.map(<[f32]>::len),
+                self.cin,
+                self.cout
+            );
+        }
         if let Some(p) = &self.pointwise {
             return Ok(p.run(x, hw, &self.bias, residual));
         }

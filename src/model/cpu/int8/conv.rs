@@ -7,7 +7,8 @@
 //! output phases' channels, and the 3x3 one after an upsample a 3x3 convolution of its input to
 //! its four phases' kernels (`conv3x3::phased_weights`): both then interleave the phases.
 //!
-//! The convolution is nine products, one per tap, each over the input channels (K = cin), so
+//! A 3x3 convolution is nine products, one per tap (a 1x1 one the centre tap's alone), each over
+//! the input channels (K = cin), so
 //! that each pixel keeps its own scale: tap t of output pixel p reads input pixel p + t, whose
 //! scale s and zero point z apply to the whole tap. Per tap, in f32:
 //! `y[o,p] += s_w[o] · (s[p+t] · Σ_c u[p+t,c]·q[o,c,t] − s[p+t]·z[p+t] · Σ_c q[o,c,t])`.
@@ -39,7 +40,7 @@ const TILES_PER_TASK: usize = 8;
 
 pub struct QuantConv {
     cin: usize,
-    /// The products' output channels: 4x the convolution's for an upsampling one.
+    /// The products' output channels: 4x the convolution's for an upsampling or transposed one.
     cout: usize,
     /// 9 (3x3), or 1 (1x1: the centre tap).
     taps: usize,
@@ -175,9 +176,14 @@ impl QuantConv {
     }
 
     /// out (cout, h, w) from x (cin, h, w) [+ residual]; for an upsampling or transposed op
-    /// (cout, 2h, 2w) from x (cin, h, w), with the residual at the output's size.
+    /// (cout, 2h, 2w) from x (cin, h, w): h and w are the input's, the residual at the output's
+    /// size. `relu` (on the input) is refused there: whether it comes before the upsample or
+    /// after is not this op's to choose.
     pub fn run(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
         let (oc, oh, ow) = self.out_dims(h, w);
+        if relu && self.upsampling {
+            candle_core::bail!("conv int8: a ReLU on the input of an upsampling or transposed convolution");
+        }
         if x.len() < self.cin * h * w || residual.is_some_and(|r| r.len() < oc * oh * ow) {
             candle_core::bail!("conv int8: {} input and {:?} residual values for {}->{oc} channels at {h}x{w}", x.len(), residual.map(<[f32]>::len), self.cin,);
         }
@@ -293,7 +299,8 @@ pub(super) struct ConvTile<'a> {
     pub residual: Option<&'a [f32]>,
     pub out: *mut f32,
     pub hw: usize,
-    /// Channels (≤ [`TILE_CH`]) and pixels (≤ [`TILE_PX`]) kept.
+    /// Channels (≤ [`TILE_CH`]) and pixels (≤ the route's tile: [`TILE_PX`], 16 on AVX-VNNI)
+    /// kept.
     pub rows: usize,
     pub cols: usize,
 }
@@ -584,8 +591,8 @@ mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 mod avxvnni;
 
-/// [`QuantConv`] as a candle op: conv(relu?(x)) [+ residual], the input upsampled first
-/// for an upsampling op.
+/// [`QuantConv`] as a candle op: conv(relu?(x)) [+ residual] (an upsampling or transposed op
+/// takes no ReLU: [`QuantConv::run`]).
 pub struct QuantConvCall<'a> {
     op: &'a QuantConv,
     relu_input: bool,
@@ -595,7 +602,7 @@ impl QuantConvCall<'_> {
     fn dims(&self, l: &candle_core::Layout) -> candle_core::Result<(usize, usize)> {
         let (c, h, w) = l.shape().dims3()?;
         if c != self.op.cin {
-            candle_core::bail!("conv3x3 int8: input has {c} channels, weight expects {}", self.op.cin);
+            candle_core::bail!("conv int8: input has {c} channels, weight expects {}", self.op.cin);
         }
         Ok((h, w))
     }
@@ -603,11 +610,11 @@ impl QuantConvCall<'_> {
 
 impl candle_core::CustomOp1 for QuantConvCall<'_> {
     fn name(&self) -> &'static str {
-        "conv3x3-int8"
+        "conv-int8"
     }
     fn cpu_fwd(&self, s: &candle_core::CpuStorage, l: &candle_core::Layout) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let (h, w) = self.dims(l)?;
-        let x = crate::model::cpu::contiguous(s, l, "conv3x3 int8")?;
+        let x = crate::model::cpu::contiguous(s, l, "conv int8")?;
         let y = self.op.run(x, h, w, self.relu_input, None)?;
         Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from(self.op.out_dims(h, w))))
     }
@@ -615,7 +622,7 @@ impl candle_core::CustomOp1 for QuantConvCall<'_> {
 
 impl candle_core::CustomOp2 for QuantConvCall<'_> {
     fn name(&self) -> &'static str {
-        "conv3x3-int8-add"
+        "conv-int8-add"
     }
     fn cpu_fwd(
         &self,
@@ -627,10 +634,10 @@ impl candle_core::CustomOp2 for QuantConvCall<'_> {
         let (h, w) = self.dims(l1)?;
         let (oc, oh, ow) = self.op.out_dims(h, w);
         if l2.shape().dims() != [oc, oh, ow] {
-            candle_core::bail!("conv3x3 int8: residual {:?} does not match the output ({oc}, {oh}, {ow})", l2.shape());
+            candle_core::bail!("conv int8: residual {:?} does not match the output ({oc}, {oh}, {ow})", l2.shape());
         }
-        let x = crate::model::cpu::contiguous(s1, l1, "conv3x3 int8")?;
-        let r = crate::model::cpu::contiguous(s2, l2, "conv3x3 int8 residual")?;
+        let x = crate::model::cpu::contiguous(s1, l1, "conv int8")?;
+        let r = crate::model::cpu::contiguous(s2, l2, "conv int8 residual")?;
         let y = self.op.run(x, h, w, self.relu_input, Some(r))?;
         Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((oc, oh, ow))))
     }
@@ -642,7 +649,9 @@ mod tests {
     use crate::simd::{isa, test_values};
 
     /// The int8 maths in f64 from the quantised operands (replicate padding), and the f32
-    /// convolution's, for one shape.
+    /// convolution's, for one shape, at every level; the VNNI routes' outputs bit for bit alike.
+    /// (The AVX-VNNI kernel runs at the avx2 level only where the CPU has AVX-VNNI: not on an
+    /// AVX512-VNNI Xeon before Sapphire Rapids, where that level is emulated.)
     fn check(cin: usize, cout: usize, h: usize, w: usize, relu: bool, residual: bool, seed: &mut u64) {
         let x = test_values(seed, cin * h * w);
         let wt = test_values(seed, cout * cin * 9);
@@ -672,9 +681,14 @@ mod tests {
                 }
             }
         }
+        // The VNNI routes' outputs, which must agree bit for bit.
+        let mut native: Vec<(Isa, Vec<u32>)> = Vec::new();
         for level in isa::levels() {
             let op = QuantConv::new(&wt, bias.clone(), cin, cout, level).unwrap();
             let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
+            if op.native() {
+                native.push((level, got.iter().map(|v| v.to_bits()).collect()));
+            }
             let mag = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
             let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
             for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
@@ -686,6 +700,9 @@ mod tests {
             }
             // The quantisation's own error is small beside the values.
             assert!(spread <= 0.05 * mag, "{cin}->{cout}: int8 off f32 by {spread} of {mag}");
+        }
+        for pair in native.windows(2) {
+            assert!(pair[0].1 == pair[1].1, "{cin}->{cout} {h}x{w}: the {} and {} routes differ", pair[0].0, pair[1].0);
         }
     }
 
@@ -790,7 +807,8 @@ mod tests {
     /// output channel: per phase and channel for the transposed one), and against the f32
     /// operands. `wt` is (cout, cin) for the 1x1 one, (cout·4, cin) with row o·4 + di·2 + dj for
     /// the transposed one (as `ConvTranspose2x2` holds it).
-    fn check_pointwise(cin: usize, cout: usize, h: usize, w: usize, transposed: bool, residual: bool, seed: &mut u64) {
+    #[allow(clippy::too_many_arguments)]
+    fn check_pointwise(cin: usize, cout: usize, h: usize, w: usize, transposed: bool, relu: bool, residual: bool, seed: &mut u64) {
         let phases = if transposed { 4 } else { 1 };
         let x = test_values(seed, cin * h * w);
         let wt = test_values(seed, phases * cout * cin);
@@ -807,7 +825,7 @@ mod tests {
             }
         }
         let (sw, q) = quantise_weights(&reordered, phases * cout, cin);
-        let xq = QuadPlanes::new(&x, cin, h, w, false).dequantised(cin, h, w);
+        let xq = QuadPlanes::new(&x, cin, h, w, relu).dequantised(cin, h, w);
         let (mut want, mut exact) = (vec![0f64; cout * oh * ow], vec![0f64; cout * oh * ow]);
         for o in 0..cout {
             for y in 0..oh {
@@ -818,7 +836,8 @@ mod tests {
                     for c in 0..cin {
                         let k = qrow(o, ph);
                         s += xq[(c * h + i) * w + j] as f64 * q[k * cin + c] as f64 * sw[k] as f64;
-                        e += x[(c * h + i) * w + j] as f64 * wt[row(o, ph) * cin + c] as f64;
+                        let v = x[(c * h + i) * w + j];
+                        e += if relu { v.max(0.0) } else { v } as f64 * wt[row(o, ph) * cin + c] as f64;
                     }
                     want[(o * oh + y) * ow + xx] = s;
                     exact[(o * oh + y) * ow + xx] = e;
@@ -832,7 +851,7 @@ mod tests {
             let new = if transposed { QuantConv::new_transposed } else { QuantConv::new_pointwise };
             let op = new(&wt, bias.clone(), cin, cout, level).unwrap();
             assert_eq!(op.upsampling(), transposed);
-            let got = isa::with_isa(level, || op.run(&x, h, w, false, res.as_deref())).unwrap();
+            let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
             assert_eq!(got.len(), cout * oh * ow);
             for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
                 assert!(
@@ -847,15 +866,15 @@ mod tests {
     #[test]
     fn pointwise_and_transposed_routes_match_the_int8_reference() {
         let mut seed = 0x7a11_0f1c_e5ca_1ab1u64;
-        for (cin, cout, h, w, transposed, residual) in [
-            (1, 1, 1, 1, false, false),
-            (5, 7, 3, 19, false, true),
-            (64, 13, 2, 37, false, false),
-            (3, 2, 1, 1, true, false),
-            (33, 10, 3, 17, true, false),
-            (64, 32, 2, 40, true, false),
+        for (cin, cout, h, w, transposed, relu, residual) in [
+            (1, 1, 1, 1, false, false, false),
+            (5, 7, 3, 19, false, false, true),
+            (64, 13, 2, 37, false, true, false),
+            (3, 2, 1, 1, true, false, false),
+            (33, 10, 3, 17, true, false, true),
+            (64, 32, 2, 40, true, false, false),
         ] {
-            check_pointwise(cin, cout, h, w, transposed, residual, &mut seed);
+            check_pointwise(cin, cout, h, w, transposed, relu, residual, &mut seed);
         }
     }
 
@@ -866,6 +885,17 @@ mod tests {
         assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, false, None).is_ok());
         assert!(op.run(&[1.0; 2 * 3 * 5 - 1], 3, 5, false, None).is_err());
         assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, true, Some(&[0.0; 4 * 3 * 5 - 1])).is_err());
+        // Upsampling and transposed ops: the residual at the output's size (4x the input's),
+        // no ReLU on their input, whole weights.
+        let up = QuantConv::new_upsampling(&[0.5; 4 * 2 * 9], vec![0.0; 4], 2, 4, isa::max()).unwrap();
+        let tr = QuantConv::new_transposed(&[0.5; 4 * 4 * 2], vec![0.0; 4], 2, 4, isa::max()).unwrap();
+        for op in [&up, &tr] {
+            assert_eq!(op.run(&[1.0; 2 * 3 * 5], 3, 5, false, Some(&[0.0; 4 * 6 * 10])).unwrap().len(), 4 * 6 * 10);
+            assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, false, Some(&[0.0; 4 * 3 * 5])).is_err());
+            assert!(op.run(&[1.0; 2 * 3 * 5], 3, 5, true, None).is_err());
+        }
+        assert!(QuantConv::new_transposed(&[0.5; 4 * 4 * 2 - 1], vec![0.0; 4], 2, 4, isa::max()).is_err());
+        assert!(QuantConv::new_pointwise(&[0.5; 8], vec![0.0; 3], 2, 4, isa::max()).is_err());
     }
 
     /// The per-pixel quantiser gives the portable body's scales, zero points and bytes at every
@@ -885,16 +915,23 @@ mod tests {
                     *v = edge[(i / 7) % edge.len()];
                 }
             }
-            // A pixel of zeros in every channel (the range is empty: scale 1).
+            // A pixel of zeros in every channel (the range is empty: scale 1), and one of values
+            // near the smallest normal (a subnormal scale, an infinite inverse).
             for c in 0..cin {
                 x[c * w] = 0.0;
+                if w > 1 {
+                    x[c * w + w - 1] = [1e-38, -3e-38, 2e-39][c % 3];
+                }
             }
             let rows: Vec<&[f32]> = x.chunks(w).collect();
             for relu in [false, true] {
+                // Outputs with a vector's worth of sentinels past w, which must stay untouched.
                 let run = |level: Isa| {
-                    let (mut s, mut z) = (vec![0f32; w], vec![0i32; w]);
-                    let mut planes = vec![vec![0i32; w]; cin.div_ceil(4)];
-                    quantise_pixels(level, &rows, relu, &mut s, &mut z, planes.iter_mut().map(|p| &mut p[..]).collect());
+                    let (mut s, mut z) = (vec![-7f32; w + 16], vec![-7i32; w + 16]);
+                    let mut planes = vec![vec![-7i32; w + 16]; cin.div_ceil(4)];
+                    quantise_pixels(level, &rows, relu, &mut s[..w], &mut z[..w], planes.iter_mut().map(|p| &mut p[..w]).collect());
+                    assert!(s[w..].iter().all(|&v| v == -7.0) && z[w..].iter().all(|&v| v == -7), "{level}: written past w");
+                    assert!(planes.iter().all(|p| p[w..].iter().all(|&v| v == -7)), "{level}: a plane written past w");
                     (s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), z, planes)
                 };
                 let want = run(Isa::Portable);

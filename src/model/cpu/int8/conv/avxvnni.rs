@@ -2,7 +2,7 @@
 //! ymm registers and no AVX-512 (Intel client parts): a tile of 6 output channels × 16 pixels,
 //! 12 ymm accumulators of i32 per tap (with the two pixel vectors and a broadcast weight: 15 of
 //! the 16 registers); the f32 sums across taps live in a small array in L1 instead, read and
-//! written once per tap against 4·cin `vpdpbusd` per channel pair.
+//! written once per tap, against 12 · ⌈cin/4⌉ `vpdpbusd` of the tile per tap.
 //!
 //! Called only on `Route::AvxVnni`, which `super::route` gives only where the CPU has AVX-VNNI
 //! with AVX2 and FMA (`crate::simd::isa::vnni`).
@@ -92,7 +92,9 @@ unsafe fn conv_kern<const ZERO: bool>(t: &ConvTile) {
         let out = t.out.wrapping_add(r * t.hw);
         let res = t.residual.map(|res| &res[r * t.hw..][..nv]);
         for (i, &v) in accf.iter().enumerate().take(nv) {
-            let y = v.mul_add(sw, b) + res.map_or(0.0, |res| res[i]);
+            // As the AVX512-VNNI kernel: the residual added after the fused scale and bias.
+            let y = v.mul_add(sw, b);
+            let y = res.map_or(y, |res| y + res[i]);
             // SAFETY: the tile's nv pixels of row r are writable (the caller's promise).
             unsafe { out.add(i).write(y) };
         }
