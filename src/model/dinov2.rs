@@ -57,7 +57,10 @@ impl Linear {
             } else {
                 None
             };
-            let f32_weight = if matches!(packed, Some(Packed::Int8(_))) {
+            // The packed weight (bf16 or int8) is the op's only one where the kernels run
+            // (`cpu::enabled`, fixed for the process): no f32 copy beside it. Without the
+            // kernels the op is never called, and the model's tensor is kept for candle's.
+            let f32_weight = if packed.is_some() && super::cpu::enabled() {
                 F32Weight::InPacked
             } else if packed.is_none() && Panels::available(isa::current()) && super::cpu::enabled() {
                 F32Weight::Panels(Arc::new(super::cpu::with_f32(&weight, |wv| Panels::new(wv, d_in, d_out, 1, d_in))?))
@@ -70,7 +73,7 @@ impl Linear {
             None
         };
         let dtype = weight.dtype();
-        // Held in another form by the kernels alone: f32 panels, or int8.
+        // Held in another form by the kernels alone: f32 panels, bf16 or int8.
         let held = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_) | F32Weight::InPacked, .. }, _]));
         if held {
             w.release(&format!("{prefix}.weight"));

@@ -31,7 +31,7 @@ pub enum F32Weight {
     /// Wᵀ in the one-tap kernel's column panels ([`sgemm`]), packed where
     /// [`Panels::available`] held at load; the model keeps no other copy.
     Panels(Arc<Panels>),
-    /// None: the op's `packed` weight is its only one (int8, which keeps no f32 copy).
+    /// None: the op's `packed` weight (bf16 or int8) is its only one.
     InPacked,
 }
 
@@ -94,7 +94,7 @@ impl CustomOp1 for LinearOp {
                 let y = sgemm::linear(x, n, p, &self.bias, gelu);
                 return Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))));
             }
-            (None, F32Weight::InPacked) => candle_core::bail!("linear: no weight (an int8 op without its int8 weight)"),
+            (None, F32Weight::InPacked) => candle_core::bail!("linear: no weight (a bf16 or int8 op without its packed weight)"),
             (None, F32Weight::Tensor(t)) => {
                 // The product written over unset memory, then the bias (and GELU) in one pass,
                 // instead of zeroing it, filling it with the bias rows and having the product read
