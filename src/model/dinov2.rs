@@ -26,8 +26,8 @@ const LN_EPS: f64 = 1e-6;
 
 pub struct Linear {
     /// PyTorch's (out, in); products read it transposed through strides. `None` where the CPU
-    /// kernels hold it packed instead (`F32Weight::Panels`, or int8): one copy of the weights in
-    /// memory.
+    /// kernels hold it packed instead (`F32Weight::Panels`, bf16 or int8): one copy of the
+    /// weights in memory.
     weight: Option<Tensor>,
     dtype: DType,
     bias: Tensor,

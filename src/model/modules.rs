@@ -21,23 +21,26 @@ pub struct Conv1x1 {
     int8: Option<QuantConv>,
 }
 
-/// Whether `--precision int8` runs a decoder convolution of these channels in int8: 32 and more
-/// in and out (the stacks' 32 to 1024); those with a few channels (the output convolutions, the
-/// neck's 2-channel inputs) stay f32. 1x1 ones need [`INT8_POINTWISE_MIN_CHANNELS`].
-fn int8_conv(w: &Weights, cin: usize, cout: usize) -> bool {
-    w.cpu_kernels() && w.int8() && cin.min(cout) >= INT8_CONV_MIN_CHANNELS && super::cpu::enabled()
+/// A [`QuantConv`] constructor: (weight, bias, cin, cout, level).
+type NewQuantConv = fn(&[f32], Vec<f32>, usize, usize, crate::simd::isa::Isa) -> candle_core::Result<QuantConv>;
+
+/// The int8 op of a decoder convolution, where `--precision int8` runs it in int8: `min` and
+/// more channels in and out ([`INT8_CONV_MIN_CHANNELS`]: the stacks' 32 to 1024; those with a
+/// few, the output convolutions and the neck's 2-channel inputs, stay f32), built by `new`
+/// from the f32 weight as the op takes it.
+fn int8_conv(w: &Weights, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<QuantConv>> {
+    if !(w.cpu_kernels() && w.int8() && cin.min(cout) >= min && super::cpu::enabled()) {
+        return Ok(None);
+    }
+    let level = crate::simd::isa::current();
+    Ok(Some(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??))
 }
 
 impl Conv1x1 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let int8 = if int8_conv(w, cin, cout) && cin.min(cout) >= INT8_POINTWISE_MIN_CHANNELS {
-            let level = crate::simd::isa::current();
-            Some(crate::model::cpu::with_f32(&weight, |wv| QuantConv::new_pointwise(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
-        } else {
-            None
-        };
+        let int8 = int8_conv(w, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)?;
         let cpu = if w.cpu_kernels() && int8.is_none() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
             let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
@@ -87,7 +90,8 @@ pub struct Conv3x3 {
     int8: Option<QuantConv>,
 }
 
-/// Channels in and out from which `--precision int8` runs a convolution in int8 ([`int8_conv`]).
+/// Channels in and out from which `--precision int8` runs a 3x3 or transposed convolution in
+/// int8 ([`int8_conv`]).
 const INT8_CONV_MIN_CHANNELS: usize = 32;
 /// The same for the 1x1 convolutions: the heads' 32-channel inputs at full resolution (the
 /// neck's last level, added to the head's) stay f32. In int8 they moved ViT-S's outputs most of
@@ -108,13 +112,8 @@ impl Conv3x3 {
     fn load_with(w: &mut Weights, p: &str, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let int8 = if int8_conv(w, cin, cout) {
-            let level = crate::simd::isa::current();
-            let new = if upsampling { QuantConv::new_upsampling } else { QuantConv::new };
-            Some(crate::model::cpu::with_f32(&weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
-        } else {
-            None
-        };
+        let new: NewQuantConv = if upsampling { QuantConv::new_upsampling } else { QuantConv::new };
+        let int8 = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)?;
         // A convolution that runs in int8 takes every call there (an upsampling one is only
         // called upsampled): no f32 weights packed beside it.
         let cpu = if w.cpu_kernels() && int8.is_none() {
@@ -227,12 +226,7 @@ impl ConvTranspose2x2 {
         let weight = w.get_product(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let int8 = if int8_conv(w, cin, cout) {
-            let level = crate::simd::isa::current();
-            Some(crate::model::cpu::with_f32(&weight, |wv| QuantConv::new_transposed(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)
-        } else {
-            None
-        };
+        let int8 = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)?;
         let cpu = if w.cpu_kernels() && int8.is_none() {
             let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             let bias: Vec<f32> = bias.to_vec1()?;

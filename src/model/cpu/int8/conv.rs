@@ -7,8 +7,7 @@
 //! output phases' channels, and the 3x3 one after an upsample a 3x3 convolution of its input to
 //! its four phases' kernels (`conv3x3::phased_weights`): both then interleave the phases.
 //!
-//! A 3x3 convolution is nine products, one per tap (a 1x1 one the centre tap's alone), each over
-//! the input channels (K = cin), so
+//! A 3x3 convolution is nine products, one per tap, each over the input channels (K = cin), so
 //! that each pixel keeps its own scale: tap t of output pixel p reads input pixel p + t, whose
 //! scale s and zero point z apply to the whole tap. Per tap, in f32:
 //! `y[o,p] += s_w[o] · (s[p+t] · Σ_c u[p+t,c]·q[o,c,t] − s[p+t]·z[p+t] · Σ_c q[o,c,t])`.
@@ -58,10 +57,10 @@ enum Store {
     EmulatedPointwise(Box<Conv1x1Op>),
 }
 
-/// The VNNI kernels' weights, each padded with zeros to whole tiles of [`TILE_CH`]
-/// channels: for each tile, tap (9, or the centre alone), quad and channel of the tile, the word of its four s8 weights
-/// (zero past cout or cin); s_w, Σ_c q per tap (as f32: exact, |Σ| < 2²⁴), and the bias, per
-/// channel.
+/// The VNNI kernels' weights, each padded with zeros to whole tiles of [`TILE_CH`] channels:
+/// for each tile, tap (9, or the centre alone), quad and channel of the tile, the word of its
+/// four s8 weights (zero past cout or cin); s_w, Σ_c q per tap (as f32: exact, |Σ| < 2²⁴), and
+/// the bias, per channel.
 struct VnniWeights {
     words: Vec<i32>,
     scale: Vec<f32>,
@@ -196,15 +195,11 @@ impl QuantConv {
 
     /// The products' (cout, h, w) from x (cin, h, w) [+ residual].
     fn product(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> candle_core::Result<Vec<f32>> {
+        // The emulated routes' input: quantised, and dequantised for the f32 products.
+        let emulated = || QuadPlanes::new(x, self.cin, h, w, relu).dequantised(self.cin, h, w);
         match &self.store {
-            Store::Emulated(op) => {
-                let planes = QuadPlanes::new(x, self.cin, h, w, relu);
-                op.run_f32(&planes.dequantised(self.cin, h, w), h, w, false, residual)
-            }
-            Store::EmulatedPointwise(op) => {
-                let planes = QuadPlanes::new(x, self.cin, h, w, relu);
-                op.run(&planes.dequantised(self.cin, h, w), h * w, residual)
-            }
+            Store::Emulated(op) => op.run_f32(&emulated(), h, w, false, residual),
+            Store::EmulatedPointwise(op) => op.run(&emulated(), h * w, residual),
             Store::Vnni(weights, route) => Ok(self.run_vnni(x, h, w, relu, residual, weights, *route)),
         }
     }
