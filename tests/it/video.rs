@@ -248,7 +248,7 @@ fn video_scale_smooth_follows_the_raw_scales_with_the_documented_filter() {
             assert!(x.is_infinite() && y.is_infinite() || ((x * k) - y).abs() <= 1e-5 * y.abs(), "frame {i}: {x} * {k} vs {y}");
         }
     }
-    // The filter as README states it: log s_k = log s_(k-1) + (1 - exp(-dt / T)) (log raw_k - log s_(k-1)).
+    // The filter as docs/usage.md states it: log s_k = log s_(k-1) + (1 - exp(-dt / T)) (log raw_k - log s_(k-1)).
     let mut state = raw_scales[0].ln();
     for i in 0..FRAMES as usize {
         if i > 0 {
