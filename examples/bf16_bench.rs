@@ -1,4 +1,4 @@
-//! GFLOP/s of the bf16 GEMM (`moge::model::cpu::bf16`) next to the `gemm` crate's f32 GEMM on
+//! GFLOP/s of the bf16 GEMM (`moge::model::cpu::matmul::bf16`) next to the `gemm` crate's f32 GEMM on
 //! the same shapes, measured interleaved (the machine is shared: compare the ratio).
 //!
 //! `cargo run --release --example bf16_bench [reps] [shape filter, e.g. 1800×1024]`
@@ -15,7 +15,7 @@
 mod common;
 use common::median;
 use common::rng::Rng;
-use moge::model::cpu::bf16::{self, PackedA, PackedB};
+use moge::model::cpu::matmul::bf16::{self, PackedA, PackedB};
 use moge::simd::Mat;
 use std::time::Instant;
 

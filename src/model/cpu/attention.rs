@@ -11,8 +11,8 @@ use crate::simd::math::{softmax_columns, softmax_row};
 use crate::simd::sgemm::{self, Lhs, Micro, Panels};
 use crate::simd::{Mat, MatMut, SendPtr};
 
-use super::bf16::{gemm_bf16, PackedB};
-use super::planes::Pointwise;
+use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::pointwise::Pointwise;
 
 pub struct AttentionOp {
     pub num_heads: usize,
