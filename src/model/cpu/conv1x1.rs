@@ -15,6 +15,7 @@ use super::tensor::{contiguous, with_f32};
 use crate::simd::{Mat, SendPtr};
 
 use super::matmul::bf16::{gemm_bf16_packed_a, PackedA};
+use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::pointwise::Pointwise;
 
 /// out (m × n) += w (m × k) · x (k × n), all row-major, on the rayon pool.
@@ -24,26 +25,10 @@ pub(crate) fn gemm_into(out: &mut [f32], w: &[f32], x: &[f32], m: usize, k: usiz
     // SAFETY: `out` holds m rows of n (borrowed mutably), `w` m rows of k and `x` k rows of n
     // (asserted).
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            true,
-            w.as_ptr(),
-            1,
-            k as isize,
-            x.as_ptr(),
-            1,
-            n as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(threads),
+        Gemm::new(m, n, k).accumulate(true).on_rayon(threads).run(
+            Strided::rows(out.as_mut_ptr(), n),
+            Strided::rows(w.as_ptr(), k),
+            Strided::rows(x.as_ptr(), n),
         );
     }
 }

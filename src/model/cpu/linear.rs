@@ -13,6 +13,7 @@ use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
 use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, QuantB};
 
 /// What follows the GEMM.
@@ -142,27 +143,7 @@ fn product_bt(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     // SAFETY: with `read_dst` false the product writes all of `y`'s m · n floats (its capacity)
     // and reads none, before `set_len`; x holds m rows of k, w n rows of k (asserted).
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            y.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            x.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(threads),
-        );
+        Gemm::new(m, n, k).on_rayon(threads).run(Strided::rows(y.as_mut_ptr(), n), Strided::rows(x.as_ptr(), k), Strided::cols(w.as_ptr(), k));
         y.set_len(m * n);
     }
     y

@@ -27,6 +27,7 @@ use crate::simd::isa::{self, Isa};
 use crate::simd::{Mat, MatMut, SendPtr};
 
 use super::matmul::bf16::{gemm_bf16_packed_a, PackedA};
+use super::matmul::gemm::{Gemm, Strided};
 use super::tensor::{contiguous, with_f32};
 
 /// The direct route's instruction set at `level`, or `None` where the im2col route runs
@@ -340,27 +341,7 @@ impl Conv3x3Op {
             // `weight` holds cout rows of k (the op's (cout, cin, 3, 3) tensor, asserted) and
             // `cols` k rows of n.
             unsafe {
-                gemm::gemm(
-                    cout,
-                    n,
-                    k,
-                    dst.ptr(),
-                    1,
-                    hw as isize,
-                    true,
-                    weight.as_ptr(),
-                    1,
-                    k as isize,
-                    cols.as_ptr(),
-                    1,
-                    n as isize,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+                Gemm::new(cout, n, k).accumulate(true).run(Strided::rows(dst.ptr(), hw), Strided::rows(weight.as_ptr(), k), Strided::rows(cols.as_ptr(), n));
             }
         });
         out
