@@ -1,4 +1,4 @@
-//! GFLOP/s of the bf16 GEMM (`moge::model::cpu::bf16`) next to the `gemm` crate's f32 GEMM on
+//! GFLOP/s of the bf16 GEMM (`moge::model::cpu::matmul::bf16`) next to the `gemm` crate's f32 GEMM on
 //! the same shapes, measured interleaved (the machine is shared: compare the ratio).
 //!
 //! `cargo run --release --example bf16_bench [reps] [shape filter, e.g. 1800×1024]`
@@ -15,7 +15,8 @@
 mod common;
 use common::median;
 use common::rng::Rng;
-use moge::model::cpu::bf16::{self, PackedA, PackedB};
+use moge::model::cpu::matmul::bf16::{self, PackedA, PackedB};
+use moge::model::cpu::matmul::gemm::{Gemm, Strided};
 use moge::simd::Mat;
 use std::time::Instant;
 
@@ -24,36 +25,15 @@ use std::time::Instant;
 // The shapes and strides as `gemm` takes them, one by one.
 #[allow(clippy::too_many_arguments)]
 fn f32_gemm(a: &[f32], b: &[f32], b_cs: usize, b_rs: usize, c: &mut [f32], m: usize, k: usize, n: usize, threads: usize) {
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let product = Gemm::new(m, n, k);
+    let product = if threads > 1 { product.on_rayon(threads) } else { product };
     // What `gemm` reads and writes through its pointers, checked here (it checks nothing).
     assert!(a.len() >= m * k && c.len() >= m * n);
     assert!(k == 0 || n == 0 || (k - 1) * b_rs + (n - 1) * b_cs < b.len());
     // SAFETY: C (m x n, rows of n), A (m x k, rows of k) and B (element (i, j) at i * b_rs +
     // j * b_cs) lie inside their slices (asserted above); C is the only one written, and it is
     // borrowed mutably, so nothing else reads it meanwhile.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        )
-    }
+    unsafe { product.run(Strided::rows(c.as_mut_ptr(), n), Strided::rows(a.as_ptr(), k), Strided::with_strides(b.as_ptr(), b_cs, b_rs)) }
 }
 
 /// CPU seconds used by this process (all threads). On a shared machine, flop / CPU-second is the

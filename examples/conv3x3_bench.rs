@@ -8,8 +8,8 @@
 mod common;
 use candle_core::{Device, Tensor};
 use common::rng::Rng;
+use moge::model::cpu::conv3x3::int8::QuantConv;
 use moge::model::cpu::conv3x3::{route, Conv3x3Op};
-use moge::model::cpu::int8::conv::QuantConv;
 use moge::simd::isa::{self, Isa};
 use std::time::Instant;
 
@@ -65,7 +65,7 @@ fn main() -> candle_core::Result<()> {
         let q = med(&mut times[3]);
         println!(
             "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  int8 ({}) {:7.1} G(FL)OP/s  {:.2}x the direct route",
-            if int8.native() { moge::model::cpu::int8::route(best).name() } else { "emulated" },
+            if int8.native() { moge::model::cpu::matmul::int8::route(best).name() } else { "emulated" },
             flop / q / 1e9,
             d / q
         );

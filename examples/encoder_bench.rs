@@ -11,8 +11,8 @@ use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::attention::AttentionOp;
-use moge::model::cpu::int8::QuantB;
 use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed};
+use moge::model::cpu::matmul::int8::QuantB;
 use moge::simd::isa;
 use moge::simd::sgemm::Panels;
 use std::sync::Arc;
@@ -85,7 +85,7 @@ fn main() -> candle_core::Result<()> {
             }
             println!("{name} {label:<16} {:8.2} ms {:7.1} G(FL)OP/s", s * 1e3, flops / s / 1e9);
         }
-        let route = moge::model::cpu::int8::route(isa::current()).name();
+        let route = moge::model::cpu::matmul::int8::route(isa::current()).name();
         println!(
             "{name} block, linears by the gemm crate {:8.2} ms, by panels {:8.2} ms, int8 ({route}) {:8.2} ms",
             totals[0] * 1e3,

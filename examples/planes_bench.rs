@@ -1,5 +1,5 @@
 //! Milliseconds per call of the decoder's 1x1 and 2x2-transposed convolutions
-//! (`moge::model::cpu::planes`) in f32, on the shapes of the neck and heads at 640x480 (1800
+//! (`moge::model::cpu::conv1x1`) in f32, on the shapes of the neck and heads at 640x480 (1800
 //! tokens): the AVX2 direct kernel ([`Pointwise`]) beside the `gemm` crate's route, measured
 //! interleaved in one process (the machine is shared: compare the ratio). With the allocator
 //! settings of the `moge` binary, so freed buffers are reused as in a forward.
@@ -10,7 +10,8 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
-use moge::model::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
+use moge::model::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
+use moge::model::cpu::matmul::pointwise::Pointwise;
 use std::time::Instant;
 
 fn main() -> candle_core::Result<()> {

@@ -8,9 +8,9 @@ use candle_core::{DType, Module, Tensor};
 use std::sync::Arc;
 
 use super::cpu::attention::AttentionOp;
-use super::cpu::bf16::PackedB;
-use super::cpu::int8::QuantB;
 use super::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed, ScaledResidualOp};
+use super::cpu::matmul::bf16::PackedB;
+use super::cpu::matmul::int8::QuantB;
 use super::weights::Weights;
 use crate::simd::isa::{self, Isa};
 use crate::simd::sgemm::Panels;

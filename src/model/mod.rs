@@ -21,14 +21,14 @@ pub use v2::{Model, Prepared, RawOutput, Stages, GRIDS_CACHED};
 /// Arithmetic of the network's matrix products. Weights, activations and every other op stay
 /// in f32; `Bf16` rounds the two inputs of each large product (linears, convolutions) to bf16 and
 /// accumulates in f32, which is where AMD's AVX512-BF16 CPUs are 2-4x faster (Intel's are
-/// slower than in f32: `cpu::bf16::pays`).
+/// slower than in f32: `cpu::matmul::bf16::pays`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
     #[default]
     F32,
     Bf16,
     /// The transformer blocks' linears (qkv, proj, fc1, fc2) and the decoder's convolutions of
-    /// 32 channels and more (1x1: 64; `cpu::int8`) as int8 products on the CPU: weights per
+    /// 32 channels and more (1x1: 64; `cpu::matmul::int8`) as int8 products on the CPU: weights per
     /// output channel, activations per token or pixel, int32 sums. Attention, the output
     /// convolutions, the scale head and everything else stay f32. Never `auto`: it is asked for.
     Int8,
@@ -48,9 +48,9 @@ impl Precision {
 
     /// What `--precision auto` takes on `device`: bf16 products (f32 accumulation, f32 between
     /// products) on a GPU and on a CPU whose route computes bf16 products natively (not under
-    /// `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32 (`cpu::bf16::pays`), else f32.
+    /// `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32 (`cpu::matmul::bf16::pays`), else f32.
     pub fn auto(device: &candle_core::Device) -> Precision {
-        if !device.is_cpu() || cpu::bf16::pays() {
+        if !device.is_cpu() || cpu::matmul::bf16::pays() {
             Precision::Bf16
         } else {
             Precision::F32

@@ -5,10 +5,11 @@ use anyhow::{bail, Result};
 use candle_core::Tensor;
 
 use super::config::{ConvStackConfig, EncoderConfig};
-use super::cpu::bf16::PackedA;
+use super::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
+use super::cpu::conv3x3::int8::QuantConv;
 use super::cpu::conv3x3::Conv3x3Op;
-use super::cpu::int8::conv::QuantConv;
-use super::cpu::planes::{Conv1x1Op, ConvTranspose2x2Op, Pointwise};
+use super::cpu::matmul::bf16::PackedA;
+use super::cpu::matmul::pointwise::Pointwise;
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
 

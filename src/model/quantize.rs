@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use anyhow::{anyhow, bail, Result};
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu::int8::quantise_weights;
+use super::cpu::matmul::int8::quantise_weights;
 use super::dinov2::INT8_LINEARS;
 
 /// What names a weight's scales: `<key>_scale`.

@@ -91,7 +91,7 @@ fn detect() -> Isa {
 /// The int8 dot-product extensions this CPU has (`vpdpbusd`), probed once. They sit beside the
 /// levels rather than being one: CPUs have them in every combination with BF16 (Ice Lake has
 /// AVX512-VNNI without BF16, Alder Lake AVX-VNNI without AVX-512), so a route that uses them
-/// asks for its level and for the extension (`crate::model::cpu::int8::route`).
+/// asks for its level and for the extension (`crate::model::cpu::matmul::int8::route`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vnni {
     /// AVX512-VNNI, with the BW and VL the int8 kernels also use.

@@ -41,7 +41,7 @@ fn predict_and_batch_give_identical_files_at_every_precision() {
     }
     // The option is honoured: bf16 is not f32, and auto is what this CPU's default says.
     assert_ne!(by_precision[0], by_precision[1], "--precision bf16 gave the f32 numbers");
-    let auto_is_bf16 = moge::model::cpu::bf16::pays();
+    let auto_is_bf16 = moge::model::cpu::matmul::bf16::pays();
     assert_eq!(by_precision[2], by_precision[if auto_is_bf16 { 1 } else { 0 }]);
 }
 

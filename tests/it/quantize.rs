@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use moge::model::checkpoint::Checkpoint;
-use moge::model::cpu::int8::quantise_weights;
+use moge::model::cpu::matmul::int8::quantise_weights;
 use moge::model::quantize::{is_int8_weight, stored_as_int8, SCALE_SUFFIX};
 use moge::model::Precision;
 use moge::{InferOptions, Model};

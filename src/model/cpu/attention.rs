@@ -11,8 +11,9 @@ use crate::simd::math::{softmax_columns, softmax_row};
 use crate::simd::sgemm::{self, Lhs, Micro, Panels};
 use crate::simd::{Mat, MatMut, SendPtr};
 
-use super::bf16::{gemm_bf16, PackedB};
-use super::planes::Pointwise;
+use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::gemm::{Gemm, Strided};
+use super::matmul::pointwise::Pointwise;
 
 pub struct AttentionOp {
     pub num_heads: usize,
@@ -121,27 +122,7 @@ impl AttentionOp {
             // hd (`row` apart) within qkv (n rows of 3d, checked by the op).
             unsafe {
                 // scores (bq × n) = scale · q_blk (bq × hd) · kᵀ (hd × n)
-                gemm::gemm(
-                    bq,
-                    n,
-                    hd,
-                    scores.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    q.as_ptr(),
-                    1,
-                    row as isize,
-                    k,
-                    row as isize,
-                    1,
-                    0.0,
-                    scale,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+                Gemm::new(bq, n, hd).scale(scale).run(Strided::rows(scores.as_mut_ptr(), n), Strided::rows(q.as_ptr(), row), Strided::cols(k, row));
             }
             for r in scores.chunks_exact_mut(n) {
                 softmax_row(level, r, 1.0);
@@ -150,27 +131,7 @@ impl AttentionOp {
             // rows of hd within qkv, `scores` bq rows of n.
             unsafe {
                 // out_blk (bq × hd) = scores (bq × n) · v (n × hd)
-                gemm::gemm(
-                    bq,
-                    hd,
-                    n,
-                    dst,
-                    1,
-                    d as isize,
-                    false,
-                    scores.as_ptr(),
-                    1,
-                    n as isize,
-                    v,
-                    1,
-                    row as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+                Gemm::new(bq, hd, n).run(Strided::rows(dst, d), Strided::rows(scores.as_ptr(), n), Strided::rows(v, row));
             }
         });
         out

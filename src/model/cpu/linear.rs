@@ -4,7 +4,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape};
 use rayon::prelude::*;
 
-use super::contiguous;
+use super::tensor::{contiguous, with_f32};
 
 use std::sync::Arc;
 
@@ -12,8 +12,9 @@ use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
-use super::bf16::{gemm_bf16, PackedB};
-use super::int8::{self, QuantB};
+use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::gemm::{Gemm, Strided};
+use super::matmul::int8::{self, QuantB};
 
 /// What follows the GEMM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -100,7 +101,7 @@ impl CustomOp1 for LinearOp {
                 // instead of zeroing it, filling it with the bias rows and having the product read
                 // them back: 1.04x for ViT-L's four linears on an Intel Xeon, alternated in one
                 // process.
-                let y = super::with_f32(t, |w| product_bt(x, w, n, d_in, self.d_out))?;
+                let y = with_f32(t, |w| product_bt(x, w, n, d_in, self.d_out))?;
                 return Ok((CpuStorage::F32(self.bias_then_gelu(y)), Shape::from((n, self.d_out))));
             }
         };
@@ -142,27 +143,7 @@ fn product_bt(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     // SAFETY: with `read_dst` false the product writes all of `y`'s m · n floats (its capacity)
     // and reads none, before `set_len`; x holds m rows of k, w n rows of k (asserted).
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            y.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            x.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(threads),
-        );
+        Gemm::new(m, n, k).on_rayon(threads).run(Strided::rows(y.as_mut_ptr(), n), Strided::rows(x.as_ptr(), k), Strided::cols(w.as_ptr(), k));
         y.set_len(m * n);
     }
     y

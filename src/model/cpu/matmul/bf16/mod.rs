@@ -29,6 +29,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::gemm::{Gemm, Strided};
 use crate::simd::isa::{self, Isa};
 use crate::simd::{Mat, MatMut, MatRef};
 
@@ -395,32 +396,13 @@ fn portable_gemm(a: Mat<&[f32]>, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, accumul
         }
         return;
     }
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let product = Gemm::new(m, n, k).accumulate(accumulate);
+    let product = if threads > 1 { product.on_rayon(threads) } else { product };
     let (a, b, c) = (a.as_raw(), b.as_raw(), c.as_raw_mut());
     // SAFETY: the views hold m×k, k×n and m×n elements (checked when they were made from their
     // slices, borrowed for this call, C's mutably, its rows apart).
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.ptr(),
-            1,
-            c.stride() as isize,
-            accumulate,
-            a.ptr(),
-            1,
-            a.stride() as isize,
-            b.ptr(),
-            1,
-            b.stride() as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
+        product.run(Strided::rows(c.ptr(), c.stride()), Strided::rows(a.ptr(), a.stride()), Strided::rows(b.ptr(), b.stride()));
     }
 }
 

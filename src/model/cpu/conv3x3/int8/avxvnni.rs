@@ -4,7 +4,7 @@
 //! the 16 registers); the f32 sums across taps live in a small array in L1 instead, read and
 //! written once per tap, against 12 · ⌈cin/4⌉ `vpdpbusd` of the tile per tap.
 //!
-//! Called only on `Route::AvxVnni`, which `super::route` gives only where the CPU has AVX-VNNI
+//! Called only on `Route::AvxVnni`, which `crate::model::cpu::matmul::int8::route` gives only where the CPU has AVX-VNNI
 //! with AVX2 and FMA (`crate::simd::isa::vnni`).
 
 use super::ConvTile;

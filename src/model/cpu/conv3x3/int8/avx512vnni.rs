@@ -1,7 +1,7 @@
 //! The AVX512-VNNI kernel of the int8 convolution (`super`): a tile of 6 output channels × 32
 //! pixels, 12 zmm accumulators of i32 per tap and 12 of f32 across taps.
 //!
-//! Called only on `Route::Avx512Vnni`, which `super::route` gives only where the CPU has
+//! Called only on `Route::Avx512Vnni`, which `crate::model::cpu::matmul::int8::route` gives only where the CPU has
 //! AVX512-VNNI with BW and VL (`crate::simd::isa::vnni`).
 
 use super::ConvTile;

@@ -91,7 +91,7 @@ fn round_even(v: f32) -> f32 {
 /// form that vectorises (Rust's saturating float-to-int cast does not; this one cannot
 /// overflow, so it needs none).
 #[inline(always)]
-fn to_u8(v: f32, inv: f32, z: f32) -> i32 {
+pub(in crate::model::cpu) fn to_u8(v: f32, inv: f32, z: f32) -> i32 {
     let t = round_even(v * inv) + z;
     let t = if t >= 0.0 { t } else { 0.0 };
     let t = if t <= 255.0 { t } else { 255.0 };
@@ -103,7 +103,7 @@ fn to_u8(v: f32, inv: f32, z: f32) -> i32 {
 /// point. All zeros, or infinities: any scale will do (the result is 0, or as undefined as
 /// f32's). One formula for the tokens of the linears and the pixels of the convolutions.
 #[inline(always)]
-fn range_scale(lo: f32, hi: f32) -> (f32, f32, i32) {
+pub(in crate::model::cpu) fn range_scale(lo: f32, hi: f32) -> (f32, f32, i32) {
     let s = (hi - lo) / 255.0;
     let s = if s > 0.0 && s.is_finite() { s } else { 1.0 };
     let inv = 1.0 / s;
@@ -403,8 +403,6 @@ impl Tile<'_> {
             && self.c.cols() <= nr
     }
 }
-
-pub mod conv;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;

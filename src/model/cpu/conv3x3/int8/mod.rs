@@ -19,15 +19,16 @@
 //! broadcast weight words, twelve `vpdpbusd`; the output is written channel-major, as the f32
 //! kernels write it.
 //!
-//! Routes, as the linears' (`super::route`): the kernel above on AVX512-VNNI, a 6 × 16 tile of
+//! Routes, as the linears' ([`route`]): the kernel above on AVX512-VNNI, a 6 × 16 tile of
 //! ymm registers on AVX-VNNI (`avxvnni`); elsewhere the same quantisation emulated (the input
 //! quantised and dequantised, convolved with the dequantised weights by the f32 route).
 
 use rayon::prelude::*;
 
-use super::{quantise_weights, range_scale, route, to_u8, Route};
-use crate::model::cpu::conv3x3::{interleave_phases, phased_weights, Conv3x3Op};
-use crate::model::cpu::planes::Conv1x1Op;
+use super::{interleave_phases, phased_weights, Conv3x3Op};
+use crate::model::cpu::conv1x1::Conv1x1Op;
+use crate::model::cpu::matmul::int8::{quantise_weights, range_scale, route, to_u8, Route};
+use crate::model::cpu::tensor::contiguous;
 use crate::simd::isa::Isa;
 
 /// Output channels per register tile.
@@ -609,7 +610,7 @@ impl candle_core::CustomOp1 for QuantConvCall<'_> {
     }
     fn cpu_fwd(&self, s: &candle_core::CpuStorage, l: &candle_core::Layout) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
         let (h, w) = self.dims(l)?;
-        let x = crate::model::cpu::contiguous(s, l, "conv int8")?;
+        let x = contiguous(s, l, "conv int8")?;
         let y = self.op.run(x, h, w, self.relu_input, None)?;
         Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from(self.op.out_dims(h, w))))
     }
@@ -631,8 +632,8 @@ impl candle_core::CustomOp2 for QuantConvCall<'_> {
         if l2.shape().dims() != [oc, oh, ow] {
             candle_core::bail!("conv int8: residual {:?} does not match the output ({oc}, {oh}, {ow})", l2.shape());
         }
-        let x = crate::model::cpu::contiguous(s1, l1, "conv int8")?;
-        let r = crate::model::cpu::contiguous(s2, l2, "conv int8 residual")?;
+        let x = contiguous(s1, l1, "conv int8")?;
+        let r = contiguous(s2, l2, "conv int8 residual")?;
         let y = self.op.run(x, h, w, self.relu_input, Some(r))?;
         Ok((candle_core::CpuStorage::F32(y), candle_core::Shape::from((oc, oh, ow))))
     }

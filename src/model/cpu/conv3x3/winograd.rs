@@ -5,7 +5,7 @@
 //! transformed 4x4 input patch of channel c and U_c = G g_c Gᵀ the transformed 3x3 weight:
 //! for each of the 16 positions ξ of the 4x4 transform, one product (cout × cin) · (cin ×
 //! tiles), 16 · cin multiply-adds per tile and output channel where the direct convolution
-//! needs 36. The products are the direct route's AVX2 kernel with one tap (`planes::Pointwise`);
+//! needs 36. The products are the direct route's AVX2 kernel with one tap ([`Pointwise`]);
 //! the transforms are additions only (B and A hold 0 and ±1; G's halves are applied to the
 //! weights once, in f64, at load).
 //!
@@ -19,7 +19,7 @@ use crate::simd::isa;
 use crate::simd::sgemm::Micro;
 use crate::simd::{Mat, SendPtr};
 
-use super::planes::Pointwise;
+use crate::model::cpu::matmul::pointwise::Pointwise;
 
 /// The 16 transform positions ξ = 4i + j of a tile.
 const XI: usize = 16;

@@ -6,7 +6,7 @@
 //!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
 //!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
 //!   single-threaded.
-//! * Winograd F(2x2, 3x3) (f32 at AVX2, 64 channels and more): `super::winograd`. A
+//! * Winograd F(2x2, 3x3) (f32 at AVX2, 64 channels and more): [`winograd`]. A
 //!   convolution built for upsampled input ([`Conv3x3Op::new_upsampling`]) runs there too, on
 //!   the map before its upsample: see [`UpWinograd`].
 //! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above): a tile's input rows are
@@ -26,7 +26,9 @@ use crate::simd::avx2;
 use crate::simd::isa::{self, Isa};
 use crate::simd::{Mat, MatMut, SendPtr};
 
-use super::bf16::{gemm_bf16_packed_a, PackedA};
+use super::matmul::bf16::{gemm_bf16_packed_a, PackedA};
+use super::matmul::gemm::{Gemm, Strided};
+use super::tensor::{contiguous, with_f32};
 
 /// The direct route's instruction set at `level`, or `None` where the im2col route runs
 /// (portable, and bf16 products without AVX512-BF16: their GEMM rounds its inputs).
@@ -52,7 +54,7 @@ pub struct Conv3x3Op {
     direct: Option<Direct>,
     /// The Winograd route (f32 at the AVX2 level, 64 channels and more in and out), in place of
     /// the direct one: it takes every call without the upsample.
-    winograd: Option<super::winograd::Winograd>,
+    winograd: Option<winograd::Winograd>,
     /// The upsampled calls' Winograd route, where the op was built for them.
     up: Option<UpWinograd>,
 }
@@ -67,7 +69,7 @@ pub struct Conv3x3Op {
 /// input) is never made, and the products run on the Winograd route (64 channels and more in,
 /// 16 and more out) instead of the direct one.
 struct UpWinograd {
-    wg: super::winograd::Winograd,
+    wg: winograd::Winograd,
     /// The bias once per phase.
     bias4: Vec<f32>,
 }
@@ -86,10 +88,10 @@ impl UpWinograd {
     /// From a (cout, cin, 3, 3) weight of the convolution after the upsample; `None` where the
     /// Winograd route does not pay or is not this level's.
     fn new(w: &[f32], bias: &[f32], cin: usize, cout: usize) -> Option<Self> {
-        if !super::winograd::Winograd::worth(isa::current(), cin, 4 * cout) {
+        if !winograd::Winograd::worth(isa::current(), cin, 4 * cout) {
             return None;
         }
-        let wg = super::winograd::Winograd::new(&phased_weights(w, cin, cout), cin, 4 * cout)?;
+        let wg = winograd::Winograd::new(&phased_weights(w, cin, cout), cin, 4 * cout)?;
         Some(Self { wg, bias4: bias.repeat(4) })
     }
 
@@ -201,26 +203,26 @@ impl Conv3x3Op {
     fn build(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool, winograd: bool, upsampling: bool) -> Result<Self> {
         let level = isa::current();
         let up = match route(level, bf16) {
-            Some(Isa::Avx2 | Isa::Avx512) if upsampling && winograd && !bf16 => super::with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
+            Some(Isa::Avx2 | Isa::Avx512) if upsampling && winograd && !bf16 => with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
             _ => None,
         };
         // An op whose upsampled calls have their own route is only called upsampled
         // (`Resampler`): the other routes' weights are not made for it (a plain call would take
         // the im2col route).
         let winograd = match route(level, bf16) {
-            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && super::winograd::Winograd::worth(level, cin, cout) => {
-                super::with_f32(&weight, |w| super::winograd::Winograd::new(w, cin, cout))?
+            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && winograd::Winograd::worth(level, cin, cout) => {
+                with_f32(&weight, |w| winograd::Winograd::new(w, cin, cout))?
             }
             _ => None,
         };
         // Not packed beside the Winograd route (its weights are 16/9 the size already): an
         // upsampling call there is upsampled first by the caller (`fuses_upsample` is false).
         let direct = match route(level, bf16) {
-            Some(isa) if winograd.is_none() && up.is_none() => Some(super::with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
+            Some(isa) if winograd.is_none() && up.is_none() => Some(with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
             _ => None,
         };
         // The im2col route's packed weight only where the direct route is missing.
-        let packed = if bf16 && direct.is_none() { Some(Arc::new(super::with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
+        let packed = if bf16 && direct.is_none() { Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
         Ok(Self { weight, bias, cin, cout, packed, direct, winograd, up })
     }
 
@@ -267,7 +269,7 @@ impl Conv3x3Op {
         if upsample2x {
             candle_core::bail!("conv3x3: the fused upsample needs the direct route");
         }
-        super::with_f32(&self.weight, |wt| self.run_im2col(x, wt, h, w, relu, residual))
+        with_f32(&self.weight, |wt| self.run_im2col(x, wt, h, w, relu, residual))
     }
 
     fn run_im2col(&self, x: &[f32], weight: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>) -> Vec<f32> {
@@ -339,27 +341,7 @@ impl Conv3x3Op {
             // `weight` holds cout rows of k (the op's (cout, cin, 3, 3) tensor, asserted) and
             // `cols` k rows of n.
             unsafe {
-                gemm::gemm(
-                    cout,
-                    n,
-                    k,
-                    dst.ptr(),
-                    1,
-                    hw as isize,
-                    true,
-                    weight.as_ptr(),
-                    1,
-                    k as isize,
-                    cols.as_ptr(),
-                    1,
-                    n as isize,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+                Gemm::new(cout, n, k).accumulate(true).run(Strided::rows(dst.ptr(), hw), Strided::rows(weight.as_ptr(), k), Strided::rows(cols.as_ptr(), n));
             }
         });
         out
@@ -419,7 +401,7 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
     for o in 0..cout {
         for t in 0..9 {
             for k in 0..kc {
-                words[(o * 9 + t) * kc + k] = if bf16 { super::bf16::pair(at(o, 2 * k, t), at(o, 2 * k + 1, t)) } else { at(o, k, t).to_bits() };
+                words[(o * 9 + t) * kc + k] = if bf16 { super::matmul::bf16::pair(at(o, 2 * k, t), at(o, 2 * k + 1, t)) } else { at(o, k, t).to_bits() };
             }
         }
     }
@@ -541,7 +523,7 @@ crate::simd::dispatch! {
 }
 
 /// dst[i] = bf16(a[i]) | bf16(b[i]) << 16 (after a ReLU when asked), on route `isa` (a
-/// [`route`] or [`super::bf16::route`]: AVX512-BF16 only where the CPU has it).
+/// [`route`] or [`super::matmul::bf16::route`]: AVX512-BF16 only where the CPU has it).
 fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Bf16 {
@@ -552,7 +534,7 @@ fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     let _ = isa;
     let f = |v: f32| if relu { v.max(0.0) } else { v };
     for ((d, &p), &q) in dst.iter_mut().zip(a).zip(b) {
-        *d = super::bf16::pair(f(p), f(q));
+        *d = super::matmul::bf16::pair(f(p), f(q));
     }
 }
 
@@ -565,7 +547,7 @@ fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
 unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y1): (usize, usize), out: MatMut<f32>, residual: Option<Mat<&[f32]>>) {
     #[cfg(target_arch = "x86_64")]
     {
-        use super::bf16::MR;
+        use super::matmul::bf16::MR;
         use crate::simd::mat::Prefetch;
         let Plan { cout, w, kc, .. } = plan;
         let kp = 9 * kc;
@@ -639,6 +621,8 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512;
+pub mod int8;
+pub mod winograd;
 
 /// One use of a [`Conv3x3Op`]: ReLU on the input, 2x bilinear upsample of the input (needs
 /// [`Conv3x3Op::fuses_upsample`]); as a `CustomOp2`, the second input is a residual added to the
@@ -666,7 +650,7 @@ impl CustomOp1 for Conv3x3Call<'_> {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let (_, h, w) = self.out_hw(layout)?;
-        let x = super::contiguous(storage, layout, "conv3x3")?;
+        let x = contiguous(storage, layout, "conv3x3")?;
         let out = self.op.run(x, h, w, self.relu_input, self.upsample2x, None)?;
         Ok((CpuStorage::F32(out), Shape::from((self.op.cout, h, w))))
     }
@@ -682,8 +666,8 @@ impl CustomOp2 for Conv3x3Call<'_> {
         if l2.shape().dims() != [self.op.cout, h, w] {
             candle_core::bail!("conv3x3: residual {:?} does not match the output ({}, {h}, {w})", l2.shape(), self.op.cout);
         }
-        let x = super::contiguous(s1, l1, "conv3x3")?;
-        let res = super::contiguous(s2, l2, "conv3x3 residual")?;
+        let x = contiguous(s1, l1, "conv3x3")?;
+        let res = contiguous(s2, l2, "conv3x3 residual")?;
         let out = self.op.run(x, h, w, self.relu_input, self.upsample2x, Some(res))?;
         Ok((CpuStorage::F32(out), Shape::from((self.op.cout, h, w))))
     }
@@ -692,7 +676,7 @@ impl CustomOp2 for Conv3x3Call<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cpu::bf16::round_bf16;
+    use crate::model::cpu::matmul::bf16::round_bf16;
     use candle_core::{Device, Tensor};
 
     use crate::simd::test_values as rand;
@@ -817,17 +801,16 @@ mod tests {
                 let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let wino =
-                        matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::super::winograd::Winograd::worth(level, cin, cout);
+                    let wino = matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::winograd::Winograd::worth(level, cin, cout);
                     assert_eq!(op.winograd(), wino, "{level} bf16={bf16}");
                     let direct = route(level, bf16).filter(|_| !wino);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
                     assert_eq!(op.fuses_upsample(), direct.is_some());
-                    assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::bf16::route(level)));
+                    assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::matmul::bf16::route(level)));
                     // Built for upsampled calls: the Winograd route takes them where it pays.
                     let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
                     let up_wino =
-                        matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::super::winograd::Winograd::worth(level, cin, 4 * cout);
+                        matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::winograd::Winograd::worth(level, cin, 4 * cout);
                     assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
                     if up_wino {
                         assert!(!ups.winograd() && ups.direct.is_none() && ups.packed.is_none(), "{level}: only the upsampled route's weights");
@@ -906,7 +889,7 @@ mod tests {
             pairs(Isa::Portable, &a, &b, relu, &mut want);
             for level in isa::levels() {
                 let mut got = vec![1u32; 301];
-                pairs(crate::model::cpu::bf16::route(level), &a, &b, relu, &mut got);
+                pairs(crate::model::cpu::matmul::bf16::route(level), &a, &b, relu, &mut got);
                 assert_eq!(got, want, "{level} relu={relu}");
             }
         }

@@ -1,0 +1,104 @@
+//! Which CPU kernels run: whether they are on at all, and the route report of each kernel
+//! family that `moge info` and `moge bench` print.
+
+use crate::simd::{isa, sgemm};
+
+use super::{conv3x3, matmul};
+
+/// The kernels are on unless `MOGE_GENERIC_OPS=1` asks for candle's generic ops (to measure
+/// what each kernel gains, side by side in one run).
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MOGE_GENERIC_OPS").map_or(true, |v| v != "1"))
+}
+
+/// The route the CPU kernels take for a model of `precision` built on this thread now: the
+/// instruction set, why, and each kernel family's code path (what `moge info` and `moge bench`
+/// print).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Route {
+    /// The level in use ([`isa::current`]).
+    pub isa: &'static str,
+    /// What the CPU has ([`isa::detected`]).
+    pub detected: &'static str,
+    /// `MOGE_MAX_CPU_ISA` as given (null when unset).
+    pub max_cpu_isa: Option<String>,
+    /// Whether that value named no level and was ignored.
+    pub max_cpu_isa_ignored: bool,
+    pub precision: &'static str,
+    /// Per family, the code path; null under `MOGE_GENERIC_OPS=1` (candle's generic ops).
+    pub kernels: Option<Kernels>,
+}
+
+/// The code path of each kernel family. The f32 products go through the `gemm` crate, which
+/// picks its own SIMD at run time (`MOGE_MAX_CPU_ISA` does not reach it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Kernels {
+    /// 3x3 convolutions (the decoder): `direct <isa>` or `im2col`.
+    pub conv3x3: String,
+    /// Linear layers, 1x1 and transposed convolutions, im2col and attention products.
+    pub products: String,
+    pub attention: &'static str,
+    /// Softmax's exp and GELU's erf: `avx512` or `portable`.
+    pub softmax_gelu: &'static str,
+}
+
+/// The route for `precision` on this thread (see [`Route`]).
+pub fn route(precision: crate::model::Precision) -> Route {
+    use isa::Isa;
+    let level = isa::current();
+    let bf16 = precision == crate::model::Precision::Bf16;
+    let (max_cpu_isa, max_cpu_isa_ignored) = match isa::cap() {
+        isa::Cap::Unset => (None, false),
+        isa::Cap::Level(l) => (Some(l.name().to_owned()), false),
+        isa::Cap::Ignored(v) => (Some(v.clone()), true),
+    };
+    let kernels = enabled().then(|| Kernels {
+        conv3x3: match conv3x3::route(level, bf16) {
+            // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
+            Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => {
+                let min = conv3x3::winograd::Winograd::min_channels(direct);
+                format!("winograd f(2x2,3x3) {direct} ({min}+ channels; upsampled as 4 phases from {min}+), direct {direct} (fewer, fused upsample)")
+            }
+            Some(direct) => format!("direct {direct}"),
+            None => "im2col".to_owned(),
+        },
+        products: match (bf16, matmul::bf16::route(level)) {
+            _ if precision == crate::model::Precision::Int8 => match matmul::int8::route(level) {
+                matmul::int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
+                r => format!("int8 {} for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
+            },
+            (false, _) => match sgemm::Micro::at(level) {
+                Some(sgemm::Micro::Avx2) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
+                Some(sgemm::Micro::Avx512) => "f32 own avx512 kernel (linears, attention, 1x1/transposed)".to_owned(),
+                None => "f32 gemm crate (its own SIMD choice)".to_owned(),
+            },
+            (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
+            (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
+        },
+        attention: "fused",
+        softmax_gelu: crate::simd::route(level).name(),
+    });
+    Route { isa: level.name(), detected: isa::detected().name(), max_cpu_isa, max_cpu_isa_ignored, precision: precision.name(), kernels }
+}
+
+impl std::fmt::Display for Route {
+    /// Two lines: the level and why, then the kernels.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cap = match (&self.max_cpu_isa, self.max_cpu_isa_ignored) {
+            (None, _) => format!("{} unset", isa::ENV),
+            (Some(v), false) => format!("{}={v}", isa::ENV),
+            (Some(v), true) => format!("{}={v:?} ignored", isa::ENV),
+        };
+        writeln!(f, "cpu route: {} (detected {}; {cap}), precision {}", self.isa, self.detected, self.precision)?;
+        match &self.kernels {
+            Some(k) => write!(f, "cpu kernels: conv3x3 {}, products {}, attention {}, softmax/gelu {}", k.conv3x3, k.products, k.attention, k.softmax_gelu),
+            None => write!(f, "cpu kernels: off (MOGE_GENERIC_OPS=1: candle's generic ops)"),
+        }
+    }
+}
+
+/// [`route`] as the two lines `moge info` and `moge bench` print.
+pub fn route_description(precision: crate::model::Precision) -> String {
+    route(precision).to_string()
+}
