@@ -204,7 +204,7 @@ pub fn at_lower_levels(what: &str, f: impl Fn()) {
 }
 
 pub fn load(name: &str) -> Model {
-    Model::load(&fixtures().join(name), &moge::Device::Cpu).unwrap()
+    Model::load(&fixtures().join(name), &moge::model::BuildOptions::default()).unwrap()
 }
 
 /// Per-stage tolerance: max |diff| / max |ref| (fp32 vs fp32 with different summation orders).
