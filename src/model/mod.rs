@@ -18,7 +18,7 @@ pub mod weights;
 
 pub use build::{BuildOptions, Ops};
 pub use runner::Runner;
-pub use v2::{Model, Prepared, RawOutput, Stages, GRIDS_CACHED};
+pub use v2::{Intermediates, Model, Prepared, RawOutput, GRIDS_CACHED};
 
 /// Arithmetic of the network's matrix products. Weights, activations and every other op stay
 /// in f32; `Bf16` rounds the two inputs of each large product (linears, convolutions) to bf16 and

@@ -146,7 +146,7 @@ impl Outputs {
 }
 
 /// Every intermediate of one forward, for per-stage parity checks.
-pub struct Stages {
+pub struct Intermediates {
     pub pos_embed: Tensor,
     pub taps: Vec<Tensor>,
     pub features: Tensor,
@@ -267,19 +267,19 @@ impl Model {
     /// The network on one prepared image, op by op ([`super::Runner`] replays captured
     /// forwards where the device has them).
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
-        Ok(self.forward_stages(prep, None)?.raw)
+        Ok(self.forward_intermediates(prep, None)?.raw)
     }
 
     /// The network, keeping every intermediate; with `timings`, the wall time of each part
     /// (encoder, neck, each head, scale head) is appended. Timings are exact on the CPU, where
     /// every op completes before it returns; an asynchronous device needs a sync per part.
-    pub fn forward_stages(&self, prep: &Prepared, timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Stages> {
+    pub fn forward_intermediates(&self, prep: &Prepared, timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Intermediates> {
         let (image, uv) = self.device_inputs(prep)?;
         let pos_embed = self.pos_embed(prep.grid.0, prep.grid.1)?;
         let net = self.network(&image, &uv, &pos_embed, prep.grid, timings)?;
         let raw = net.read_back()?;
         let Network { enc, neck, heads, .. } = net;
-        Ok(Stages { pos_embed, taps: enc.taps, features: enc.features, cls_token: enc.cls_token, neck, heads, raw })
+        Ok(Intermediates { pos_embed, taps: enc.taps, features: enc.features, cls_token: enc.cls_token, neck, heads, raw })
     }
 
     /// The network's inputs on the device: the normalised image, and the UV planes of the
