@@ -2,8 +2,8 @@
 //! remap, solve focal and shift, build intrinsics, re-project, apply metric scale and mask.
 
 use crate::geometry::exp::exp_in_place;
-use crate::geometry::focal_shift::{recover_focal_shift, recover_focal_shift_sampled};
-use crate::geometry::resize::{bilinear_at, bilinear_axis, resize_bilinear, BilinearRows, ColumnTaps};
+use crate::geometry::focal_shift::recover_focal_shift_sampled;
+use crate::geometry::resize::{bilinear_at, bilinear_axis, BilinearRows, ColumnTaps};
 use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
 use crate::model::{Model, RawOutput};
@@ -74,7 +74,7 @@ pub struct InferOptions {
     pub force_projection: bool,
     pub apply_mask: bool,
     /// Whether the point map is wanted. False lets the one-pass post-processing
-    /// ([`postprocess_raw`]) leave `Prediction::points` empty when the projection is forced:
+    /// ([`Model::postprocess`]) leave `Prediction::points` empty when the projection is forced:
     /// for outputs that never read it (png, json), 12 bytes per pixel neither stored nor
     /// written back (~5 ms of a 1080p photo). Everything else is unchanged.
     pub point_map: bool,
@@ -215,28 +215,6 @@ impl Prediction {
     }
 }
 
-/// The forward outputs at the input size, after remap / normalize / sigmoid / exp
-/// (what upstream `forward()` returns).
-pub struct ForwardMaps {
-    pub points: Vec<f32>,
-    pub normal: Option<Vec<f32>>,
-    pub mask: Option<Vec<f32>>,
-    pub metric_scale: Option<f32>,
-}
-
-/// Planar (C, h, w) → interleaved (H, W, C) at the input size.
-fn resize_interleave(planar: &[f32], c: usize, (h, w): (usize, usize), width: usize, height: usize) -> Vec<f32> {
-    let r = resize_bilinear(planar, c, h, w, height, width);
-    let n = width * height;
-    let mut out = vec![0f32; n * c];
-    for ch in 0..c {
-        for (i, v) in r[ch * n..(ch + 1) * n].iter().enumerate() {
-            out[i * c + ch] = *v;
-        }
-    }
-    out
-}
-
 /// `remap_output` of one point, as upstream `forward()` applies it.
 #[inline]
 fn remap_point(remap: RemapOutput, p: &mut [f32]) {
@@ -347,23 +325,6 @@ fn select_bits(keep: bool, v: f32, other: f32) -> f32 {
     f32::from_bits((v.to_bits() & k) | (other.to_bits() & !k))
 }
 
-/// Tail of upstream `forward()`: resize the head outputs, then remap, normalize, sigmoid, exp.
-pub fn forward_maps(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize) -> ForwardMaps {
-    let mut points = resize_interleave(&raw.points, 3, raw.size, width, height);
-    points.chunks_exact_mut(3).for_each(|p| remap_point(remap, p));
-    let normal = raw.normal.as_ref().map(|n| {
-        let mut n = resize_interleave(n, 3, raw.size, width, height);
-        n.chunks_exact_mut(3).for_each(|v| (v[0], v[1], v[2]) = normalized(v[0], v[1], v[2]));
-        n
-    });
-    let mask = raw.mask.as_ref().map(|m| {
-        let mut m = resize_bilinear(m, 1, raw.size.0, raw.size.1, height, width);
-        m.iter_mut().for_each(|v| *v = sigmoid(*v));
-        m
-    });
-    ForwardMaps { points, normal, mask, metric_scale: raw.metric_scale.map(f32::exp) }
-}
-
 /// The focal and the normalised intrinsics `infer()` builds from it.
 fn intrinsics_of(focal: f32, width: usize, height: usize) -> [[f32; 3]; 3] {
     let aspect = width as f64 / height as f64;
@@ -392,7 +353,8 @@ fn rays(n: usize, f: f32) -> Vec<f32> {
 /// Upstream `MoGeModel.infer` on a loaded model: the network's part is [`Model`]'s, the
 /// post-processing is this module's.
 impl Model {
-    /// Host post-processing of one forward (any thread).
+    /// Host post-processing of one forward (any thread): the one way from a [`RawOutput`] to a
+    /// [`Prediction`].
     pub fn postprocess(&self, raw: &RawOutput, prep_meta: (usize, usize, (usize, usize)), opts: &InferOptions) -> Prediction {
         let (width, height, grid) = prep_meta;
         postprocess_raw(raw, self.config.remap_output, width, height, grid, opts)
@@ -414,14 +376,15 @@ impl Model {
     }
 }
 
-/// [`forward_maps`] then [`postprocess`] in one pass over the output, with the same numbers
-/// bit for bit (tests/it/host_paths.rs holds them side by side): the focal/shift solve reads its
+/// Upstream's `forward()` tail then `infer()`'s post-processing in one pass over the output,
+/// with the same numbers bit for bit (tests/it/host_paths.rs holds it beside the two steps
+/// transcribed, tests/it/support/two_step.rs): the focal/shift solve reads its
 /// 64x64 samples computed alone, then each output row is interpolated, remapped, shifted,
 /// projected, scaled and masked while it is in cache, and written once into the maps. No
 /// full-size temporary, and the x and y of the points are not interpolated when the projection
 /// replaces them. Compiled for the widest vectors the CPU has (the same arithmetic, so the
 /// same bits, at every level).
-pub fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
+fn postprocess_raw(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
     postprocess_rows(crate::simd::isa::current(), raw, remap, width, height, grid, opts)
 }
 
@@ -592,68 +555,6 @@ crate::simd::dispatch! {
             shift: fs.shift,
             grid,
         }
-    }
-}
-
-/// `infer()` after `forward()`.
-pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
-    let ForwardMaps { mut points, mut normal, mask, metric_scale } = fwd;
-    let mut mask_binary: Option<Vec<bool>> = mask.map(|m| m.iter().map(|&v| v > 0.5).collect());
-    let fs = recover_focal_shift(&points, mask_binary.as_deref(), width, height, given_focal(opts, width, height));
-    let focal = fs.focal;
-    let intrinsics = intrinsics_of(focal, width, height);
-    let (fx, fy) = (intrinsics[0][0], intrinsics[1][1]);
-
-    for p in points.chunks_exact_mut(3) {
-        p[2] += fs.shift;
-    }
-    if let Some(m) = mask_binary.as_mut() {
-        for (mv, p) in m.iter_mut().zip(points.chunks_exact(3)) {
-            *mv &= p[2] > 0.0;
-        }
-    }
-    let mut depth: Vec<f32> = points.chunks_exact(3).map(|p| p[2]).collect();
-
-    if opts.force_projection {
-        let (ray_x, ray_y) = (rays(width, fx), rays(height, fy));
-        for (i, p) in points.chunks_exact_mut(3).enumerate() {
-            let d = depth[i];
-            p[0] = ray_x[i % width] * d;
-            p[1] = ray_y[i / width] * d;
-            p[2] = d;
-        }
-    }
-    if let Some(s) = metric_scale {
-        points.iter_mut().for_each(|v| *v *= s);
-        depth.iter_mut().for_each(|v| *v *= s);
-    }
-    if opts.apply_mask {
-        if let Some(m) = &mask_binary {
-            for (i, &valid) in m.iter().enumerate() {
-                if !valid {
-                    points[3 * i..3 * i + 3].fill(f32::INFINITY);
-                    depth[i] = f32::INFINITY;
-                    if let Some(n) = normal.as_mut() {
-                        n[3 * i..3 * i + 3].fill(0.0);
-                    }
-                }
-            }
-        }
-    }
-    let mask = mask_binary.unwrap_or_else(|| vec![true; width * height]);
-    Prediction {
-        width,
-        height,
-        points,
-        depth,
-        normal,
-        normal_png: None,
-        mask,
-        intrinsics,
-        metric_scale: metric_scale.unwrap_or(1.0),
-        focal,
-        shift: fs.shift,
-        grid,
     }
 }
 

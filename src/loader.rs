@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Result};
 
 use crate::device::DeviceRequest;
-use crate::model::{Model, Precision};
+use crate::model::build::BuildOptions;
+use crate::model::v2::Model;
+use crate::model::Precision;
 
 /// How [`load`] loads a model; the default is the command line's (`--revision main`, `--device
 /// auto`, `--precision auto`).
@@ -41,9 +43,9 @@ impl Default for LoadOptions {
 pub fn load(model: &str, opts: &LoadOptions) -> Result<Model> {
     let device = crate::device::open(opts.device).map_err(|e| anyhow!("device {}: {e}", opts.device))?;
     let precision = opts.precision.unwrap_or_else(|| Precision::auto(&device.device));
-    precision.check_device(&device.device).map_err(|e| anyhow!("device {}: {e}", opts.device))?;
+    let build = BuildOptions::new(&device.device, precision).map_err(|e| anyhow!("device {}: {e}", opts.device))?;
     let path = checkpoint(model, &opts.revision)?;
-    Model::load_with(&path, &device.device, precision)
+    Model::load(&path, &build)
 }
 
 /// The checkpoint file of `model`: a published name's, from the hub cache or downloaded, or the

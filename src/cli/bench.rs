@@ -151,10 +151,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         let prep = model.prepare(img.as_raw(), w, h, tokens);
         lap("preprocess", &mut laps);
         let mut fwd_laps = Vec::new();
-        let stages = model.forward_stages(&prep, Some(&mut fwd_laps))?;
+        let inter = model.forward_intermediates(&prep, Some(&mut fwd_laps))?;
         laps.extend(fwd_laps);
         t = Instant::now();
-        let pred = model.postprocess(&stages.raw, (w, h, prep.grid), &opts);
+        let pred = model.postprocess(&inter.raw, (w, h, prep.grid), &opts);
         let mut lap2 = |name: &'static str, laps: &mut Vec<(&'static str, Duration)>| {
             let now = Instant::now();
             laps.push((name, now - t));
@@ -270,7 +270,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     Ok(EXIT_OK)
 }
 
-/// The laps of [`moge::Model::forward_stages`].
+/// The laps of [`moge::Model::forward_intermediates`].
 const NETWORK: [&str; 6] = ["encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head"];
 
 /// A scratch folder deleted when dropped, so that a bench which fails half-way leaves nothing behind.

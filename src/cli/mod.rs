@@ -376,14 +376,15 @@ impl ModelArgs {
     /// The device, opened, and checked to run `--precision` (before any download).
     pub fn open_device(&self) -> anyhow::Result<moge::device::Opened> {
         let opened = moge::device::open(self.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))?;
-        self.precision.resolve(&opened.device).check_device(&opened.device).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))?;
+        moge::model::BuildOptions::new(&opened.device, self.precision.resolve(&opened.device)).map_err(|e| anyhow::anyhow!("--device {}: {e}", self.device))?;
         Ok(opened)
     }
 
     /// [`ModelArgs::load`] of a checkpoint already resolved on a device already open (`bench`
     /// times this part alone).
     pub fn load_on(&self, path: &std::path::Path, device: &moge::Device) -> anyhow::Result<moge::Model> {
-        moge::Model::load_with(path, device, self.precision.resolve(device))
+        let build = moge::model::BuildOptions::new(device, self.precision.resolve(device)).map_err(anyhow::Error::msg)?;
+        moge::Model::load(path, &build)
     }
 }
 

@@ -12,7 +12,7 @@ use super::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed, ScaledResidualOp
 use super::cpu::matmul::bf16::PackedB;
 use super::cpu::matmul::int8::QuantB;
 use super::weights::Weights;
-use crate::simd::isa::{self, Isa};
+use super::{Ops, Precision};
 use crate::simd::sgemm::Panels;
 
 /// The linears of a block that `--precision int8` runs as int8 products (`Linear::load_block`),
@@ -25,13 +25,20 @@ pub const POS_GRID: usize = 37;
 const LN_EPS: f64 = 1e-6;
 
 pub struct Linear {
-    /// PyTorch's (out, in); products read it transposed through strides. `None` where the CPU
-    /// kernels hold it packed instead (`F32Weight::Panels`, bf16 or int8): one copy of the
-    /// weights in memory.
-    weight: Option<Tensor>,
+    /// The dtype of the products' weights.
     dtype: DType,
-    bias: Tensor,
-    cpu: Option<[LinearOp; 2]>,
+    route: LinearRoute,
+}
+
+/// The ops a [`Linear`] runs, chosen at load ([`super::BuildOptions`]).
+enum LinearRoute {
+    /// candle's (any device). The weight is PyTorch's (out, in); products read it transposed
+    /// through strides.
+    Generic { weight: Tensor, bias: Tensor },
+    /// The CPU kernel without and with the GELU epilogue. The model's tensor of the weight is
+    /// released where the kernel holds it packed (`F32Weight::Panels`, bf16 or int8): one copy
+    /// of the weights in memory.
+    Cpu(Box<[LinearOp; 2]>),
 }
 
 impl Linear {
@@ -48,66 +55,69 @@ impl Linear {
     fn load_as(w: &mut Weights, prefix: &str, d_in: usize, d_out: usize, int8: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{prefix}.weight"), &[d_out, d_in])?;
         let bias = w.get(&format!("{prefix}.bias"), &[d_out])?;
-        let cpu = if w.cpu_kernels() {
-            let b: Vec<f32> = bias.to_vec1()?;
-            let packed = if w.bf16() {
-                Some(Packed::Bf16(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)))
-            } else if int8 && w.int8() && super::cpu::enabled() {
-                Some(Packed::Int8(Arc::new(super::cpu::with_f32(&weight, |wv| QuantB::from_f32_nk(wv, d_out, d_in, isa::current()))?)))
-            } else {
-                None
-            };
-            // The packed weight (bf16 or int8) is the op's only one where the kernels run
-            // (`cpu::enabled`, fixed for the process): no f32 copy beside it. Without the
-            // kernels the op is never called, and the model's tensor is kept for candle's.
-            let f32_weight = if packed.is_some() && super::cpu::enabled() {
-                F32Weight::InPacked
-            } else if packed.is_none() && Panels::available(isa::current()) && super::cpu::enabled() {
-                F32Weight::Panels(Arc::new(super::cpu::with_f32(&weight, |wv| Panels::new(wv, d_in, d_out, 1, d_in))?))
-            } else {
-                F32Weight::Tensor(weight.clone())
-            };
-            let op = |epilogue| LinearOp { weight: f32_weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone(), isa: isa::current() };
-            Some([op(Epilogue::Bias), op(Epilogue::BiasGelu)])
+        let dtype = weight.dtype();
+        let Some(level) = w.build().cpu_level() else {
+            return Ok(Self { dtype, route: LinearRoute::Generic { weight, bias } });
+        };
+        let precision = w.build().precision();
+        let b: Vec<f32> = bias.to_vec1()?;
+        let packed = if precision == Precision::Bf16 {
+            Some(Packed::Bf16(Arc::new(super::cpu::with_f32(&weight, |wv| PackedB::from_f32_nk(wv, d_out, d_in))?)))
+        } else if int8 && precision == Precision::Int8 {
+            Some(Packed::Int8(Arc::new(super::cpu::with_f32(&weight, |wv| QuantB::from_f32_nk(wv, d_out, d_in, level))?)))
         } else {
             None
         };
-        let dtype = weight.dtype();
-        // Held in another form by the kernels alone: f32 panels, bf16 or int8.
-        let held = matches!(&cpu, Some([LinearOp { weight: F32Weight::Panels(_) | F32Weight::InPacked, .. }, _]));
-        if held {
+        // The packed weight (bf16 or int8) is the op's only one: no f32 copy beside it.
+        let f32_weight = if packed.is_some() {
+            F32Weight::InPacked
+        } else if Panels::available(level) {
+            F32Weight::Panels(Arc::new(super::cpu::with_f32(&weight, |wv| Panels::new(wv, d_in, d_out, 1, d_in))?))
+        } else {
+            F32Weight::Tensor(weight.clone())
+        };
+        // Held in another form by the kernel alone: f32 panels, bf16 or int8.
+        if matches!(f32_weight, F32Weight::Panels(_) | F32Weight::InPacked) {
             w.release(&format!("{prefix}.weight"));
         }
-        Ok(Self { weight: (!held).then_some(weight), dtype, bias, cpu })
-    }
-    fn cpu_op(&self, x: &Tensor, gelu: bool) -> Option<&LinearOp> {
-        self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled()).map(|ops| &ops[gelu as usize])
+        let op = |epilogue| LinearOp { weight: f32_weight.clone(), bias: b.clone(), d_in, d_out, epilogue, packed: packed.clone(), isa: level };
+        Ok(Self { dtype, route: LinearRoute::Cpu(Box::new([op(Epilogue::Bias), op(Epilogue::BiasGelu)])) })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.cpu_op(x, false) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        match &self.route {
+            LinearRoute::Cpu(ops) => Ok(x.contiguous()?.apply_op1_no_bwd(&ops[0])?),
+            LinearRoute::Generic { weight, bias } => Ok(super::matmul(x, &weight.t()?, self.dtype)?.broadcast_add(bias)?),
         }
-        let Some(weight) = &self.weight else {
-            // The packed route is taken on the CPU with the kernels on, which is where x is.
-            anyhow::bail!("linear: the weights are packed for the CPU kernels, the input is on {:?}", x.device());
-        };
-        Ok(super::matmul(x, &weight.t()?, self.dtype)?.broadcast_add(&self.bias)?)
     }
     /// GELU(linear(x)), exact erf.
     pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.cpu_op(x, true) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        match &self.route {
+            LinearRoute::Cpu(ops) => Ok(x.contiguous()?.apply_op1_no_bwd(&ops[1])?),
+            LinearRoute::Generic { .. } => Ok(self.forward(x)?.gelu_erf()?),
         }
-        Ok(self.forward(x)?.gelu_erf()?)
     }
 }
 
-/// x + gamma ⊙ y: LayerScale and the residual add.
-fn scaled_residual(x: &Tensor, y: &Tensor, gamma: &(Tensor, Option<ScaledResidualOp>)) -> Result<Tensor> {
-    if let (Some(op), true) = (&gamma.1, x.device().is_cpu() && super::cpu::enabled()) {
-        return Ok(x.contiguous()?.apply_op2_no_bwd(&y.contiguous()?, op)?);
+/// LayerScale and the residual add: x + gamma ⊙ y, with the route chosen at load.
+enum LayerScale {
+    Generic(Tensor),
+    Cpu(ScaledResidualOp),
+}
+
+impl LayerScale {
+    fn load(w: &mut Weights, key: &str, dim: usize) -> Result<Self> {
+        let g = w.get(key, &[dim])?;
+        Ok(match w.build().ops() {
+            Ops::Cpu(_) => LayerScale::Cpu(ScaledResidualOp { gamma: g.to_vec1()? }),
+            Ops::Generic => LayerScale::Generic(g),
+        })
     }
-    Ok((x + y.broadcast_mul(&gamma.0)?)?)
+    fn residual(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        match self {
+            LayerScale::Cpu(op) => Ok(x.contiguous()?.apply_op2_no_bwd(&y.contiguous()?, op)?),
+            LayerScale::Generic(gamma) => Ok((x + y.broadcast_mul(gamma)?)?),
+        }
+    }
 }
 
 pub struct LayerNorm {
@@ -130,20 +140,17 @@ pub struct Attention {
     qkv: Linear,
     proj: Linear,
     num_heads: usize,
-    bf16: bool,
-    /// Whether the CPU kernel applies (f32 weights on the CPU).
-    cpu: bool,
-    /// The CPU kernel's level, chosen when the model is built.
-    isa: Isa,
+    /// The fused CPU kernel (its level and products chosen at load), or candle's ops.
+    cpu: Option<AttentionOp>,
 }
 
 impl Attention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
         let hd = d / self.num_heads;
-        if self.cpu && x.device().is_cpu() && super::cpu::enabled() {
+        if let Some(op) = &self.cpu {
             let qkv = self.qkv.forward(x)?.contiguous()?;
-            let out = qkv.apply_op1_no_bwd(&AttentionOp { num_heads: self.num_heads, bf16: self.bf16, isa: self.isa })?;
+            let out = qkv.apply_op1_no_bwd(op)?;
             return self.proj.forward(&out);
         }
         let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
@@ -165,17 +172,11 @@ impl Attention {
 pub struct Block {
     norm1: LayerNorm,
     attn: Attention,
-    ls1: (Tensor, Option<ScaledResidualOp>),
+    ls1: LayerScale,
     norm2: LayerNorm,
     fc1: Linear,
     fc2: Linear,
-    ls2: (Tensor, Option<ScaledResidualOp>),
-}
-
-fn layer_scale(w: &mut Weights, key: &str, dim: usize) -> Result<(Tensor, Option<ScaledResidualOp>)> {
-    let g = w.get(key, &[dim])?;
-    let op = if w.cpu_kernels() { Some(ScaledResidualOp { gamma: g.to_vec1()? }) } else { None };
-    Ok((g, op))
+    ls2: LayerScale,
 }
 
 impl Block {
@@ -186,24 +187,22 @@ impl Block {
                 qkv: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[0]), dim, 3 * dim)?,
                 proj: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[1]), dim, dim)?,
                 num_heads,
-                bf16: w.bf16(),
-                cpu: w.cpu_kernels(),
-                isa: isa::current(),
+                cpu: w.build().cpu_level().map(|isa| AttentionOp { num_heads, bf16: w.build().precision() == Precision::Bf16, isa }),
             },
-            ls1: layer_scale(w, &format!("{p}.ls1.gamma"), dim)?,
+            ls1: LayerScale::load(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
             fc1: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[2]), dim, 4 * dim)?,
             fc2: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[3]), 4 * dim, dim)?,
-            ls2: layer_scale(w, &format!("{p}.ls2.gamma"), dim)?,
+            ls2: LayerScale::load(w, &format!("{p}.ls2.gamma"), dim)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let a = self.attn.forward(&self.norm1.forward(x)?)?;
-        let x = scaled_residual(x, &a, &self.ls1)?;
+        let x = self.ls1.residual(x, &a)?;
         let h = self.fc1.forward_gelu(&self.norm2.forward(&x)?)?;
         let m = self.fc2.forward(&h)?;
-        scaled_residual(&x, &m, &self.ls2)
+        self.ls2.residual(&x, &m)
     }
 }
 

@@ -2,6 +2,7 @@
 //! any candle device. Host work (input resize, position-embedding resize, output resize and
 //! post-processing) is split out so a pipeline can run it on other threads.
 
+pub mod build;
 pub mod checkpoint;
 pub mod config;
 pub mod cpu;
@@ -15,8 +16,9 @@ pub mod runner;
 pub mod v2;
 pub mod weights;
 
+pub use build::{BuildOptions, Ops};
 pub use runner::Runner;
-pub use v2::{Model, Prepared, RawOutput, Stages, GRIDS_CACHED};
+pub use v2::{Intermediates, Model, Prepared, RawOutput, GRIDS_CACHED};
 
 /// Arithmetic of the network's matrix products. Weights, activations and every other op stay
 /// in f32; `Bf16` rounds the two inputs of each large product (linears, convolutions) to bf16 and
@@ -37,15 +39,6 @@ pub enum Precision {
 crate::names::names!(Precision, "precision", { F32 => "f32", Bf16 => "bf16", Int8 => "int8" });
 
 impl Precision {
-    /// Whether this arithmetic runs on `device` here: int8 needs the CPU and its kernels.
-    pub fn check_device(self, device: &candle_core::Device) -> Result<(), String> {
-        match self {
-            Precision::Int8 if !device.is_cpu() => Err("--precision int8 runs on the CPU only: add --device cpu (a GPU runs bf16 or f32)".into()),
-            Precision::Int8 if !cpu::enabled() => Err("--precision int8 needs the CPU kernels: unset MOGE_GENERIC_OPS".into()),
-            _ => Ok(()),
-        }
-    }
-
     /// What `--precision auto` takes on `device`: bf16 products (f32 accumulation, f32 between
     /// products) on a GPU and on a CPU whose route computes bf16 products natively (not under
     /// `MOGE_MAX_CPU_ISA` below avx512bf16) and faster than f32 (`cpu::matmul::bf16::pays`), else f32.

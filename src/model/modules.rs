@@ -12,14 +12,22 @@ use super::cpu::matmul::bf16::PackedA;
 use super::cpu::matmul::pointwise::Pointwise;
 use super::dinov2::{DinoVisionTransformer, Linear};
 use super::weights::Weights;
+use super::Precision;
 
 /// `nn.Conv2d(cin, cout, 1)` as a matrix product over pixels.
 pub struct Conv1x1 {
     weight: Tensor, // (cout, cin)
     bias: Tensor,   // (cout, 1)
-    cpu: Option<Conv1x1Op>,
-    /// The int8 route, in a model run in int8.
-    int8: Option<QuantConv>,
+    route: Conv1x1Route,
+}
+
+/// The ops a [`Conv1x1`] runs, chosen at load ([`super::BuildOptions`]).
+enum Conv1x1Route {
+    /// candle's (any device).
+    Generic,
+    Cpu(Box<Conv1x1Op>),
+    /// In a model run in int8.
+    Int8(Box<QuantConv>),
 }
 
 /// A [`QuantConv`] constructor: (weight, bias, cin, cout, level).
@@ -29,50 +37,43 @@ type NewQuantConv = fn(&[f32], Vec<f32>, usize, usize, crate::simd::isa::Isa) ->
 /// more channels in and out ([`INT8_CONV_MIN_CHANNELS`]: the stacks' 32 to 1024; those with a
 /// few, the output convolutions and the neck's 2-channel inputs, stay f32), built by `new`
 /// from the f32 weight as the op takes it.
-fn int8_conv(w: &Weights, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<QuantConv>> {
-    if !(w.cpu_kernels() && w.int8() && cin.min(cout) >= min && super::cpu::enabled()) {
+fn int8_conv(w: &Weights, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
+    let Some(level) = w.build().cpu_level() else { return Ok(None) };
+    if !(w.build().precision() == Precision::Int8 && cin.min(cout) >= min) {
         return Ok(None);
     }
-    let level = crate::simd::isa::current();
-    Ok(Some(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??))
+    Ok(Some(Box::new(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)))
 }
 
 impl Conv1x1 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let int8 = int8_conv(w, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)?;
-        let cpu = if w.cpu_kernels() && int8.is_none() {
-            let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
-            let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
-            Some(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise })
+        let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)? {
+            Conv1x1Route::Int8(op)
+        } else if w.build().cpu_level().is_some() {
+            let bf16 = w.build().precision() == Precision::Bf16;
+            let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
+            let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
+            Conv1x1Route::Cpu(Box::new(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise }))
         } else {
-            None
+            Conv1x1Route::Generic
         };
-        Ok(Self { weight, bias: bias.reshape((cout, 1))?, cpu, int8 })
-    }
-    fn cpu_op(&self, x: &Tensor) -> Option<&Conv1x1Op> {
-        self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
-    }
-    fn int8_op(&self, x: &Tensor) -> Option<&QuantConv> {
-        self.int8.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
+        Ok(Self { weight, bias: bias.reshape((cout, 1))?, route })
     }
     /// `residual + conv(x)`, fused on the CPU.
     pub fn forward_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x) {
-            return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(false))?);
+        match &self.route {
+            Conv1x1Route::Int8(op) => Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(false))?),
+            Conv1x1Route::Cpu(op) => Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, op.as_ref())?),
+            Conv1x1Route::Generic => Ok((residual + self.forward(x)?)?),
         }
-        if let Some(op) = self.cpu_op(x) {
-            return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, op)?);
-        }
-        Ok((residual + self.forward(x)?)?)
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
-        }
-        if let Some(op) = self.cpu_op(x) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        match &self.route {
+            Conv1x1Route::Int8(op) => return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?),
+            Conv1x1Route::Cpu(op) => return Ok(x.contiguous()?.apply_op1_no_bwd(op.as_ref())?),
+            Conv1x1Route::Generic => {}
         }
         let (c, h, wd) = x.dims3()?;
         let y = super::matmul(&self.weight, &x.reshape((c, h * wd))?, self.weight.dtype())?.broadcast_add(&self.bias)?;
@@ -84,11 +85,19 @@ impl Conv1x1 {
 pub struct Conv3x3 {
     weight: Tensor, // (cout, cin, 3, 3)
     bias: Tensor,   // (1, cout, 1, 1)
-    /// The CPU kernel (weights kept on the host), used when the model lives on the CPU.
-    cpu: Option<Conv3x3Op>,
-    /// The int8 route, in a model run in int8: of the calls without the upsample, or of the
-    /// upsampled ones for a convolution loaded with [`Conv3x3::load_upsampling`].
-    int8: Option<QuantConv>,
+    route: Conv3x3Route,
+}
+
+/// The ops a [`Conv3x3`] runs, chosen at load ([`super::BuildOptions`]).
+enum Conv3x3Route {
+    /// candle's (any device): conv2d, or `unfolded` as matrix products where conv2d is unusable
+    /// (a CUDA build without its cuDNN) or has no bf16 (candle's CPU).
+    Generic { unfolded: bool },
+    /// The CPU kernel (weights kept on the host).
+    Cpu(Box<Conv3x3Op>),
+    /// In a model run in int8: of the calls without the upsample, or of the upsampled ones for
+    /// a convolution loaded with [`Conv3x3::load_upsampling`] (the other kind runs candle's).
+    Int8(Box<QuantConv>),
 }
 
 /// Channels in and out from which `--precision int8` runs a 3x3 or transposed convolution in
@@ -114,49 +123,58 @@ impl Conv3x3 {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
         let new: NewQuantConv = if upsampling { QuantConv::new_upsampling } else { QuantConv::new };
-        let int8 = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)?;
         // A convolution that runs in int8 takes every call there (an upsampling one is only
         // called upsampled): no f32 weights packed beside it.
-        let cpu = if w.cpu_kernels() && int8.is_none() {
+        let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)? {
+            Conv3x3Route::Int8(op)
+        } else if w.build().cpu_level().is_some() {
             let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
-            Some(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.bf16())?)
+            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.build().precision() == Precision::Bf16)?))
         } else {
-            None
+            let device = w.build().device();
+            Conv3x3Route::Generic { unfolded: !crate::device::conv2d_usable(device) || (device.is_cpu() && w.build().dtype() != candle_core::DType::F32) }
         };
-        Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, cpu, int8 })
+        Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, route })
     }
-    fn cpu_op(&self, x: &Tensor) -> Option<&Conv3x3Op> {
-        self.cpu.as_ref().filter(|_| x.device().is_cpu() && super::cpu::enabled())
+    /// The CPU op, if this convolution runs one.
+    fn cpu_op(&self) -> Option<&Conv3x3Op> {
+        match &self.route {
+            Conv3x3Route::Cpu(op) => Some(op),
+            _ => None,
+        }
     }
     /// The int8 op for a call upsampled or not (an op serves only the one kind it was built for).
-    fn int8_op(&self, x: &Tensor, upsampled: bool) -> Option<&QuantConv> {
-        self.int8.as_ref().filter(|op| op.upsampling() == upsampled && x.device().is_cpu() && super::cpu::enabled())
+    fn int8_op(&self, upsampled: bool) -> Option<&QuantConv> {
+        match &self.route {
+            Conv3x3Route::Int8(op) if op.upsampling() == upsampled => Some(op),
+            _ => None,
+        }
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x, false) {
+        if let Some(op) = self.int8_op(false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
         }
-        if let Some(op) = self.cpu_op(x) {
+        if let Some(op) = self.cpu_op() {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, false))?);
         }
         self.generic(x)
     }
     /// conv(relu(x)), with the ReLU fused into the CPU kernel.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x, false) {
+        if let Some(op) = self.int8_op(false) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(true))?);
         }
-        if let Some(op) = self.cpu_op(x) {
+        if let Some(op) = self.cpu_op() {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(true, false))?);
         }
         self.generic(&x.relu()?)
     }
     /// `residual + conv(relu(x))`, with the ReLU and the add fused into the CPU kernel.
     pub fn forward_relu_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x, false) {
+        if let Some(op) = self.int8_op(false) {
             return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(true))?);
         }
-        if let Some(op) = self.cpu_op(x) {
+        if let Some(op) = self.cpu_op() {
             return Ok(x.contiguous()?.apply_op2_no_bwd(&residual.contiguous()?, &op.call(true, false))?);
         }
         Ok((residual + self.generic(&x.relu()?)?)?)
@@ -166,10 +184,10 @@ impl Conv3x3 {
     /// loaded with [`Conv3x3::load_upsampling`] convolves the input itself, so the 4x larger
     /// map is never stored; elsewhere candle upsamples first.
     pub fn forward_upsampled(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = self.int8_op(x, true) {
+        if let Some(op) = self.int8_op(true) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
         }
-        if let Some(op) = self.cpu_op(x).filter(|op| op.fuses_upsample()) {
+        if let Some(op) = self.cpu_op().filter(|op| op.fuses_upsample()) {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false, true))?);
         }
         let (_, h, w) = x.dims3()?;
@@ -181,8 +199,7 @@ impl Conv3x3 {
     fn generic(&self, x: &Tensor) -> Result<Tensor> {
         let dt = self.weight.dtype();
         let x = x.to_dtype(dt)?.pad_with_same(2, 1, 1)?.pad_with_same(1, 1, 1)?;
-        // conv2d is unusable on a CUDA build without its cuDNN, and candle's CPU has no bf16 conv2d.
-        if !crate::device::conv2d_usable(x.device()) || (x.device().is_cpu() && dt != candle_core::DType::F32) {
+        if matches!(self.route, Conv3x3Route::Generic { unfolded: true }) {
             return self.unfolded(&x);
         }
         let y = x.unsqueeze(0)?.conv2d(&self.weight, 0, 1, 1, 1)?.to_dtype(candle_core::DType::F32)?.broadcast_add(&self.bias)?;
@@ -217,9 +234,16 @@ pub struct ConvTranspose2x2 {
     weight: Tensor, // (cout·2·2, cin)
     bias: Tensor,   // (cout, 1, 1, 1, 1)
     cout: usize,
-    cpu: Option<ConvTranspose2x2Op>,
-    /// The int8 route, in a model run in int8.
-    int8: Option<QuantConv>,
+    route: ConvTranspose2x2Route,
+}
+
+/// The ops a [`ConvTranspose2x2`] runs, chosen at load ([`super::BuildOptions`]).
+enum ConvTranspose2x2Route {
+    /// candle's (any device).
+    Generic,
+    Cpu(Box<ConvTranspose2x2Op>),
+    /// In a model run in int8.
+    Int8(Box<QuantConv>),
 }
 
 impl ConvTranspose2x2 {
@@ -227,23 +251,24 @@ impl ConvTranspose2x2 {
         let weight = w.get_product(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let int8 = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)?;
-        let cpu = if w.cpu_kernels() && int8.is_none() {
-            let packed = if w.bf16() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
+        let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)? {
+            ConvTranspose2x2Route::Int8(op)
+        } else if w.build().cpu_level().is_some() {
+            let bf16 = w.build().precision() == Precision::Bf16;
+            let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             let bias: Vec<f32> = bias.to_vec1()?;
-            let pointwise = if w.bf16() { None } else { crate::model::cpu::with_f32(&weight, |wv| ConvTranspose2x2Op::pointwise(wv, cin, cout, &bias))? };
-            Some(ConvTranspose2x2Op { weight: weight.clone(), bias, cin, cout, packed, pointwise })
+            let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| ConvTranspose2x2Op::pointwise(wv, cin, cout, &bias))? };
+            ConvTranspose2x2Route::Cpu(Box::new(ConvTranspose2x2Op { weight: weight.clone(), bias, cin, cout, packed, pointwise }))
         } else {
-            None
+            ConvTranspose2x2Route::Generic
         };
-        Ok(Self { weight, bias: bias.reshape((cout, 1, 1, 1, 1))?, cout, cpu, int8 })
+        Ok(Self { weight, bias: bias.reshape((cout, 1, 1, 1, 1))?, cout, route })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let (Some(op), true) = (&self.int8, x.device().is_cpu() && super::cpu::enabled()) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?);
-        }
-        if let (Some(op), true) = (&self.cpu, x.device().is_cpu() && super::cpu::enabled()) {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        match &self.route {
+            ConvTranspose2x2Route::Int8(op) => return Ok(x.contiguous()?.apply_op1_no_bwd(&op.call(false))?),
+            ConvTranspose2x2Route::Cpu(op) => return Ok(x.contiguous()?.apply_op1_no_bwd(op.as_ref())?),
+            ConvTranspose2x2Route::Generic => {}
         }
         let (c, h, wd) = x.dims3()?;
         let y = super::matmul(&self.weight, &x.reshape((c, h * wd))?, self.weight.dtype())?; // (cout·4, h·w) as (o, di, dj, i, j)

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use lru::LruCache;
 
+use super::build::BuildOptions;
 use super::checkpoint::Checkpoint;
 use super::config::{BackboneSpec, ConvStackConfig, ModelConfig};
 use super::dinov2::{PATCH_SIZE, POS_GRID};
@@ -145,7 +146,7 @@ impl Outputs {
 }
 
 /// Every intermediate of one forward, for per-stage parity checks.
-pub struct Stages {
+pub struct Intermediates {
     pub pos_embed: Tensor,
     pub taps: Vec<Tensor>,
     pub features: Tensor,
@@ -156,42 +157,22 @@ pub struct Stages {
 }
 
 impl Model {
-    /// Loads a checkpoint (`model.pt`, or `.safetensors` + JSON config) onto `device`.
-    pub fn load(path: &Path, device: &Device) -> Result<Self> {
-        Self::load_with(path, device, Precision::F32)
-    }
-
-    /// As [`Model::load`], with the precision of the matrix products.
-    pub fn load_with(path: &Path, device: &Device, precision: Precision) -> Result<Self> {
+    /// Reads a checkpoint (`model.pt`, or `.safetensors` + JSON config) and builds it
+    /// ([`Model::build`]); [`crate::load`] also takes a published model's name.
+    pub fn load(path: &Path, opts: &BuildOptions) -> Result<Self> {
         let ck = Checkpoint::read(path)?;
         let path = ck.path.clone();
-        Self::build_with(ck.config, ck.tensors, device, precision).with_context(|| format!("{}: wrong checkpoint", path.display()))
+        Self::build(ck.config, ck.tensors, opts).with_context(|| format!("{}: wrong checkpoint", path.display()))
     }
 
-    pub fn from_checkpoint(ck: Checkpoint, device: &Device) -> Result<Self> {
-        let path = ck.path.clone();
-        Self::build(ck.config, ck.tensors, device).with_context(|| format!("{}: wrong checkpoint", path.display()))
-    }
-
-    pub fn build(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device) -> Result<Self> {
-        Self::build_with(config, tensors, device, Precision::F32)
-    }
-
-    pub fn build_with(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device, precision: Precision) -> Result<Self> {
-        let dtype = if precision == Precision::Bf16 && !device.is_cpu() { DType::BF16 } else { DType::F32 };
-        Self::build_with_dtype(config, tensors, device, precision, dtype)
-    }
-
-    /// As [`Model::build_with`] with the dtype of the products' weights given: bf16 on the CPU
-    /// runs candle's generic ops with the GPU's arithmetic (the tests' stand-in for it).
-    pub fn build_with_dtype(config: ModelConfig, tensors: HashMap<String, Tensor>, device: &Device, precision: Precision, dtype: DType) -> Result<Self> {
-        if !matches!(dtype, DType::F32 | DType::BF16) {
-            bail!("the matrix products run in f32 or bf16, not {dtype:?}");
-        }
-        precision.check_device(device).map_err(anyhow::Error::msg)?;
-        let mut w = Weights::new(tensors, device, dtype);
-        w.precision = precision;
-        let parts = Parts::bind(&config, &mut w)?;
+    /// Binds a state dict to the network of `config`, each layer taking its route from `opts`.
+    pub fn build(config: ModelConfig, tensors: HashMap<String, Tensor>, opts: &BuildOptions) -> Result<Self> {
+        let mut w = Weights::new(tensors, opts);
+        // The ops that read the level themselves while they pack read the options' level.
+        let parts = match opts.cpu_level() {
+            Some(level) => crate::simd::isa::with_isa(level, || Parts::bind(&config, &mut w))?,
+            None => Parts::bind(&config, &mut w)?,
+        };
         w.finish()?;
         let Parts { encoder, neck, points_head, normal_head, mask_head, scale_head } = parts;
         if points_head.is_none() {
@@ -201,10 +182,10 @@ impl Model {
         let pos_cls = pe.get(0)?.to_vec1::<f32>()?;
         let pos_planes = pe.narrow(0, 1, POS_GRID * POS_GRID)?.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
         Ok(Self {
-            precision,
+            precision: opts.precision(),
             config,
-            device: device.clone(),
-            dtype,
+            device: opts.device().clone(),
+            dtype: opts.dtype(),
             encoder,
             neck,
             points_head,
@@ -220,7 +201,7 @@ impl Model {
     /// The state-dict keys and shapes `config` needs (published backbones only, whose width and
     /// depth are fixed by name).
     pub fn state_dict_shapes(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>> {
-        let mut w = Weights::new(HashMap::new(), &Device::Cpu, DType::F32);
+        let mut w = Weights::new(HashMap::new(), &BuildOptions::default());
         Parts::bind(config, &mut w)?;
         Ok(w.requested().to_vec())
     }
@@ -286,19 +267,19 @@ impl Model {
     /// The network on one prepared image, op by op ([`super::Runner`] replays captured
     /// forwards where the device has them).
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
-        Ok(self.forward_stages(prep, None)?.raw)
+        Ok(self.forward_intermediates(prep, None)?.raw)
     }
 
     /// The network, keeping every intermediate; with `timings`, the wall time of each part
     /// (encoder, neck, each head, scale head) is appended. Timings are exact on the CPU, where
     /// every op completes before it returns; an asynchronous device needs a sync per part.
-    pub fn forward_stages(&self, prep: &Prepared, timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Stages> {
+    pub fn forward_intermediates(&self, prep: &Prepared, timings: Option<&mut Vec<(&'static str, Duration)>>) -> Result<Intermediates> {
         let (image, uv) = self.device_inputs(prep)?;
         let pos_embed = self.pos_embed(prep.grid.0, prep.grid.1)?;
         let net = self.network(&image, &uv, &pos_embed, prep.grid, timings)?;
         let raw = net.read_back()?;
         let Network { enc, neck, heads, .. } = net;
-        Ok(Stages { pos_embed, taps: enc.taps, features: enc.features, cls_token: enc.cls_token, neck, heads, raw })
+        Ok(Intermediates { pos_embed, taps: enc.taps, features: enc.features, cls_token: enc.cls_token, neck, heads, raw })
     }
 
     /// The network's inputs on the device: the normalised image, and the UV planes of the

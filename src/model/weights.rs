@@ -5,7 +5,9 @@
 use std::collections::{BTreeSet, HashMap};
 
 use anyhow::{bail, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
+
+use super::build::BuildOptions;
 
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
@@ -16,25 +18,13 @@ pub struct Weights {
     mismatched: Vec<String>,
     /// Elements of the zeros handed out for missing or misshapen tensors.
     placeholder_elems: usize,
-    device: Device,
-    /// The dtype of the matrix products' weights ([`Weights::get_product`]).
-    dtype: DType,
-    pub precision: super::Precision,
+    /// The device, the products' dtype ([`Weights::get_product`]) and the ops each layer binds.
+    build: BuildOptions,
 }
 
 impl Weights {
-    pub fn new(tensors: HashMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
-        Self {
-            tensors,
-            used: BTreeSet::new(),
-            requested: vec![],
-            missing: vec![],
-            mismatched: vec![],
-            placeholder_elems: 0,
-            device: device.clone(),
-            dtype,
-            precision: super::Precision::F32,
-        }
+    pub fn new(tensors: HashMap<String, Tensor>, build: &BuildOptions) -> Self {
+        Self { tensors, used: BTreeSet::new(), requested: vec![], missing: vec![], mismatched: vec![], placeholder_elems: 0, build: build.clone() }
     }
 
     /// The tensor `key` moved to the model device, checked against `shape`. A missing or
@@ -46,7 +36,7 @@ impl Weights {
     /// As [`Weights::get`] for the weight of a matrix product (linear, convolution), in the
     /// dtype of the products: f32, or bf16 on a GPU (activations stay f32 either way).
     pub fn get_product(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {
-        self.get_as(key, shape, self.dtype)
+        self.get_as(key, shape, self.build.dtype())
     }
 
     fn get_as(&mut self, key: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
@@ -64,7 +54,7 @@ impl Weights {
             Some(t) => {
                 self.used.insert(key.to_owned());
                 // Widened or narrowed on the host, so the device receives the final dtype.
-                Ok(t.to_dtype(dtype)?.to_device(&self.device)?)
+                Ok(t.to_dtype(dtype)?.to_device(self.build.device())?)
             }
         }
     }
@@ -80,23 +70,12 @@ impl Weights {
         if self.placeholder_elems > MAX_PLACEHOLDER_ELEMS {
             bail!("the model_config asks for {key} of shape {shape:?}, far beyond any MoGe-2 model: the configuration is damaged");
         }
-        Ok(Tensor::zeros(shape, dtype, &self.device)?)
+        Ok(Tensor::zeros(shape, dtype, self.build.device())?)
     }
 
-    /// Whether the layers get the CPU kernels (`crate::model::cpu`): f32 weights on the CPU.
-    /// Anything else (another device, bf16 product weights) runs candle's generic ops.
-    pub fn cpu_kernels(&self) -> bool {
-        self.device.is_cpu() && self.dtype == DType::F32
-    }
-
-    /// Whether the CPU kernels should pre-pack this model's weights for bf16 products.
-    pub fn bf16(&self) -> bool {
-        self.precision == super::Precision::Bf16
-    }
-
-    /// Whether the transformer blocks' linears run as int8 products.
-    pub fn int8(&self) -> bool {
-        self.precision == super::Precision::Int8
+    /// How the layers are built: each takes its route from these.
+    pub fn build(&self) -> &BuildOptions {
+        &self.build
     }
 
     /// Drops the checkpoint's copy of `key` once the network holds the tensor in another form
@@ -157,9 +136,9 @@ mod tests {
     /// used is not released.
     #[test]
     fn release_drops_the_checkpoints_copy_of_a_used_tensor() {
-        let t = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap();
+        let t = |n: usize| Tensor::zeros(n, DType::F32, &candle_core::Device::Cpu).unwrap();
         let tensors = HashMap::from([("a".to_owned(), t(4)), ("b".to_owned(), t(2))]);
-        let mut w = Weights::new(tensors, &Device::Cpu, DType::F32);
+        let mut w = Weights::new(tensors, &BuildOptions::default());
         w.release("b");
         assert_eq!(w.shape_of("b"), Some(vec![2]), "an unused key is kept");
         w.get("a", &[4]).unwrap();
@@ -169,7 +148,7 @@ mod tests {
         w.finish().unwrap();
 
         let tensors = HashMap::from([("a".to_owned(), t(4))]);
-        let mut w = Weights::new(tensors, &Device::Cpu, DType::F32);
+        let mut w = Weights::new(tensors, &BuildOptions::default());
         w.get("a", &[4]).unwrap();
         w.release("a");
         w.get("a", &[4]).unwrap();

@@ -23,7 +23,7 @@ pub fn decode(data: &[u8]) {
 /// A `model.pt` (`torch.save` zip + pickle), then the model bound to it.
 pub fn checkpoint_pt(data: &[u8]) {
     if let Ok(ck) = moge::model::checkpoint::Checkpoint::from_torch_bytes(data) {
-        let _ = moge::Model::from_checkpoint(ck, &moge::Device::Cpu);
+        let _ = moge::Model::build(ck.config, ck.tensors, &moge::model::BuildOptions::default());
     }
 }
 
@@ -33,7 +33,7 @@ pub fn checkpoint_safetensors(data: &[u8]) {
     let json = String::from_utf8_lossy(&data[..split]);
     let st = data.get(split + 1..).unwrap_or_default();
     if let Ok(ck) = moge::model::checkpoint::Checkpoint::from_safetensors_bytes(st, &json) {
-        let _ = moge::Model::from_checkpoint(ck, &moge::Device::Cpu);
+        let _ = moge::Model::build(ck.config, ck.tensors, &moge::model::BuildOptions::default());
     }
 }
 

@@ -289,7 +289,7 @@ fn host_only_rounds_write_new_files_and_leave_nothing() {
     let kept = out.join(format!("{stem}.npz"));
     std::fs::write(&kept, b"not replaced").unwrap();
     let weights = fixtures().join("tiny_normal.pt");
-    let model = moge::Model::load_with(&weights, &moge::Device::Cpu, moge::model::Precision::F32).unwrap();
+    let model = moge::Model::load(&weights, &moge::model::BuildOptions::new(&moge::Device::Cpu, moge::model::Precision::F32).unwrap()).unwrap();
     let cfg = run::Config {
         outputs: moge::outputs::OutputOptions { formats: vec![moge::outputs::Format::Npz, moge::outputs::Format::Png], ..Default::default() },
         infer: moge::InferOptions { num_tokens: Some(200), ..Default::default() },

@@ -9,7 +9,8 @@ use crate::support::reference::{at_lower_levels, check_against_reference, fixtur
 
 fn case(name: &str, well_posed: bool) {
     let (c, opts) = fixture_case(name);
-    let model = Model::load_with(&fixtures().join(c["checkpoint"].as_str().unwrap()), &moge::Device::Cpu, Precision::Bf16).unwrap();
+    let model = Model::load(&fixtures().join(c["checkpoint"].as_str().unwrap()), &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::Bf16).unwrap())
+        .unwrap();
     assert_eq!(model.precision, Precision::Bf16);
     let mut z = Npz::open(&fixtures().join(format!("cases/{name}.npz")));
     let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
@@ -49,15 +50,18 @@ fn bf16_differs_from_f32() {
     // The switch really changes the arithmetic (else the gates above prove nothing).
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(300), ..Default::default() };
-    let a = Model::load(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu).unwrap().infer(&img, &opts).unwrap();
-    let b = Model::load_with(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu, Precision::Bf16).unwrap().infer(&img, &opts).unwrap();
+    let a = Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::default()).unwrap().infer(&img, &opts).unwrap();
+    let b = Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::Bf16).unwrap())
+        .unwrap()
+        .infer(&img, &opts)
+        .unwrap();
     assert_ne!(a.depth, b.depth);
 }
 
 #[test]
 fn bf16_fullsize_vitl_normal() {
     let (config, tensors) = fullsize_weights("vitl-normal");
-    let model = Model::build_with(config, tensors, &moge::Device::Cpu, Precision::Bf16).unwrap();
+    let model = Model::build(config, tensors, &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::Bf16).unwrap()).unwrap();
     let mut z = Npz::open(&fixtures().join("fullsize/vitl-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     check_against_reference("bf16 vitl-normal", &model, &mut z, &img, &InferOptions { num_tokens: Some(1800), ..Default::default() }, true, &REDUCED);

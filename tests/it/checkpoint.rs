@@ -2,7 +2,8 @@
 use std::collections::HashMap;
 
 use moge::model::checkpoint::{write_safetensors, Checkpoint};
-use moge::{Device, InferOptions, Model};
+use moge::model::BuildOptions;
+use moge::{InferOptions, Model};
 
 use crate::support::paths::{corpus, fixtures};
 use crate::support::torch_zip::{archive, entries_of, Entry, Pickle};
@@ -26,7 +27,8 @@ fn reads_model_pt_config_and_every_tensor() {
     assert!(ck.config.normal_head.is_some());
     // Every key the architecture needs, and no other.
     let expected = {
-        let m = Model::from_checkpoint(Checkpoint::read(&tiny()).unwrap(), &Device::Cpu).unwrap();
+        let again = Checkpoint::read(&tiny()).unwrap();
+        let m = Model::build(again.config, again.tensors, &BuildOptions::default()).unwrap();
         drop(m);
         ck.tensors.len()
     };
@@ -41,8 +43,8 @@ fn safetensors_with_json_config_gives_the_same_outputs() {
     let st = dir.path().join("tiny.safetensors");
     write_safetensors(&Checkpoint::read(&tiny()).unwrap(), &st).unwrap();
     assert!(dir.path().join("tiny.json").is_file());
-    let a = Model::load(&tiny(), &Device::Cpu).unwrap();
-    let b = Model::load(&st, &Device::Cpu).unwrap();
+    let a = Model::load(&tiny(), &BuildOptions::default()).unwrap();
+    let b = Model::load(&st, &BuildOptions::default()).unwrap();
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(100), ..Default::default() };
     let (pa, pb) = (a.infer(&img, &opts).unwrap(), b.infer(&img, &opts).unwrap());
@@ -59,7 +61,7 @@ fn missing_and_unexpected_keys_are_all_listed_with_the_file_name() {
     ck.tensors.insert("scale_head.9.bias".into(), extra);
     let st = dir.path().join("broken.safetensors");
     write_safetensors(&ck, &st).unwrap();
-    let msg = err_text(Model::load(&st, &Device::Cpu));
+    let msg = err_text(Model::load(&st, &BuildOptions::default()));
     assert!(msg.contains("broken.safetensors"), "{msg}");
     assert!(msg.contains("missing keys (2)"), "{msg}");
     assert!(msg.contains("neck.res_blocks.1.0.layers.2.weight [32, 32, 3, 3]"), "{msg}");
@@ -75,7 +77,7 @@ fn wrong_shapes_are_reported() {
     ck.tensors.insert("neck.input_blocks.0.bias".into(), t);
     let st = dir.path().join("shapes.safetensors");
     write_safetensors(&ck, &st).unwrap();
-    let msg = err_text(Model::load(&st, &Device::Cpu));
+    let msg = err_text(Model::load(&st, &BuildOptions::default()));
     assert!(msg.contains("shape mismatches (1)") && msg.contains("neck.input_blocks.0.bias: checkpoint [7], model [96]"), "{msg}");
 }
 
@@ -87,7 +89,7 @@ fn published_backbone_with_wrong_depth_is_refused() {
     ck.config.encoder.backbone = "dinov2_vits14".into();
     let st = dir.path().join("liar.safetensors");
     write_safetensors(&ck, &st).unwrap();
-    let msg = err_text(Model::load(&st, &Device::Cpu));
+    let msg = err_text(Model::load(&st, &BuildOptions::default()));
     assert!(msg.contains("liar.safetensors") && msg.contains("missing keys") && msg.contains("shape mismatches"), "{msg}");
 }
 
@@ -104,11 +106,11 @@ fn bad_files_get_a_clear_error_not_a_panic() {
     for (name, data, reason) in cases {
         let p = dir.path().join(name);
         std::fs::write(&p, data).unwrap();
-        let msg = err_text(Model::load(&p, &Device::Cpu));
+        let msg = err_text(Model::load(&p, &BuildOptions::default()));
         assert!(msg.contains(name), "{name}: {msg}");
         assert!(msg.contains(reason), "{name}: {msg}");
     }
-    let msg = err_text(Model::load(&dir.path().join("absent.pt"), &Device::Cpu));
+    let msg = err_text(Model::load(&dir.path().join("absent.pt"), &BuildOptions::default()));
     assert!(msg.contains("absent.pt") && msg.contains("cannot open"), "{msg}");
     // A zip that is not a torch archive.
     let p = dir.path().join("other.zip");
@@ -119,7 +121,7 @@ fn bad_files_get_a_clear_error_not_a_panic() {
         std::io::Write::write_all(&mut z, b"hi").unwrap();
         z.finish().unwrap();
     }
-    let msg = err_text(Model::load(&p, &Device::Cpu));
+    let msg = err_text(Model::load(&p, &BuildOptions::default()));
     assert!(msg.contains("other.zip") && msg.contains("no data.pkl"), "{msg}");
 }
 
@@ -145,7 +147,7 @@ fn state_dict_checkpoints_as_training_code_saves_them() {
         let ck = Checkpoint::read(&fixtures().join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         assert!(!ck.tensors.contains_key("_metadata"), "{name}");
         let n = ck.tensors.len();
-        let m = Model::from_checkpoint(ck, &Device::Cpu).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let m = Model::build(ck.config, ck.tensors, &BuildOptions::default()).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         assert!(n > 100 && m.has_normal() != name.starts_with("tiny_vitl"), "{name}");
     }
     assert!(!pickle_of(&tiny()).windows(9).any(|w| w == b"_metadata"), "tiny_normal.pt stays a plain dict");
@@ -209,13 +211,13 @@ fn non_tensor_entries_are_refused_by_name() {
     entries.insert(3, ("global_step".into(), Entry::Int(1200)));
     let p = dir.path().join("extra.pt");
     std::fs::write(&p, archive(Some(&tiny_config_json()), &entries, true)).unwrap();
-    let msg = err_text(Model::load(&p, &Device::Cpu));
+    let msg = err_text(Model::load(&p, &BuildOptions::default()));
     assert!(msg.contains("extra.pt") && msg.contains("global_step: not a tensor (a int)"), "{msg}");
 
     let mut entries = entries_of(&ck);
     entries.push(("notes".into(), Entry::Str("hello".into())));
     std::fs::write(&p, archive(Some(&tiny_config_json()), &entries, false)).unwrap();
-    let msg = err_text(Model::load(&p, &Device::Cpu));
+    let msg = err_text(Model::load(&p, &BuildOptions::default()));
     assert!(msg.contains("notes: not a tensor (a str)"), "{msg}");
 }
 
@@ -238,7 +240,7 @@ fn a_bare_state_dict_is_told_what_is_missing() {
         std::io::Write::write_all(&mut z, &p.0).unwrap();
         z.finish().unwrap();
     }
-    let msg = err_text(Model::load(&path, &Device::Cpu));
+    let msg = err_text(Model::load(&path, &BuildOptions::default()));
     assert!(msg.contains("bare.pt") && msg.contains("bare state dict") && msg.contains("model_config"), "{msg}");
 }
 
@@ -249,8 +251,8 @@ fn a_data_parallel_prefix_is_removed() {
     let entries: Vec<(String, Entry)> = entries_of(&ck).into_iter().map(|(k, e)| (format!("module.{k}"), e)).collect();
     let p = dir.path().join("ddp.pt");
     std::fs::write(&p, archive(Some(&tiny_config_json()), &entries, true)).unwrap();
-    let a = Model::load(&tiny(), &Device::Cpu).unwrap();
-    let b = Model::load(&p, &Device::Cpu).unwrap();
+    let a = Model::load(&tiny(), &BuildOptions::default()).unwrap();
+    let b = Model::load(&p, &BuildOptions::default()).unwrap();
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(100), ..Default::default() };
     assert_eq!(a.infer(&img, &opts).unwrap().depth, b.infer(&img, &opts).unwrap().depth);

@@ -1,8 +1,9 @@
 //! Defined behaviour on degenerate geometry (upstream raises or returns garbage here):
 //! no valid pixel, non-finite values, no points at all. Never a panic.
 use moge::geometry::focal_shift::recover_focal_shift;
-use moge::infer::{postprocess, ForwardMaps};
 use moge::InferOptions;
+
+use crate::support::two_step::{postprocess, ForwardMaps};
 
 fn plane(w: usize, h: usize, z: f32) -> Vec<f32> {
     let mut p = Vec::with_capacity(w * h * 3);

@@ -12,7 +12,7 @@ use crate::support::reference::{check_against_reference, fullsize_weights, REDUC
 
 fn build(variant: &str) -> Model {
     let (config, tensors) = fullsize_weights(variant);
-    Model::build(config, tensors, &moge::Device::Cpu).unwrap()
+    Model::build(config, tensors, &moge::model::BuildOptions::default()).unwrap()
 }
 
 fn check(variant: &str) {
@@ -57,7 +57,12 @@ fn fullsize_vitl_normal_bf16_products() {
     }
     assert!(!moge::model::cpu::enabled());
     let (config, tensors) = fullsize_weights("vitl-normal");
-    let model = Model::build_with_dtype(config, tensors, &candle_core::Device::Cpu, moge::model::Precision::Bf16, candle_core::DType::BF16).unwrap();
+    let model = Model::build(
+        config,
+        tensors,
+        &moge::model::BuildOptions::new(&moge::Device::Cpu, moge::model::Precision::Bf16).unwrap().with_dtype(candle_core::DType::BF16).unwrap(),
+    )
+    .unwrap();
     let mut z = Npz::open(&fixtures().join("fullsize/vitl-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(1800), ..Default::default() };

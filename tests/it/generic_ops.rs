@@ -35,7 +35,7 @@ fn unfolded_conv3x3_matches_conv2d() {
     let (cin, cout, h, w) = (5, 7, 6, 9);
     let conv = |weight: &Tensor, bias: &Tensor, dtype| {
         let tensors = [("c.weight".to_string(), weight.clone()), ("c.bias".to_string(), bias.clone())].into();
-        let mut ws = moge::model::weights::Weights::new(tensors, &Device::Cpu, dtype);
+        let mut ws = moge::model::weights::Weights::new(tensors, &moge::model::BuildOptions::default().with_dtype(dtype).unwrap());
         let conv = moge::model::modules::Conv3x3::load(&mut ws, "c", cin, cout).unwrap();
         ws.finish().unwrap();
         conv
@@ -67,7 +67,12 @@ fn unfolded_conv3x3_matches_conv2d() {
 /// against upstream fp32 with the reduced-precision gates.
 fn bf16_model(ckpt: &std::path::Path) -> moge::Model {
     let ck = moge::model::checkpoint::Checkpoint::read(ckpt).unwrap();
-    let m = moge::Model::build_with_dtype(ck.config, ck.tensors, &candle_core::Device::Cpu, moge::model::Precision::Bf16, candle_core::DType::BF16).unwrap();
+    let m = moge::Model::build(
+        ck.config,
+        ck.tensors,
+        &moge::model::BuildOptions::new(&moge::Device::Cpu, moge::model::Precision::Bf16).unwrap().with_dtype(candle_core::DType::BF16).unwrap(),
+    )
+    .unwrap();
     assert_eq!(m.dtype, candle_core::DType::BF16);
     m
 }
@@ -88,7 +93,7 @@ fn bf16_products_match_upstream() {
     // The dtype really changes the arithmetic (else the gates above prove nothing).
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = moge::InferOptions { num_tokens: Some(300), ..Default::default() };
-    let a = moge::Model::load(&fixtures().join("tiny_normal.pt"), &candle_core::Device::Cpu).unwrap().infer(&img, &opts).unwrap();
+    let a = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::default()).unwrap().infer(&img, &opts).unwrap();
     let b = bf16_model(&fixtures().join("tiny_normal.pt")).infer(&img, &opts).unwrap();
     assert_ne!(a.depth, b.depth);
 }

@@ -1,7 +1,7 @@
 //! The fast host paths give the numbers of the plain ones the parity tests hold against upstream,
 //! bit for bit:
-//! - the one-pass post-processing (`infer::postprocess_raw`, what `Model::postprocess` runs) and
-//!   the two-step path (`forward_maps`, upstream's `forward()` output, then `postprocess`), over
+//! - the one-pass post-processing (`Model::postprocess`) and the two-step path
+//!   (`support::two_step`: `forward_maps`, upstream's `forward()` output, then `postprocess`), over
 //!   every option, remap and head combination, up- and down-sampling, odd sizes, and mask logits
 //!   at the sigmoid's 0.5 edge;
 //! - the antialiased resize straight from 8-bit RGB (`Model::prepare`) and the one of a float
@@ -12,12 +12,14 @@
 //! machine has is held to the same bits.
 
 use moge::geometry::resize::{resize_bilinear_antialias, resize_rgb8_antialias};
-use moge::infer::{forward_maps, postprocess, postprocess_raw, InferOptions, Prediction};
+use moge::infer::{InferOptions, Prediction};
 use moge::model::config::RemapOutput;
 use moge::model::RawOutput;
 use moge::simd::isa;
 
+use crate::support::paths::fixtures;
 use crate::support::rng::Rng;
+use crate::support::two_step::{forward_maps, postprocess};
 
 fn raw(rng: &mut Rng, (h, w): (usize, usize), normal: bool, mask: bool, scale: bool) -> RawOutput {
     let n = h * w;
@@ -69,10 +71,13 @@ fn one_pass_equals_forward_maps_then_postprocess() {
     // one-pixel-wide maps.
     let sizes = [((16, 32), (61, 97)), ((32, 48), (45, 70)), ((48, 64), (30, 40)), ((16, 16), (16, 16)), ((1, 8), (3, 20)), ((8, 1), (9, 1))];
     let remaps = [RemapOutput::Exp, RemapOutput::Linear, RemapOutput::Sinh, RemapOutput::SinhExp];
+    // The post-processing reads the model's remap alone: one model, its remap set per case.
+    let mut model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::default()).unwrap();
     let (mut cases, mut levels) = (0, 0);
     let mut masked_pixels = 0;
     for (k, &(size, (width, height))) in sizes.iter().enumerate() {
         for (r, &remap) in remaps.iter().enumerate() {
+            model.config.remap_output = remap;
             for variant in 0..8 {
                 let (normal, mask, scale) = (variant & 1 == 0, variant & 2 == 0, variant & 4 == 0);
                 let raw = raw(&mut rng, size, normal, mask, scale);
@@ -87,20 +92,20 @@ fn one_pass_equals_forward_maps_then_postprocess() {
                     let two_step = postprocess(forward_maps(&raw, remap, width, height), width, height, grid, &opts);
                     // The one-pass route is compiled per ISA level: each gives the same bits.
                     for level in isa::levels() {
-                        let fused = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &opts));
+                        let fused = isa::with_isa(level, || model.postprocess(&raw, (width, height, grid), &opts));
                         let what = format!("{level}: {size:?} -> {width}x{height}, {remap:?}, normal {normal}, mask {mask}, scale {scale}, {opts:?}");
                         assert_identical(&what, &fused, &two_step);
                         // Without the point map: nothing else changes; with the projection forced
                         // the points are left out (without it they are where depth comes from).
                         let lean = InferOptions { point_map: false, ..opts.clone() };
-                        let mut without = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &lean));
+                        let mut without = isa::with_isa(level, || model.postprocess(&raw, (width, height, grid), &lean));
                         assert_eq!(without.points.is_empty(), opts.force_projection, "{what}: point map left out");
                         without.points = fused.points.clone();
                         assert_identical(&format!("{what}, no point map"), &without, &two_step);
                         // Without the float normals: their PNG codes in their place, the codes
                         // `encode_normal` makes of the floats, and nothing else changed.
                         let codes_only = InferOptions { normal_map: false, ..opts.clone() };
-                        let mut coded = isa::with_isa(level, || postprocess_raw(&raw, remap, width, height, grid, &codes_only));
+                        let mut coded = isa::with_isa(level, || model.postprocess(&raw, (width, height, grid), &codes_only));
                         assert!(coded.normal.is_none() && coded.has_normal() == normal, "{what}: float normals left out");
                         let want_codes = fused.normal.as_deref().map(moge::geometry::codes::encode_normal);
                         assert!(coded.normal_png == want_codes, "{what}: normal PNG codes");

@@ -14,7 +14,8 @@ const INT8: Gates = Gates { pcc: 0.999, depth_max_rel: 0.05, mask_agreement: 0.9
 
 fn case(name: &str, well_posed: bool) {
     let (c, opts) = fixture_case(name);
-    let model = Model::load_with(&fixtures().join(c["checkpoint"].as_str().unwrap()), &moge::Device::Cpu, Precision::Int8).unwrap();
+    let model = Model::load(&fixtures().join(c["checkpoint"].as_str().unwrap()), &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::Int8).unwrap())
+        .unwrap();
     assert_eq!(model.precision, Precision::Int8);
     let mut z = Npz::open(&fixtures().join(format!("cases/{name}.npz")));
     let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
@@ -45,7 +46,13 @@ fn int8_differs_from_f32_and_from_bf16() {
     // The switch really changes the arithmetic (else the gates above prove nothing).
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     let opts = InferOptions { num_tokens: Some(300), ..Default::default() };
-    let run = |p| Model::load_with(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu, p).unwrap().infer(&img, &opts).unwrap().depth;
+    let run = |p| {
+        Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::new(&moge::Device::Cpu, p).unwrap())
+            .unwrap()
+            .infer(&img, &opts)
+            .unwrap()
+            .depth
+    };
     let (f32, int8, bf16) = (run(Precision::F32), run(Precision::Int8), run(Precision::Bf16));
     assert_ne!(f32, int8);
     assert_ne!(bf16, int8);
@@ -54,7 +61,7 @@ fn int8_differs_from_f32_and_from_bf16() {
 #[test]
 fn int8_fullsize_vits_normal() {
     let (config, tensors) = fullsize_weights("vits-normal");
-    let model = Model::build_with(config, tensors, &moge::Device::Cpu, Precision::Int8).unwrap();
+    let model = Model::build(config, tensors, &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::Int8).unwrap()).unwrap();
     let mut z = Npz::open(&fixtures().join("fullsize/vits-normal.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
     check_against_reference("int8 vits-normal", &model, &mut z, &img, &InferOptions { num_tokens: Some(1800), ..Default::default() }, true, &INT8);

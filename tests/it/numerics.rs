@@ -15,7 +15,7 @@ fn numerics() -> Npz {
 #[test]
 fn bicubic_position_embedding_matches_torch() {
     let mut n = numerics();
-    let model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu).unwrap();
+    let model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::default()).unwrap();
     let channels = n.i64("pos_channels").iter().next().copied().unwrap() as usize;
     for (h, w) in [(30, 40), (52, 69), (37, 49), (46, 26), (37, 37), (5, 7)] {
         let want = n.f32(&format!("pos_{h}x{w}"));

@@ -20,7 +20,7 @@ fn writes_the_npz_layout_with_library_values() {
     assert!(stdout.contains("MoGeOutput(64x48, valid "), "{stdout}");
     assert!(stdout.contains("fov_x 60.0 deg"), "{stdout}");
 
-    let model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu).unwrap();
+    let model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::default()).unwrap();
     let rgb = moge::image_io::load_rgb(&img, true).unwrap();
     let opts = moge::InferOptions { num_tokens: Some(300), fov_x: Some(60.0), ..Default::default() };
     let want = model.infer(&rgb, &opts).unwrap();

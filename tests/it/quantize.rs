@@ -79,13 +79,14 @@ fn the_int8_checkpoint_holds_int8_weights_and_runs_within_the_gates() {
     // The model from it, against upstream fp32, with the int8 gates.
     let (c, opts) = fixture_case("n_rgb_1200");
     assert_eq!(c["checkpoint"].as_str(), Some("tiny_normal.pt"));
-    let model = Model::load_with(&out, &moge::Device::Cpu, Precision::Int8).unwrap();
+    let model = Model::load(&out, &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::Int8).unwrap()).unwrap();
     let mut z = Npz::open(&fixtures().join("cases/n_rgb_1200.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join(c["image"].as_str().unwrap()), true).unwrap();
     let gates = Gates { pcc: 0.999, depth_max_rel: 0.05, mask_agreement: 0.995, scalar_rel: 0.02, fwd_tol: None };
     check_against_reference("int8 checkpoint", &model, &mut z, &img, &opts, true, &gates);
     // And it runs in f32 too, on the dequantised weights.
-    let f32 = Model::load_with(&out, &moge::Device::Cpu, Precision::F32).unwrap().infer(&img, &InferOptions::default()).unwrap();
+    let f32 =
+        Model::load(&out, &moge::model::BuildOptions::new(&moge::Device::Cpu, Precision::F32).unwrap()).unwrap().infer(&img, &InferOptions::default()).unwrap();
     assert!(f32.depth.iter().any(|d| d.is_finite()));
 }
 

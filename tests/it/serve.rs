@@ -79,7 +79,7 @@ fn photo_jpeg(w: u32, h: u32) -> Vec<u8> {
 
 /// What the library computes for the same photo and options.
 fn library(bytes: &[u8], opts: &moge::InferOptions) -> moge::Prediction {
-    let model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::Device::Cpu).unwrap();
+    let model = moge::Model::load(&fixtures().join("tiny_normal.pt"), &moge::model::BuildOptions::default()).unwrap();
     let rgb = moge::image_io::decode_bytes(bytes, &Default::default()).unwrap().image;
     model.infer(&rgb, opts).unwrap()
 }
@@ -540,7 +540,7 @@ fn health_is_503_until_the_model_is_loaded_and_warm() {
     assert_eq!(get(&format!("{url}/info")).status, 503);
 
     let weights = fixtures().join("tiny_normal.pt");
-    let model = std::sync::Arc::new(moge::Model::load(&weights, &moge::Device::Cpu).unwrap());
+    let model = std::sync::Arc::new(moge::Model::load(&weights, &moge::model::BuildOptions::default()).unwrap());
     let cfg = server::Config {
         model_id: "tiny".into(),
         weights,

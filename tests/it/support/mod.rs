@@ -14,3 +14,4 @@ pub mod stand_in;
 pub mod synth;
 pub mod tiny_model;
 pub mod torch_zip;
+pub mod two_step;

@@ -5,13 +5,13 @@
 use std::collections::HashMap;
 
 use candle_core::Tensor;
-use moge::infer::{forward_maps, postprocess};
 use moge::model::config::ModelConfig;
 use moge::{InferOptions, Model};
 
 use super::npz::Npz;
 use super::paths::fixtures;
 use super::synth::synth_state_dict;
+use super::two_step::{forward_maps, postprocess};
 
 pub fn tensor_vec(t: &candle_core::Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
@@ -204,7 +204,7 @@ pub fn at_lower_levels(what: &str, f: impl Fn()) {
 }
 
 pub fn load(name: &str) -> Model {
-    Model::load(&fixtures().join(name), &moge::Device::Cpu).unwrap()
+    Model::load(&fixtures().join(name), &moge::model::BuildOptions::default()).unwrap()
 }
 
 /// Per-stage tolerance: max |diff| / max |ref| (fp32 vs fp32 with different summation orders).
@@ -221,7 +221,7 @@ pub fn check_stages(ckpt: &str) {
     assert_eq!(prep.grid, (grid[[0]] as usize, grid[[1]] as usize), "token grid");
     assert_close("vit_input", &prep.input, &z.vec_f32("vit_input"), 1e-6);
 
-    let st = model.forward_stages(&prep, None).unwrap();
+    let st = model.forward_intermediates(&prep, None).unwrap();
     assert_close("pos_embed", &tensor_vec(&st.pos_embed), &z.vec_f32("pos_embed"), 1e-6);
     let taps = z.i64("intermediate_layers");
     assert_eq!(st.taps.len(), taps.len());

@@ -164,6 +164,6 @@ pub fn write_tiny(dir: &Path, name: &str, spec: TinySpec) -> PathBuf {
     let path = dir.join(format!("{name}.safetensors"));
     write_safetensors(&Checkpoint { path: path.clone(), config: cfg, tensors }, &path).expect("write the tiny checkpoint");
     // The checkpoint must load: a wrong key or shape shows here, not as a CLI failure.
-    moge::Model::load(&path, &Device::Cpu).expect("the tiny checkpoint loads");
+    moge::Model::load(&path, &moge::model::BuildOptions::default()).expect("the tiny checkpoint loads");
     path
 }
