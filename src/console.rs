@@ -60,6 +60,42 @@ pub fn error_line(err: &anyhow::Error) -> String {
     line
 }
 
+/// A line the library has to say beside its results (a video cut short, a depth video not
+/// written, a server out of a pool): handed to whoever prints (the command line writes
+/// `moge: {notice}` on stderr), never printed by the library itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Something was wrong and the work went on.
+    Warning(String),
+    /// Something failed (an output not written).
+    Error(String),
+    /// Neither: how the work was done (a server back in a pool, a camera matrix's unused terms).
+    Info(String),
+}
+
+impl Notice {
+    /// The text without its kind.
+    pub fn text(&self) -> &str {
+        match self {
+            Notice::Warning(t) | Notice::Error(t) | Notice::Info(t) => t,
+        }
+    }
+}
+
+/// `warning: TEXT` for a warning, the text alone for the others.
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::Warning(t) => write!(f, "warning: {t}"),
+            Notice::Error(t) | Notice::Info(t) => f.write_str(t),
+        }
+    }
+}
+
+/// Where a long-lived part of the library (a pool's probe thread) hands its notices; the
+/// default drops them.
+pub type NoticeSink = std::sync::Arc<dyn Fn(Notice) + Send + Sync>;
+
 /// `println!` that stops quietly on a closed stdout.
 #[macro_export]
 macro_rules! outln {

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 
+use super::report::{self, Reporter};
 use super::values::FitArg;
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
 use moge::fit::{Canvas, FitMode};
 use moge::pipeline::inputs::{self, Shard};
-use moge::pipeline::report;
 use moge::pipeline::run::{self, Config};
 
 #[derive(Args, Debug)]
@@ -151,7 +151,7 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
 }
 
 pub fn run(args: BatchArgs) -> Result<i32> {
-    let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output)?;
+    let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
     if inputs.is_empty() {
         if !args.quiet {
             let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
@@ -170,15 +170,13 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         videos: true,
         frames: args.video.sampling(),
         video_scale: args.video.video_scale.0,
-        progress: true,
-        quiet: args.quiet,
-        json: args.json,
         stats: args.stats,
         ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());
-    let summary = run::run(engine, inputs, &cfg, &stop, |_| {});
+    let mut reporter = Reporter::new(!args.quiet, inputs.len(), args.json, |_: &moge::Record| {});
+    let summary = run::run_observed(engine, inputs, &cfg, &stop, &mut reporter);
     if !args.quiet || args.stats {
         moge::errln!("{}", report::report(&summary, cfg.jobs, cfg.stats));
     }

@@ -9,6 +9,7 @@ mod download;
 mod info;
 mod predict;
 mod quantize;
+mod report;
 mod serve;
 mod values;
 
@@ -173,7 +174,7 @@ impl RemoteArgs {
                 Ok((weights, Engine::Local(Arc::new(m))))
             }
             [url] => Ok((PathBuf::new(), Engine::Remote(Arc::new(moge::remote::Client::connect(url, opts)?)))),
-            urls => Ok((PathBuf::new(), Engine::Pool(Arc::new(moge::pipeline::pool::Pool::connect(urls, opts)?)))),
+            urls => Ok((PathBuf::new(), Engine::Pool(Arc::new(moge::pipeline::pool::Pool::connect_noting(urls, opts, Arc::new(report::print_notice))?)))),
         }
     }
 }
@@ -403,7 +404,6 @@ pub fn pipeline_config(
         infer: infer.options(),
         decode: moge::image_io::DecodeOptions { fov: infer.fov_from(), ..input.options() },
         jobs: 1,
-        quiet: false,
         model_id: model.id(),
         weights,
         in_flight: 1,
@@ -414,6 +414,10 @@ pub fn pipeline_config(
 /// Runs the command line; returns the exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    // Said here, once, rather than by the library wherever the kernels first read it.
+    if let Some(w) = moge::simd::isa::cap().warning() {
+        moge::errln!("moge: warning: {w}");
+    }
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),
         Command::Bench(a) => bench::run(a),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Args;
 
+use super::report::Reporter;
 use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_OK, EXIT_SOME_FAILED};
 use moge::pipeline::inputs;
 use moge::pipeline::record::Status;
@@ -43,12 +44,14 @@ pub fn run(args: PredictArgs) -> Result<i32> {
     inputs::mark_collisions(&mut list);
     // The pipeline with one thread per host stage prints errors and warnings; the results
     // are one line each on stdout.
-    let summary = run::run(engine, list, &cfg, &Arc::new(AtomicBool::new(false)), |rec| {
+    let total = list.len();
+    let mut reporter = Reporter::new(false, total, false, |rec: &moge::Record| {
         if rec.status == Status::Ok {
             let outs: Vec<String> = rec.outputs.iter().map(|p| p.display().to_string()).collect();
             moge::outln!("{}: {} -> {}", rec.input.display(), rec.summary.clone().unwrap_or_default(), outs.join(", "));
         }
     });
+    let summary = run::run_observed(engine, list, &cfg, &Arc::new(AtomicBool::new(false)), &mut reporter);
     if let Some(f) = &summary.fatal {
         moge::errln!("moge: stopped: {f}");
         return Ok(EXIT_FATAL);

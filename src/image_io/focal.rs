@@ -65,9 +65,34 @@ pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<Known
 /// `[fx, fy, cx, cy]`: from fx alone, since MoGe-2 takes square pixels and a centred principal
 /// point; where the matrix says otherwise for this photo, what it says is named.
 pub fn from_intrinsics(k: [f32; 4], size: (u32, u32)) -> Option<KnownFov> {
+    let fx = f64::from(k[0]);
+    let mut from = format!("intrinsics fx {fx}");
+    let unused = intrinsics_unused(k, size);
+    if !unused.is_empty() {
+        from.push_str(&format!(" (not used: {})", unused.join(", ")));
+    }
+    finite(degrees(size.0 as f64 / (2.0 * fx)), from)
+}
+
+/// What a camera matrix says that MoGe-2 does not use for a photo of `size`, as a note for
+/// the person who gave it (each photo's sidecar says it too); `None` where it uses it all.
+pub fn intrinsics_note(k: [f32; 4], size: (u32, u32)) -> Option<String> {
+    let unused = intrinsics_unused(k, size);
+    let (w, h) = (size.0 as f64, size.1 as f64);
+    (!unused.is_empty()).then(|| {
+        format!(
+            "note: --intrinsics: MoGe-2 takes square pixels and the principal point at the photo's centre; it uses fx only, not {} ({}x{} photo)",
+            unused.join(", "),
+            w,
+            h
+        )
+    })
+}
+
+/// The terms of `k` that differ from square pixels and a centred principal point.
+fn intrinsics_unused(k: [f32; 4], size: (u32, u32)) -> Vec<String> {
     let [fx, fy, cx, cy] = k.map(f64::from);
     let (w, h) = (size.0 as f64, size.1 as f64);
-    let mut from = format!("intrinsics fx {fx}");
     let mut unused = Vec::new();
     if (fy - fx).abs() > 0.005 * fx {
         unused.push(format!("fy {fy}"));
@@ -75,20 +100,7 @@ pub fn from_intrinsics(k: [f32; 4], size: (u32, u32)) -> Option<KnownFov> {
     if (cx - w / 2.0).abs() > 0.01 * w || (cy - h / 2.0).abs() > 0.01 * h {
         unused.push(format!("principal point ({cx}, {cy}) off the centre ({}, {})", w / 2.0, h / 2.0));
     }
-    if !unused.is_empty() {
-        // Said once on stderr (each photo's sidecar says it too).
-        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            crate::errln!(
-                "moge: note: --intrinsics: MoGe-2 takes square pixels and the principal point at the photo's centre; it uses fx only, not {} ({}x{} photo)",
-                unused.join(", "),
-                w,
-                h
-            );
-        }
-        from.push_str(&format!(" (not used: {})", unused.join(", ")));
-    }
-    finite(degrees(w / (2.0 * fx)), from)
+    unused
 }
 
 /// The full angle, in degrees, whose half has tangent `half_tan`.

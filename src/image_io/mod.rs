@@ -62,6 +62,15 @@ impl FovFrom {
             _ => None,
         }
     }
+
+    /// What a camera matrix says that the model does not use for an image of `width` x
+    /// `height` (see [`focal::intrinsics_note`]); `None` for the other sources.
+    pub fn matrix_note(&self, width: u32, height: u32) -> Option<String> {
+        match *self {
+            FovFrom::Intrinsics { fx, fy, cx, cy } => focal::intrinsics_note([fx, fy, cx, cy], (width, height)),
+            _ => None,
+        }
+    }
 }
 
 /// Refuses an image of more pixels than `max` before any of it is decoded.

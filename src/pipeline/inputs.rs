@@ -11,6 +11,8 @@ use image::RgbImage;
 
 use anyhow::{bail, Context, Result};
 
+use crate::console::Notice;
+
 /// Extensions taken from directories (compared case-insensitively). HEIC/HEIF and AVIF, which
 /// this build does not decode, are taken too, so that a phone's photos are each reported with
 /// what to do rather than skipped without a word.
@@ -133,8 +135,9 @@ fn rel_stem(rel: &Path) -> PathBuf {
 
 /// Every image under `root`, recursively, in sorted order of the relative path. The
 /// directory `skip` (the output directory, when it lies inside the tree) is left out, so
-/// that a second run does not take the outputs of the first for photos.
-pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
+/// that a second run does not take the outputs of the first for photos. An unreadable
+/// subdirectory is told to `notify`, and the rest of the tree is still used.
+pub fn walk(root: &Path, skip: Option<&Path>, notify: &dyn Fn(Notice)) -> Result<Vec<Input>> {
     let mut out = Vec::new();
     let walker = walkdir::WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
     let skipped = |e: &walkdir::DirEntry| e.file_type().is_dir() && skip.is_some_and(|s| e.path().canonicalize().is_ok_and(|c| c == s));
@@ -143,9 +146,8 @@ pub fn walk(root: &Path, skip: Option<&Path>) -> Result<Vec<Input>> {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                // An unreadable subdirectory is reported, the rest of the tree is still used.
                 let path = e.path().map(|p| p.display().to_string()).unwrap_or_else(|| root.display().to_string());
-                crate::errln!("moge: {path}: cannot read ({})", e.io_error().map(|x| x.to_string()).unwrap_or_else(|| e.to_string()));
+                notify(Notice::Error(format!("{path}: cannot read ({})", e.io_error().map(|x| x.to_string()).unwrap_or_else(|| e.to_string()))));
                 continue;
             }
         };
@@ -164,13 +166,14 @@ pub fn file_input(p: &Path) -> Input {
 }
 
 /// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
-/// taken as given (their outputs go to the top of the output directory).
-pub fn from_args(paths: &[PathBuf], skip: Option<&Path>) -> Result<Vec<Input>> {
+/// taken as given (their outputs go to the top of the output directory); see [`walk`] for
+/// `notify`.
+pub fn from_args(paths: &[PathBuf], skip: Option<&Path>, notify: &dyn Fn(Notice)) -> Result<Vec<Input>> {
     let mut out = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p).with_context(|| format!("{}: cannot read", p.display()))?;
         if meta.is_dir() {
-            out.extend(walk(p, skip)?);
+            out.extend(walk(p, skip, notify)?);
         } else {
             out.push(file_input(p));
         }
@@ -301,10 +304,10 @@ impl Shard {
 }
 
 /// The inputs of a run: from the paths and/or a list, collisions marked, then sharded.
-/// `output`: the output directory, never searched for photos.
-pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>, output: &Path) -> Result<(Vec<Input>, usize)> {
+/// `output`: the output directory, never searched for photos; see [`walk`] for `notify`.
+pub fn collect(paths: &[PathBuf], list: Option<&Path>, shard: Option<Shard>, output: &Path, notify: &dyn Fn(Notice)) -> Result<(Vec<Input>, usize)> {
     let skip = output.canonicalize().ok();
-    let mut inputs = from_args(paths, skip.as_deref())?;
+    let mut inputs = from_args(paths, skip.as_deref(), notify)?;
     if let Some(l) = list {
         inputs.extend(from_list(l)?);
     }

@@ -24,6 +24,7 @@ use super::backend::{Backend, Finished, Staging};
 use super::inputs::Input;
 use super::remote;
 use super::stages::Plan;
+use crate::console::{Notice, NoticeSink};
 use crate::fit::FitMode;
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
@@ -43,7 +44,7 @@ pub const ALL_DOWN_GRACE: Duration = Duration::from_secs(5);
 /// servers (each is taken out for one probe at most).
 const PHOTO_500_LIMIT: usize = 2;
 
-/// Why the pool cannot go on. Why each server was taken out went to stderr when it was.
+/// Why the pool cannot go on. Why each server was taken out was said when it was.
 #[derive(Debug, thiserror::Error)]
 #[error("no server of the pool answers ({urls})")]
 pub struct NoServerLeft {
@@ -133,6 +134,8 @@ struct Inner {
     reference: Identity,
     opts: ClientOptions,
     closing: AtomicBool,
+    /// Where the pool says a server went out or came back.
+    notify: NoticeSink,
 }
 
 /// The servers, and which of them are up and how busy.
@@ -159,10 +162,16 @@ pub struct PoolForwarded {
 
 impl Pool {
     /// Connects to every server in `urls` (at once, each in its own thread), `opts.in_flight`
-    /// requests at most to each. Servers that cannot be reached now are named on stderr and
-    /// probed until they answer; the pool fails only when none answers, or when two run
-    /// different models.
+    /// requests at most to each. Servers that cannot be reached now are probed until they
+    /// answer; the pool fails only when none answers, or when two run different models. Says
+    /// nothing of the servers that go out and come back: see [`Pool::connect_noting`].
     pub fn connect(urls: &[String], opts: ClientOptions) -> Result<Self> {
+        Self::connect_noting(urls, opts, std::sync::Arc::new(|_| {}))
+    }
+
+    /// [`Pool::connect`], telling `notify` of each server that cannot be reached, is taken
+    /// out, comes back or is left out (from the prober's thread too, for the pool's life).
+    pub fn connect_noting(urls: &[String], opts: ClientOptions, notify: NoticeSink) -> Result<Self> {
         anyhow::ensure!(!urls.is_empty(), "a pool needs at least one server");
         let opts = ClientOptions { retry_no_answer: false, ..opts };
         let connected: Vec<Result<Client>> = std::thread::scope(|s| {
@@ -194,7 +203,7 @@ impl Pool {
                 // is the user's to fix.
                 Err(e) if e.downcast_ref::<RemoteError>().is_some_and(is_servers) => {
                     let reason = crate::console::error_line(&e);
-                    crate::errln!("moge: warning: {reason}; probing it every {} s", PROBE_EVERY.as_secs());
+                    notify(Notice::Warning(format!("{reason}; probing it every {} s", PROBE_EVERY.as_secs())));
                     health.push(Health::Down);
                     first_error.get_or_insert(e);
                 }
@@ -207,7 +216,7 @@ impl Pool {
         };
         let n = members.len();
         let state = State { busy: vec![0; n], health, next_probe: vec![Instant::now() + PROBE_EVERY; n], strikes: vec![1; n], back_at: vec![None; n] };
-        let inner = Arc::new(Inner { members, state: Mutex::new(state), changed: Condvar::new(), reference, opts, closing: AtomicBool::new(false) });
+        let inner = Arc::new(Inner { members, state: Mutex::new(state), changed: Condvar::new(), reference, opts, closing: AtomicBool::new(false), notify });
         let prober = {
             let inner = inner.clone();
             std::thread::Builder::new().name("moge-probe".into()).spawn(move || inner.probe_loop())?
@@ -280,12 +289,12 @@ impl Inner {
         self.changed.notify_all();
     }
 
-    /// Takes server `i` out after `why`; said once on stderr, when it goes.
+    /// Takes server `i` out after `why`; said once, when it goes.
     fn take_out(&self, i: usize, why: &RemoteError) {
         let mut st = self.lock();
         if matches!(st.health[i], Health::Up) {
             let left = st.health.iter().filter(|h| matches!(h, Health::Up)).count() - 1;
-            crate::errln!("moge: warning: {why}: taken out of the pool ({left} of {} servers left); its photos go to the others", self.members.len());
+            (self.notify)(Notice::Warning(format!("{why}: taken out of the pool ({left} of {} servers left); its photos go to the others", self.members.len())));
             st.health[i] = Health::Down;
             let flapping = st.back_at[i].is_some_and(|t| t.elapsed() < FLAP_WINDOW);
             st.strikes[i] = if flapping { st.strikes[i] + 1 } else { 1 };
@@ -321,12 +330,12 @@ impl Inner {
                 let mut st = self.lock();
                 match back {
                     Ok(()) => {
-                        crate::errln!("moge: the server at {} answers again: back in the pool", self.members[i].url);
+                        (self.notify)(Notice::Info(format!("the server at {} answers again: back in the pool", self.members[i].url)));
                         st.health[i] = Health::Up;
                         st.back_at[i] = Some(Instant::now());
                     }
                     Err(Some(excluded)) => {
-                        crate::errln!("moge: warning: {excluded}: left out of the pool");
+                        (self.notify)(Notice::Warning(format!("{excluded}: left out of the pool")));
                         st.health[i] = Health::Excluded;
                     }
                     Err(None) => st.next_probe[i] = Instant::now() + st.probe_wait(i),

@@ -1,9 +1,10 @@
-//! The outcome of each photo, as the collector reports it.
+//! The outcome of each photo, as the collector reports it, and who it is reported to.
 
 use std::path::PathBuf;
 
 use super::inputs::Input;
-use crate::console::error_line;
+use super::report::Summary;
+use crate::console::{error_line, Notice};
 use crate::infer::Prediction;
 use crate::outputs;
 use crate::outputs::json::Timings;
@@ -74,5 +75,30 @@ impl Record {
             warning: None,
             prediction: None,
         }
+    }
+}
+
+/// Who a run reports to as it goes, on the calling thread: each input's record, and the
+/// notices between them. The library prints nothing itself; the command line's observer draws
+/// the progress bar and writes the error, warning and JSON lines.
+pub trait Observer {
+    /// One input's outcome; `so_far` counts it already (and `so_far.total` counts a video's
+    /// frames as they are read).
+    fn record(&mut self, rec: Record, so_far: &Summary);
+
+    /// Something said of the run beside the records (also kept in [`Summary::notices`]).
+    fn notice(&mut self, _notice: &Notice) {}
+
+    /// The last record has come; notices may still follow (depth videos that could not be
+    /// finished).
+    fn records_done(&mut self) {}
+}
+
+/// An observer of the records alone: [`super::run::run`]'s callback.
+pub struct OnRecord<F>(pub F);
+
+impl<F: FnMut(Record)> Observer for OnRecord<F> {
+    fn record(&mut self, rec: Record, _so_far: &Summary) {
+        (self.0)(rec)
     }
 }

@@ -25,12 +25,13 @@ use super::guard::{guarded, install_panic_hook};
 use super::inputs::{Input, VideoFrame};
 use super::local::{LocalBackend, LocalForwarded};
 use super::pool::{Pool, PoolBackend};
-use super::record::{Record, Status};
+use super::record::{Observer, OnRecord, Record, Status};
 use super::remote::RemoteBackend;
-use super::report::{self, Summary};
+use super::report::Summary;
 use super::scale::{Raw, ScaleSmoother};
 use super::stages::{ms, Plan};
 use super::worker::Worker;
+use crate::console::Notice;
 use crate::fit::{Canvas, FitMode};
 use crate::image_io::video::{Frames, Sampling};
 use crate::image_io::FovFrom;
@@ -59,13 +60,8 @@ pub struct Config {
     /// Host threads per host stage (decode, encode).
     pub jobs: usize,
     pub skip_existing: bool,
-    /// Draw a progress bar (only when stderr is a terminal).
-    pub progress: bool,
-    /// No summary line.
-    pub quiet: bool,
-    /// One JSON line per image on stdout.
-    pub json: bool,
-    /// Per-stage timing report and a forward-only comparison at the end.
+    /// Time the forward alone on a few of the run's photos after it
+    /// ([`Summary::forward_only`], for `--stats`' report).
     pub stats: bool,
     /// Model id for the sidecar, and the weights file to digest.
     pub model_id: String,
@@ -76,8 +72,6 @@ pub struct Config {
     /// The records then wait in a bounded queue, so that a slow caller holds the pipeline
     /// back rather than letting predictions pile up.
     pub keep_predictions: bool,
-    /// Each image's error or warning as a line on stderr.
-    pub log: bool,
 }
 
 impl Config {
@@ -98,15 +92,11 @@ impl Config {
             video_scale: None,
             jobs: default_jobs(),
             skip_existing: false,
-            progress: false,
-            quiet: true,
-            json: false,
             stats: false,
             model_id: String::new(),
             weights: PathBuf::new(),
             in_flight: 4,
             keep_predictions: false,
-            log: true,
         }
     }
 
@@ -148,16 +138,21 @@ pub enum Engine {
 }
 
 /// Runs the pipeline over `inputs` on `engine`. `stop` is set from outside (Ctrl-C) to stop
-/// taking new images. Reports each image as it finishes to stderr (and stdout with `json`) and
-/// to `on_record`; returns the summary.
+/// taking new images. Hands each image's record to `on_record` as it finishes and returns the
+/// summary; prints nothing.
 pub fn run(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, on_record: impl FnMut(Record)) -> Summary {
+    run_observed(engine, inputs, cfg, stop, &mut OnRecord(on_record))
+}
+
+/// [`run`], reporting to `observer`: the records and the notices between them.
+pub fn run_observed(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, observer: &mut dyn Observer) -> Summary {
     match engine {
-        Engine::Local(model) => run_with(Arc::new(LocalBackend::new(model)), inputs, cfg, stop, on_record),
+        Engine::Local(model) => run_with(Arc::new(LocalBackend::new(model)), inputs, cfg, stop, observer),
         Engine::Remote(client) => {
             let backend = RemoteBackend::new(client, &cfg.infer, cfg.fit, cfg.in_flight);
-            run_with(Arc::new(backend), inputs, cfg, stop, on_record)
+            run_with(Arc::new(backend), inputs, cfg, stop, observer)
         }
-        Engine::Pool(pool) => run_with(Arc::new(PoolBackend::new(pool, &cfg.infer, cfg.fit)), inputs, cfg, stop, on_record),
+        Engine::Pool(pool) => run_with(Arc::new(PoolBackend::new(pool, &cfg.infer, cfg.fit)), inputs, cfg, stop, observer),
     }
 }
 
@@ -192,8 +187,10 @@ struct Shared<S> {
     /// `--format mp4`, and the depth videos that could not be written.
     depth_videos: Option<DepthVideos>,
     video_errors: AtomicUsize,
-    /// Errors and warnings go to stderr as they happen.
-    log: bool,
+    /// Notices from the stages' threads, waiting for the collector to hand them on.
+    notices: Mutex<Vec<Notice>>,
+    /// `--intrinsics`' note on the terms the model leaves unused is said once.
+    matrix_noted: AtomicBool,
 }
 
 impl<S> Shared<S> {
@@ -215,10 +212,13 @@ impl<S> Shared<S> {
     fn video_error(&self, error: Option<String>) {
         if let Some(e) = error {
             self.video_errors.fetch_add(1, Ordering::Relaxed);
-            if self.log {
-                crate::errln!("moge: {e}");
-            }
+            self.notice(Notice::Error(e));
         }
+    }
+
+    /// A notice for the collector to hand on.
+    fn notice(&self, notice: Notice) {
+        self.notices.lock().unwrap_or_else(|e| e.into_inner()).push(notice);
     }
 
     /// A frame that will have no prediction (skipped, failed, dropped): the frames after it do
@@ -239,7 +239,7 @@ impl<S> Shared<S> {
 const STATS_SAMPLES: usize = 8;
 
 /// [`run`] on any backend.
-pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, mut on_record: impl FnMut(Record)) -> Summary {
+pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: &Config, stop: &Arc<AtomicBool>, observer: &mut dyn Observer) -> Summary {
     install_panic_hook();
     let started = Instant::now();
     let jobs = cfg.jobs.max(1);
@@ -251,7 +251,8 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
         smoother: cfg.video_scale.map(ScaleSmoother::new),
         depth_videos: (cfg.videos && cfg.outputs.wants(outputs::Format::Mp4)).then(DepthVideos::default),
         video_errors: AtomicUsize::new(0),
-        log: cfg.log,
+        notices: Mutex::default(),
+        matrix_noted: AtomicBool::new(false),
     });
     let (plan, sha) = (cfg.plan(), OnceLock::new());
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
@@ -290,7 +291,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
             s.spawn(move || encode_stage(backend, cfg, plan, shared, sha, forwarded, rec));
         }
         drop((fwd_rx, rec_tx));
-        collect(&mut summary, rec_rx, cfg, shared, &mut on_record);
+        collect(&mut summary, rec_rx, shared, observer);
     });
     summary.interrupted = stop.load(Ordering::Relaxed);
     if let Some(d) = &shared.depth_videos {
@@ -299,6 +300,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
                 shared.video_error(Some(format!("{}: not written: some of the video's frames never came", path.display())));
             }
         }
+        pass_notices(&mut summary, &shared, observer);
     }
     // A depth video not written is a failed output of its video.
     let video_errors = shared.video_errors.load(Ordering::Relaxed);
@@ -411,8 +413,8 @@ fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Send
         }
         Err(e) => Some(crate::console::error_line(&e)),
     };
-    if let Some(w) = warning.filter(|_| cfg.log) {
-        crate::errln!("moge: warning: {}: {w}", video.path.display());
+    if let Some(w) = warning {
+        shared.notice(Notice::Warning(format!("{}: {w}", video.path.display())));
     }
     true
 }
@@ -452,6 +454,14 @@ fn decode_stage<B: Backend>(
             continue; // drain: dropped, never started
         }
         let staged = guarded(|| decode(backend, cfg, plan, &input));
+        if let Ok(item) = &staged {
+            let (w, h) = item.photo.size;
+            if let Some(note) = cfg.decode.fov.matrix_note(w as u32, h as u32) {
+                if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
+                    shared.notice(Notice::Info(note));
+                }
+            }
+        }
         // A video's frames go to the middle stage in their order where their scales are smoothed.
         let mut turn = true;
         shared.smoothing(&input, |s, video, seq| turn = s.wait_turn(video, seq, &|| shared.halted()));
@@ -622,14 +632,14 @@ fn encode<B: Backend>(
     })
 }
 
-/// The collector (the calling thread): counts, reports and passes on each record.
-fn collect<S>(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, shared: &Shared<S>, on_record: &mut impl FnMut(Record)) {
-    let pb = report::progress_bar(cfg.progress && !cfg.quiet, summary.total);
+/// The collector (the calling thread): counts each record and passes it on, with the notices
+/// the stages left before it.
+fn collect<S>(summary: &mut Summary, records: Receiver<Record>, shared: &Shared<S>, observer: &mut dyn Observer) {
     let listed = summary.total;
     for rec in records {
+        pass_notices(summary, shared, observer);
         // A video's frames are counted as they are read.
         summary.total = listed + shared.more.load(Ordering::Relaxed);
-        pb.set_length(summary.total as u64);
         match rec.status {
             Status::Ok => summary.done += 1,
             Status::Failed => summary.failed += 1,
@@ -639,29 +649,24 @@ fn collect<S>(summary: &mut Summary, records: Receiver<Record>, cfg: &Config, sh
         if rec.status == Status::Ok {
             summary.stages.add(&rec.timings);
         }
-        if let Some(w) = rec.warning.as_ref().filter(|_| cfg.log) {
-            pb.suspend(|| crate::errln!("moge: warning: {w}"));
+        if let Some(err) = rec.error.as_ref().filter(|_| rec.fatal && summary.fatal.is_none()) {
+            summary.fatal = Some(err.clone());
+            shared.halt.store(true, Ordering::Relaxed);
         }
-        if let Some(err) = &rec.error {
-            if cfg.log {
-                pb.suspend(|| crate::errln!("moge: {err}"));
-            }
-            if rec.fatal && summary.fatal.is_none() {
-                summary.fatal = Some(err.clone());
-                shared.halt.store(true, Ordering::Relaxed);
-            }
-        }
-        if cfg.json {
-            report::json_line(&rec);
-        }
-        pb.suspend(|| on_record(rec));
-        pb.inc(1);
-        if summary.failed > 0 {
-            pb.set_message(format!("{} failed", summary.failed));
-        }
+        observer.record(rec, summary);
     }
+    pass_notices(summary, shared, observer);
     summary.total = listed + shared.more.load(Ordering::Relaxed);
-    pb.finish_and_clear();
+    observer.records_done();
+}
+
+/// Hands on the notices waiting in `shared`, keeping them in the summary.
+fn pass_notices<S>(summary: &mut Summary, shared: &Shared<S>, observer: &mut dyn Observer) {
+    let waiting = std::mem::take(&mut *shared.notices.lock().unwrap_or_else(|e| e.into_inner()));
+    for n in waiting {
+        observer.notice(&n);
+        summary.notices.push(n);
+    }
 }
 
 /// The host stages alone, on one photo: one forward first, whose output is then reused, so

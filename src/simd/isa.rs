@@ -147,16 +147,21 @@ pub enum Cap {
     Ignored(String),
 }
 
-/// `MOGE_MAX_CPU_ISA`, read once; an unknown value is reported on stderr the first time.
+/// `MOGE_MAX_CPU_ISA`, read once. An unknown value is ignored; saying so is the caller's
+/// (the command line warns of it once, see [`Cap::warning`]).
 pub fn cap() -> &'static Cap {
     static CAP: OnceLock<Cap> = OnceLock::new();
-    CAP.get_or_init(|| {
-        let cap = parse_cap(std::env::var_os(ENV).map(|v| v.to_string_lossy().into_owned()).as_deref());
-        if let Cap::Ignored(v) = &cap {
-            crate::errln!("moge: warning: {ENV}={v:?} is not one of {}; ignored", Isa::names());
+    CAP.get_or_init(|| parse_cap(std::env::var_os(ENV).map(|v| v.to_string_lossy().into_owned()).as_deref()))
+}
+
+impl Cap {
+    /// What is wrong with an ignored value, for a warning; `None` for the others.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            Cap::Ignored(v) => Some(format!("{ENV}={v:?} is not one of {}; ignored", Isa::names())),
+            _ => None,
         }
-        cap
-    })
+    }
 }
 
 fn parse_cap(v: Option<&str>) -> Cap {

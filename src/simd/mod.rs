@@ -1,5 +1,5 @@
-//! The SIMD layer: the bottom of the crate, importing nothing from the modules above it (its
-//! one warning line goes through `console`'s `crate::errln!`).
+//! The SIMD layer: the bottom of the crate, importing nothing from the modules above it, and
+//! printing nothing (an ignored `MOGE_MAX_CPU_ISA` is the caller's to warn of).
 //!
 //! - [`isa`]: the instruction-set level, detected once, capped by `MOGE_MAX_CPU_ISA`, and
 //!   overridden per thread by `isa::with_isa`; every kernel and vector loop takes its route from

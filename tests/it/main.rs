@@ -30,5 +30,6 @@ mod predict;
 mod quantize;
 mod remote_client;
 mod serve;
+mod silent;
 mod synth;
 mod video;
