@@ -49,13 +49,13 @@ pub struct Predictor {
 }
 
 impl Predictor {
-    /// A model by published name or checkpoint path, as [`crate::load`] loads it.
+    /// A model by published name or checkpoint path, as [`crate::loader::load`] loads it.
     pub fn load(model: &str, opts: &LoadOptions) -> Result<Self> {
-        Ok(Self::local(Arc::new(crate::load(model, opts)?)))
+        Ok(Self::local(Arc::new(crate::loader::load(model, opts)?)))
     }
 
     /// A model already loaded.
-    pub fn local(model: Arc<crate::Model>) -> Self {
+    pub fn local(model: Arc<crate::model::v2::Model>) -> Self {
         Self { middle: Middle::Local(Runner::new(model)), jobs: crate::pipeline::run::default_jobs() }
     }
 
@@ -66,7 +66,7 @@ impl Predictor {
     }
 
     /// The local model, `None` on a server.
-    pub fn model(&self) -> Option<&Arc<crate::Model>> {
+    pub fn model(&self) -> Option<&Arc<crate::model::v2::Model>> {
         match &self.middle {
             Middle::Local(runner) => Some(runner.model()),
             Middle::Remote(_) => None,
@@ -211,13 +211,13 @@ fn check(plan: &Plan) -> Result<()> {
 
 /// The predictions of [`Predictor::predict_many`], in the order of its paths.
 pub struct Predictions {
-    rx: Option<Receiver<crate::Record>>,
+    rx: Option<Receiver<crate::pipeline::record::Record>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     paths: Vec<PathBuf>,
     next: usize,
     /// Records that came before their turn, by index.
-    waiting: HashMap<usize, crate::Record>,
+    waiting: HashMap<usize, crate::pipeline::record::Record>,
 }
 
 impl Predictions {
@@ -248,9 +248,9 @@ impl Iterator for Predictions {
             }
         };
         Some(match rec {
-            Some(crate::Record { prediction: Some(p), .. }) => Ok(*p),
-            Some(crate::Record { error: Some(e), io_kind: Some(kind), .. }) => Err(std::io::Error::new(kind, e).into()),
-            Some(crate::Record { error: Some(e), .. }) => Err(anyhow::Error::msg(e)),
+            Some(crate::pipeline::record::Record { prediction: Some(p), .. }) => Ok(*p),
+            Some(crate::pipeline::record::Record { error: Some(e), io_kind: Some(kind), .. }) => Err(std::io::Error::new(kind, e).into()),
+            Some(crate::pipeline::record::Record { error: Some(e), .. }) => Err(anyhow::Error::msg(e)),
             Some(_) => Err(anyhow::anyhow!("{}: not predicted", self.paths[i].display())),
             None => Err(anyhow::anyhow!("{}: not predicted: the pipeline stopped", self.paths[i].display())),
         })

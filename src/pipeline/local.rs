@@ -12,8 +12,8 @@ use super::backend::{Backend, Finished, Staging};
 use super::inputs::Input;
 use super::stages::{self, ms, Plan, Staged};
 use crate::image_io::DecodeOptions;
+use crate::model::v2::Model;
 use crate::model::{Prepared, RawOutput, Runner};
-use crate::Model;
 
 pub struct LocalBackend {
     runner: Runner,

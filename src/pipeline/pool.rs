@@ -294,7 +294,10 @@ impl Inner {
         let mut st = self.lock();
         if matches!(st.health[i], Health::Up) {
             let left = st.health.iter().filter(|h| matches!(h, Health::Up)).count() - 1;
-            (self.notify)(Notice::Warning(format!("{why}: taken out of the pool ({left} of {} servers left); its photos go to the others", self.members.len())));
+            (self.notify)(Notice::Warning(format!(
+                "{why}: taken out of the pool ({left} of {} servers left); its photos go to the others",
+                self.members.len()
+            )));
             st.health[i] = Health::Down;
             let flapping = st.back_at[i].is_some_and(|t| t.elapsed() < FLAP_WINDOW);
             st.strikes[i] = if flapping { st.strikes[i] + 1 } else { 1 };

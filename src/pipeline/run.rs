@@ -36,9 +36,9 @@ use crate::fit::{Canvas, FitMode};
 use crate::image_io::video::{Frames, Sampling};
 use crate::image_io::FovFrom;
 use crate::infer::InferOptions;
+use crate::model::v2::Model;
 use crate::outputs::json::{DepthStats, FrameInfo, InferenceInfo, ModelInfo, Sidecar, Timings};
 use crate::outputs::{self, OutputOptions};
-use crate::Model;
 
 /// Everything fixed for one run.
 #[derive(Debug, Clone)]

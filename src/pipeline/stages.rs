@@ -9,8 +9,8 @@ use image::RgbImage;
 use crate::fit::{self, Canvas, FitMode, Placement};
 use crate::image_io::FovFrom;
 use crate::infer::{InferOptions, Prediction};
+use crate::model::v2::Model;
 use crate::model::{Prepared, RawOutput};
-use crate::Model;
 
 /// How one photo meets the network.
 #[derive(Debug, Clone)]

@@ -32,6 +32,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use crate::fit::Canvas;
 use crate::image_io::DecodeOptions;
+use crate::model::v2::Model;
 use crate::model::{RawOutput, Runner};
 use crate::outputs::json::DepthStats;
 use crate::outputs::npz::Compression;
@@ -39,7 +40,6 @@ use crate::pipeline::guard::catch;
 use crate::pipeline::stages::{self, ms, Plan, Staged};
 use crate::pipeline::worker::{self, Refused, Worker};
 use crate::protocol::{OutputFormat, PredictOptions};
-use crate::Model;
 use metrics::Metrics;
 use response::{Meta, JSON_MAX_PIXELS};
 
