@@ -79,7 +79,9 @@ fn caught<T>(dir: &Path, f: impl FnOnce() -> T) -> T {
     let kept = unsafe { [libc::dup(1), libc::dup(2)] };
     assert!(kept.iter().all(|&fd| fd >= 0));
     for (fd, file) in [1, 2].into_iter().zip(&files) {
-        assert_eq!(unsafe { libc::dup2(file.as_raw_fd(), fd) }, fd);
+        // SAFETY: `file` is open for the call and dup2 only copies the descriptor onto 1 or 2.
+        let got = unsafe { libc::dup2(file.as_raw_fd(), fd) };
+        assert_eq!(got, fd);
     }
     let out = f();
     let _ = (std::io::stdout().flush(), std::io::stderr().flush());
