@@ -217,7 +217,7 @@ impl Prediction {
 
 /// `remap_output` of one point, as upstream `forward()` applies it.
 #[inline]
-fn remap_point(remap: RemapOutput, p: &mut [f32]) {
+pub fn remap_point(remap: RemapOutput, p: &mut [f32]) {
     match remap {
         RemapOutput::Linear => {}
         RemapOutput::Exp => {
@@ -253,13 +253,14 @@ fn remap_point_after_exp(remap: RemapOutput, p: &mut [f32]) {
 
 /// `F.normalize(normal, dim=-1)`: v / max(|v|, 1e-12).
 #[inline]
-fn normalized(a: f32, b: f32, c: f32) -> (f32, f32, f32) {
+pub fn normalized(a: f32, b: f32, c: f32) -> (f32, f32, f32) {
     let norm = (a * a + b * b + c * c).sqrt().max(1e-12);
     (a / norm, b / norm, c / norm)
 }
 
+/// The mask head's `sigmoid`, as upstream `forward()` applies it.
 #[inline]
-fn sigmoid(v: f32) -> f32 {
+pub fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
 
@@ -326,7 +327,7 @@ fn select_bits(keep: bool, v: f32, other: f32) -> f32 {
 }
 
 /// The focal and the normalised intrinsics `infer()` builds from it.
-fn intrinsics_of(focal: f32, width: usize, height: usize) -> [[f32; 3]; 3] {
+pub fn intrinsics_of(focal: f32, width: usize, height: usize) -> [[f32; 3]; 3] {
     let aspect = width as f64 / height as f64;
     let diag = (1.0 + aspect * aspect).sqrt();
     let fx = focal / 2.0 * diag as f32 / aspect as f32;
@@ -335,7 +336,7 @@ fn intrinsics_of(focal: f32, width: usize, height: usize) -> [[f32; 3]; 3] {
 }
 
 /// The focal `infer()` derives from a known horizontal field of view.
-fn given_focal(opts: &InferOptions, width: usize, height: usize) -> Option<f32> {
+pub fn given_focal(opts: &InferOptions, width: usize, height: usize) -> Option<f32> {
     let aspect = width as f64 / height as f64;
     let diag = (1.0 + aspect * aspect).sqrt();
     opts.fov_x.map(|fov| {
@@ -346,7 +347,7 @@ fn given_focal(opts: &InferOptions, width: usize, height: usize) -> Option<f32> 
 
 /// `(u − 0.5) / f` per pixel centre along one axis: utils3d `depth_map_to_point_map` with
 /// pixel centres in [0, 1], so that X = ray · depth.
-fn rays(n: usize, f: f32) -> Vec<f32> {
+pub fn rays(n: usize, f: f32) -> Vec<f32> {
     linspace(0.5 / n as f64, 1.0 - 0.5 / n as f64, n).iter().map(|&u| (u - 0.5) / f).collect()
 }
 

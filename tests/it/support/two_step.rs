@@ -5,8 +5,9 @@
 
 use moge::geometry::focal_shift::recover_focal_shift;
 use moge::geometry::resize::resize_bilinear;
-use moge::geometry::uv::linspace;
-use moge::infer::{InferOptions, Prediction};
+// The per-pixel pieces are the library's own (as before the two steps moved here): these
+// tests hold the two steps' order and maps to the one pass, not those formulas.
+use moge::infer::{given_focal, intrinsics_of, normalized, rays, remap_point, sigmoid, InferOptions, Prediction};
 use moge::model::config::RemapOutput;
 use moge::model::RawOutput;
 
@@ -32,35 +33,6 @@ fn resize_interleave(planar: &[f32], c: usize, (h, w): (usize, usize), width: us
     out
 }
 
-/// `remap_output` of one point, as upstream `forward()` applies it.
-fn remap_point(remap: RemapOutput, p: &mut [f32]) {
-    match remap {
-        RemapOutput::Linear => {}
-        RemapOutput::Exp => {
-            let z = p[2].exp();
-            p[0] *= z;
-            p[1] *= z;
-            p[2] = z;
-        }
-        RemapOutput::Sinh => p.iter_mut().for_each(|v| *v = v.sinh()),
-        RemapOutput::SinhExp => {
-            p[0] = p[0].sinh();
-            p[1] = p[1].sinh();
-            p[2] = p[2].exp();
-        }
-    }
-}
-
-/// `F.normalize(normal, dim=-1)`: v / max(|v|, 1e-12).
-fn normalized(a: f32, b: f32, c: f32) -> (f32, f32, f32) {
-    let norm = (a * a + b * b + c * c).sqrt().max(1e-12);
-    (a / norm, b / norm, c / norm)
-}
-
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + (-v).exp())
-}
-
 /// Tail of upstream `forward()`: resize the head outputs, then remap, normalize, sigmoid, exp.
 pub fn forward_maps(raw: &RawOutput, remap: RemapOutput, width: usize, height: usize) -> ForwardMaps {
     let mut points = resize_interleave(&raw.points, 3, raw.size, width, height);
@@ -78,29 +50,6 @@ pub fn forward_maps(raw: &RawOutput, remap: RemapOutput, width: usize, height: u
     ForwardMaps { points, normal, mask, metric_scale: raw.metric_scale.map(f32::exp) }
 }
 
-/// The focal and the normalised intrinsics `infer()` builds from it.
-fn intrinsics_of(focal: f32, width: usize, height: usize) -> [[f32; 3]; 3] {
-    let aspect = width as f64 / height as f64;
-    let diag = (1.0 + aspect * aspect).sqrt();
-    let fx = focal / 2.0 * diag as f32 / aspect as f32;
-    let fy = focal / 2.0 * diag as f32;
-    [[fx, 0.0, 0.5], [0.0, fy, 0.5], [0.0, 0.0, 1.0]]
-}
-
-/// The focal `infer()` derives from a known horizontal field of view.
-fn given_focal(opts: &InferOptions, width: usize, height: usize) -> Option<f32> {
-    let aspect = width as f64 / height as f64;
-    let diag = (1.0 + aspect * aspect).sqrt();
-    opts.fov_x.map(|fov| {
-        let half = (fov * (std::f32::consts::PI / 180.0)) / 2.0;
-        (1.0 / half.tan()) * (aspect / diag) as f32
-    })
-}
-
-/// `(u − 0.5) / f` per pixel centre along one axis.
-fn rays(n: usize, f: f32) -> Vec<f32> {
-    linspace(0.5 / n as f64, 1.0 - 0.5 / n as f64, n).iter().map(|&u| (u - 0.5) / f).collect()
-}
 /// `infer()` after `forward()`.
 pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, usize), opts: &InferOptions) -> Prediction {
     let ForwardMaps { mut points, mut normal, mask, metric_scale } = fwd;
