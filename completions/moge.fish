@@ -44,7 +44,7 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
 int8\t'The ViT\'s linears and the decoder\'s convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`'"
@@ -87,7 +87,7 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
 int8\t'The ViT\'s linears and the decoder\'s convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`'"
@@ -141,7 +141,7 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand serve" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
 int8\t'The ViT\'s linears and the decoder\'s convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`'"
@@ -171,7 +171,7 @@ vitb-normal\t''
 vitl-normal\t''
 vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
-complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
 bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
 int8\t'The ViT\'s linears and the decoder\'s convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`'"

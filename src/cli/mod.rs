@@ -216,8 +216,9 @@ impl WeightsArgs {
 pub struct ModelArgs {
     #[command(flatten)]
     pub source: WeightsArgs,
-    /// Arithmetic of the network. auto: bf16 on a CUDA GPU, and on a CPU whose AVX512-BF16 beats
-    /// f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32;
+    /// Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and
+    /// on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999
+    /// against upstream fp32), else f32;
     /// f32 for number-for-number parity; int8 (never auto) for int8 products.
     #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
@@ -237,7 +238,7 @@ fn model_names() -> clap::builder::PossibleValuesParser {
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
-    /// bf16 where the CPU runs bf16 products natively and faster than f32 (AMD Zen 4 and later), else f32.
+    /// bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32.
     Auto,
     /// Exact float32, the parity reference.
     F32,
@@ -417,6 +418,13 @@ pub fn main() -> i32 {
     // Said here, once, rather than by the library wherever the kernels first read it.
     if let Some(w) = moge::simd::isa::cap().warning() {
         moge::errln!("moge: warning: {w}");
+    }
+    // A CPU with AMX whose kernel refused the tile state runs the AVX-512 route: say why once
+    // (unless MOGE_MAX_CPU_ISA asked for less anyway).
+    if let (Some(why), false) =
+        (moge::simd::isa::amx_refused(), matches!(moge::simd::isa::cap(), moge::simd::isa::Cap::Level(l) if *l < moge::simd::isa::Isa::Amx))
+    {
+        moge::errln!("moge: warning: this CPU has AMX, but {why}: the avx512bf16 route runs instead");
     }
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),

@@ -7,7 +7,7 @@ use super::isa::Isa;
 /// the baseline.
 pub fn route(level: Isa) -> Isa {
     match level {
-        Isa::Avx512 | Isa::Avx512Bf16 => Isa::Avx512,
+        Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => Isa::Avx512,
         Isa::Avx2 => Isa::Avx2,
         Isa::Portable => Isa::Portable,
     }
@@ -65,6 +65,6 @@ mod tests {
 
     #[test]
     fn the_route_follows_the_level() {
-        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512]);
+        assert_eq!(Isa::ALL.map(route), [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512, Isa::Avx512]);
     }
 }

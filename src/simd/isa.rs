@@ -28,11 +28,14 @@ pub enum Isa {
     Avx512,
     /// AVX-512 with BW, VL and BF16 (`vdpbf16ps`): native bf16 products.
     Avx512Bf16,
+    /// Intel AMX (AMX-TILE and AMX-BF16, with the level below), where the kernel granted this
+    /// process the tile state ([`crate::simd::amx::support`]): bf16 products on tiles.
+    Amx,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16];
+    pub const ALL: [Isa; 5] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx];
 
     /// The name `MOGE_MAX_CPU_ISA` takes.
     pub fn name(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Isa {
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
             Isa::Avx512Bf16 => "avx512bf16",
+            Isa::Amx => "amx",
         }
     }
 
@@ -80,7 +84,20 @@ fn detect() -> Isa {
     if !(has!("avx512bw") && has!("avx512vl") && has!("avx512bf16")) {
         return Isa::Avx512;
     }
-    Isa::Avx512Bf16
+    match super::amx::support() {
+        super::amx::Support::Usable { .. } => Isa::Amx,
+        _ => Isa::Avx512Bf16,
+    }
+}
+
+/// Why this CPU's AMX is not used though it has it (the kernel refused the tile state, say):
+/// the one line the command line prints. `None` where there is no AMX or it is in use.
+pub fn amx_refused() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    if let super::amx::Support::Refused(why) = super::amx::support() {
+        return Some(why);
+    }
+    None
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -227,7 +244,7 @@ mod tests {
         }
         assert_eq!(Isa::from_name(" AVX2 "), Some(Isa::Avx2));
         assert_eq!(Isa::from_name("sse4"), None);
-        assert_eq!(Isa::names(), "avx512bf16|avx512|avx2|portable");
+        assert_eq!(Isa::names(), "amx|avx512bf16|avx512|avx2|portable");
     }
 
     #[test]
@@ -250,7 +267,7 @@ mod tests {
 
     #[test]
     fn levels_are_ordered_and_capped() {
-        assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512 && Isa::Avx512 < Isa::Avx512Bf16);
+        assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512 && Isa::Avx512 < Isa::Avx512Bf16 && Isa::Avx512Bf16 < Isa::Amx);
         assert!(max() <= detected());
         let levels: Vec<Isa> = levels().collect();
         assert_eq!(levels.first(), Some(&Isa::Portable));
@@ -264,7 +281,7 @@ mod tests {
             assert_eq!(current(), Isa::Portable);
             // Other threads keep the process's level.
             assert_eq!(std::thread::spawn(current).join().unwrap(), max());
-            with_isa(Isa::Avx512Bf16, || assert_eq!(current(), max()));
+            with_isa(Isa::Amx, || assert_eq!(current(), max()));
             assert_eq!(current(), Isa::Portable);
         });
         assert_eq!(current(), max());

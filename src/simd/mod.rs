@@ -9,6 +9,8 @@
 //! - [`math`]: exp, GELU and softmax, written to vectorise.
 //! - [`mat`]: [`Mat`], a matrix operand (start, rows, columns, row stride) as one value: the
 //!   kernels' operands, checked over a slice or raw for the kernels themselves.
+//! - [`tiles`]: Intel AMX's tile operations behind one trait, done by the hardware (`amx`,
+//!   where the kernel grants the tile state) or emulated in plain Rust (every machine's tests).
 //! - [`sgemm`]: f32 products on the one-tap register-tile kernels, one file per instruction set
 //!   (`avx2`, `avx512`), shared by the linears, attention, the 1x1 and transposed convolutions
 //!   and Winograd; the AVX2 kernel also runs the 3x3 convolution's direct route.
@@ -16,6 +18,8 @@
 //! Kernels of one layer stay beside it (`model::cpu`: the direct 3x3 convolution's AVX-512
 //! kernels, Winograd's transforms, the bf16 products).
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -25,43 +29,59 @@ pub mod isa;
 pub mod mat;
 pub mod math;
 pub mod sgemm;
+pub mod tiles;
 
 pub(crate) use dispatch::dispatch;
 pub use dispatch::route;
 pub use mat::{Mat, MatMut, MatRef};
 
-/// One cache line of floats: the unit of [`Lines`].
+/// One cache line of 4-byte values: the unit of [`Lines`].
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Line([f32; 16]);
+struct Line<T>([T; 16]);
 
-/// Zeroed f32 storage that starts on a cache line. A packed operand's rows are read as whole
-/// vectors; from a plain `Vec` (16 bytes past a line, as glibc's large blocks are), every
-/// 64-byte row straddled two lines, two loads for one on Intel's cores.
-pub(crate) struct Lines {
-    lines: Vec<Line>,
+/// Zeroed storage of 4-byte values (f32, or the bf16 pairs' u32 words) that starts on a cache
+/// line. A packed operand's rows are read as whole vectors; from a plain `Vec` (16 bytes past a
+/// line, as glibc's large blocks are), every 64-byte row straddled two lines, two loads for one
+/// on Intel's cores, and an AMX tile load ran 6x slower (`examples/amx_peak.rs`).
+#[derive(Clone)]
+pub(crate) struct Lines<T: Copy + Default = f32> {
+    lines: Vec<Line<T>>,
     len: usize,
 }
 
-impl Lines {
+impl<T: Copy + Default> Lines<T> {
     pub(crate) fn zeros(len: usize) -> Self {
-        Self { lines: vec![Line([0.0; 16]); len.div_ceil(16)], len }
+        const { assert!(size_of::<T>() == 4) };
+        Self { lines: vec![Line([T::default(); 16]); len.div_ceil(16)], len }
     }
 }
 
-impl std::ops::Deref for Lines {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        // SAFETY: `lines` holds at least `len` contiguous, initialised floats (`Line` is 16 of
+impl<T: Copy + Default> Default for Lines<T> {
+    fn default() -> Self {
+        Self::zeros(0)
+    }
+}
+
+impl<T: Copy + Default> std::fmt::Debug for Lines<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Lines({} values)", self.len)
+    }
+}
+
+impl<T: Copy + Default> std::ops::Deref for Lines<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `lines` holds at least `len` contiguous, initialised values (`Line` is 16 of
         // them, no padding, `len.div_ceil(16)` lines), borrowed for as long as the result.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const f32, self.len) }
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const T, self.len) }
     }
 }
 
-impl std::ops::DerefMut for Lines {
-    fn deref_mut(&mut self) -> &mut [f32] {
+impl<T: Copy + Default> std::ops::DerefMut for Lines<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as `deref`, borrowed mutably for as long as the result.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut f32, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut T, self.len) }
     }
 }
 

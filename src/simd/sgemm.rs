@@ -44,7 +44,7 @@ impl Micro {
     pub fn at(level: Isa) -> Option<Micro> {
         match isa::usable(level) {
             Isa::Avx2 => Some(Micro::Avx2),
-            Isa::Avx512 | Isa::Avx512Bf16 => Some(Micro::Avx512),
+            Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => Some(Micro::Avx512),
             Isa::Portable => None,
         }
     }

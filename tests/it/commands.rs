@@ -163,10 +163,14 @@ fn max_cpu_isa_caps_the_route_and_an_unknown_value_is_ignored() {
     assert!(out.contains("cpu kernels: conv3x3 im2col, ") && out.contains("softmax/gelu portable"), "{out}");
     assert!(!err.contains("warning"), "{err}");
     // A cap above the CPU never enables what it lacks.
+    let (out, _) = info("amx");
+    assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=amx)")), "{out}");
+    // And one below it caps it (on an AMX CPU: the AVX512-BF16 products instead of the tiles).
     let (out, _) = info("avx512bf16");
-    assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=avx512bf16)")), "{out}");
+    let capped = detected.min(isa::Isa::Avx512Bf16);
+    assert!(out.contains(&format!("cpu route: {capped} (detected {detected}; MOGE_MAX_CPU_ISA=avx512bf16)")), "{out}");
     let (out, err) = info("sse9");
-    assert!(err.contains("MOGE_MAX_CPU_ISA") && err.contains("avx512bf16|avx512|avx2|portable") && err.contains("sse9"), "{err}");
+    assert!(err.contains("MOGE_MAX_CPU_ISA") && err.contains("amx|avx512bf16|avx512|avx2|portable") && err.contains("sse9"), "{err}");
     assert_eq!(err.matches("MOGE_MAX_CPU_ISA").count(), 1, "warned once: {err}");
     assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=\"sse9\" ignored)")), "{out}");
 }

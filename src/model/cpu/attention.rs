@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::simd::isa::{self, Isa};
 use crate::simd::math::{softmax_columns, softmax_row};
 use crate::simd::sgemm::{self, Lhs, Micro, Panels};
-use crate::simd::{Mat, MatMut, SendPtr};
+use crate::simd::{Lines, Mat, MatMut, SendPtr};
 
 use super::matmul::bf16::{gemm_bf16, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
@@ -89,20 +89,24 @@ impl AttentionOp {
         let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(q_block).map(move |q0| (h, q0))).collect();
         blocks.par_iter().for_each_init(Scratch::default, |s, &(h, q0)| {
             let bq = q_block.min(n - q0);
-            let Scratch { scores, tmp, .. } = s;
-            scores.resize(bq * n, 0.0);
             let q = &qkv[q0 * row + h * hd..];
             // This block's rows of this head's columns of `out` (n × d): heads write disjoint
             // column ranges and blocks disjoint rows.
             let dst = Mat::from_mut_ptr(out_ptr.get(), n, d, d).block(q0, h * hd, bq, hd);
             if let Some((kt, v)) = &packed[h] {
-                gemm_bf16(Mat::from_slice(q, bq, hd, row), kt, Mat::from_slice_mut(scores, bq, n, n), false, 1);
-                for r in scores.chunks_exact_mut(n) {
-                    softmax_row(level, r, scale);
+                // The products' outputs with rows on cache lines, which the AMX tiles write in
+                // place (elsewhere they go through a copy).
+                let (ns, hdp) = (n.next_multiple_of(16), hd.next_multiple_of(16));
+                if s.lines.len() < bq * (ns + hdp) {
+                    s.lines = Lines::zeros(bq * (ns + hdp));
                 }
-                tmp.resize(bq * hd, 0.0);
-                gemm_bf16(Mat::from_slice(scores, bq, n, n), v, Mat::from_slice_mut(tmp, bq, hd, hd), false, 1);
-                for (i, r) in tmp.chunks_exact(hd).enumerate() {
+                let (scores, tmp) = s.lines[..bq * (ns + hdp)].split_at_mut(bq * ns);
+                gemm_bf16(Mat::from_slice(q, bq, hd, row), kt, Mat::from_slice_mut(scores, bq, n, ns), false, 1);
+                for r in scores.chunks_exact_mut(ns) {
+                    softmax_row(level, &mut r[..n], scale);
+                }
+                gemm_bf16(Mat::from_slice(scores, bq, n, ns), v, Mat::from_slice_mut(tmp, bq, hd, hdp), false, 1);
+                for (i, r) in tmp.chunks_exact(hdp).enumerate() {
                     // SAFETY: row i of `dst` is hd floats of `out`, this task's alone; `tmp` is
                     // another buffer.
                     unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.row(i), hd) };
@@ -118,6 +122,8 @@ impl AttentionOp {
             let k = qkv[d + h * hd..].as_ptr();
             let v = qkv[2 * d + h * hd..].as_ptr();
             let dst = dst.ptr();
+            let scores = &mut s.scores;
+            scores.resize(bq * n, 0.0);
             // SAFETY: `scores` holds bq rows of n, q bq rows of hd (`row` apart) and k n rows of
             // hd (`row` apart) within qkv (n rows of 3d, checked by the op).
             unsafe {
@@ -153,6 +159,8 @@ struct Scratch {
     scores: Vec<f32>,
     tmp: Vec<f32>,
     pack: Vec<f32>,
+    /// The bf16 route's scores and output, on cache lines.
+    lines: Lines<f32>,
 }
 
 /// One head's block of queries through the one-tap kernel, keys along rows: sᵀ (n × bqp) =
@@ -166,7 +174,7 @@ struct Scratch {
 /// Every element of `dst` is writable, and nothing else reads or writes them meanwhile.
 unsafe fn transposed(head: &Head, qt: Mat<&[f32]>, scale: f32, level: Isa, zeros: &[f32], s: &mut Scratch, dst: MatMut<f32>) {
     let (n, bq, bqp) = (head.v.k(), dst.rows(), qt.cols());
-    let Scratch { scores, tmp: sums, pack } = s;
+    let Scratch { scores, tmp: sums, pack, .. } = s;
     scores.resize(n * bqp, 0.0);
     sums.resize(bqp, 0.0);
     head.k.product(qt, zeros, Mat::from_slice_mut(scores, n, bqp, bqp));

@@ -25,6 +25,8 @@ pub struct Route {
     pub max_cpu_isa: Option<String>,
     /// Whether that value named no level and was ignored.
     pub max_cpu_isa_ignored: bool,
+    /// Why this CPU's AMX is not used though it has it (null where it has none, or uses it).
+    pub amx_refused: Option<&'static str>,
     pub precision: &'static str,
     /// Per family, the code path; null under `MOGE_GENERIC_OPS=1` (candle's generic ops).
     pub kernels: Option<Kernels>,
@@ -66,6 +68,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
         products: match (bf16, matmul::bf16::route(level)) {
             _ if precision == crate::model::Precision::Int8 => match matmul::int8::route(level) {
                 matmul::int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
+                matmul::int8::Route::Amx => "int8 amx tiles (tdpbusd) for the ViT's linears, avx512vnni for the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
                 r => format!("int8 {} for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
             },
             (false, _) => match sgemm::Micro::at(level) {
@@ -73,13 +76,22 @@ pub fn route(precision: crate::model::Precision) -> Route {
                 Some(sgemm::Micro::Avx512) => "f32 own avx512 kernel (linears, attention, 1x1/transposed)".to_owned(),
                 None => "f32 gemm crate (its own SIMD choice)".to_owned(),
             },
+            (true, Isa::Amx) => "bf16 amx tiles (tdpbf16ps)".to_owned(),
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
         },
         attention: "fused",
         softmax_gelu: crate::simd::route(level).name(),
     });
-    Route { isa: level.name(), detected: isa::detected().name(), max_cpu_isa, max_cpu_isa_ignored, precision: precision.name(), kernels }
+    Route {
+        isa: level.name(),
+        detected: isa::detected().name(),
+        max_cpu_isa,
+        max_cpu_isa_ignored,
+        amx_refused: isa::amx_refused(),
+        precision: precision.name(),
+        kernels,
+    }
 }
 
 impl std::fmt::Display for Route {

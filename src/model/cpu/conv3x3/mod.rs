@@ -31,13 +31,14 @@ use super::matmul::gemm::{Gemm, Strided};
 use super::tensor::{contiguous, with_f32};
 
 /// The direct route's instruction set at `level`, or `None` where the im2col route runs
-/// (portable, and bf16 products without AVX512-BF16: their GEMM rounds its inputs).
+/// (portable; bf16 products without AVX512-BF16, whose GEMM rounds its inputs; and bf16 on AMX,
+/// whose tile GEMM takes the im2col columns).
 pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
     match (level, bf16) {
         (Isa::Avx512Bf16, true) => Some(Isa::Avx512Bf16),
-        (Isa::Avx512 | Isa::Avx512Bf16, false) => Some(Isa::Avx512),
+        (Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx, false) => Some(Isa::Avx512),
         (Isa::Avx2, false) => Some(Isa::Avx2),
-        (Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
+        (Isa::Amx | Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
     }
 }
 
@@ -526,8 +527,8 @@ crate::simd::dispatch! {
 /// [`route`] or [`super::matmul::bf16::route`]: AVX512-BF16 only where the CPU has it).
 fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Bf16 {
-        // SAFETY: this route is AVX512-BF16 only where the CPU has it.
+    if isa >= Isa::Avx512Bf16 {
+        // SAFETY: these routes are AVX512-BF16 (AMX: with it) only where the CPU has it.
         unsafe { avx512::pairs(a, b, relu, dst) };
         return;
     }
@@ -796,8 +797,9 @@ mod tests {
                         );
                     }
                 };
-                // (direct route group, Winograd) -> the first level's output.
-                type Group = (Option<Isa>, bool);
+                // (direct route group, Winograd, the im2col route's bf16 products) -> the first
+                // level's output.
+                type Group = (Option<Isa>, bool, Option<Isa>);
                 let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
@@ -833,8 +835,10 @@ mod tests {
                     let got = op.run(&x, oh, ow, relu, up, res).unwrap();
                     check(&format!("{level}"), &got);
                     // The f32 direct kernels (AVX2, AVX-512F) do the same arithmetic in the same
-                    // order: one group; the Winograd route is its own.
-                    let group = (if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct }, wino);
+                    // order: one group; the Winograd route is its own, and so is each route of
+                    // the bf16 products under im2col (rounded f32, AMX tiles).
+                    let products = (bf16 && direct.is_none()).then(|| crate::model::cpu::matmul::bf16::route(level));
+                    let group = (if direct == Some(Isa::Avx2) { Some(Isa::Avx512) } else { direct }, wino, products);
                     match by_route.iter().find(|(r, _)| *r == group) {
                         Some((_, first)) => assert!(*first == got, "{level} bf16={bf16}: not the bits of the same route at a lower level"),
                         None => by_route.push((group, got)),

@@ -115,7 +115,7 @@ impl QuantConv {
     /// `upsampling`: the output is four phases' channels (phase-major), interleaved.
     fn build(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, taps: usize, level: Isa, upsampling: bool) -> candle_core::Result<Self> {
         let (scale, q) = quantise_weights(w, cout, cin * taps);
-        let store = match route(level) {
+        let store = match route(level).without_tiles() {
             route @ (Route::Avx512Vnni | Route::AvxVnni) => {
                 let quads = cin.div_ceil(4);
                 let tiles = cout.div_ceil(TILE_CH);
@@ -138,7 +138,7 @@ impl QuantConv {
                 bias.resize(tiles * TILE_CH, 0.0);
                 Store::Vnni(VnniWeights { words, scale, sums, bias }, route)
             }
-            Route::Emulated => {
+            Route::Emulated | Route::Amx | Route::AmxEmulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * taps)]).collect();
                 if taps == 1 {
                     Store::EmulatedPointwise(Box::new(crate::simd::isa::with_isa(level, || Conv1x1Op::new(dq, bias, cin, cout))?))
@@ -417,7 +417,7 @@ fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &m
     match level {
         // SAFETY: these levels are given only where the CPU has AVX-512F (with AVX2 and FMA).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Bf16 => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
+        Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
         // SAFETY: this level is given only where the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { quantise_pixels_avx2(rows, relu, s, z, planes) },

@@ -19,6 +19,9 @@
 //! * B: panels of NR = 32 columns; within a panel, for each k pair, the 32 columns' words
 //!   side by side (the two zmm the kernel loads).
 //!
+//! Tiles (AMX, [`Isa::Amx`]): the same layouts, k pairs padded to 16, multiplied 16 × 16 pairs
+//! at a time by `tdpbf16ps` ([`tiles`]), or by its emulation in the tests of every machine.
+//!
 //! Portable fallback (any level below [`Isa::Avx512Bf16`]): the same maths (bf16-rounded
 //! inputs, f32 accumulation) through the `gemm` crate's f32 kernels on rounded copies; the
 //! packed types then hold plain rounded f32, so such a machine pays the weight conversion once,
@@ -31,7 +34,7 @@ use rayon::prelude::*;
 
 use super::gemm::{Gemm, Strided};
 use crate::simd::isa::{self, Isa};
-use crate::simd::{Mat, MatMut, MatRef};
+use crate::simd::{Lines, Mat, MatMut, MatRef};
 
 /// Microkernel rows (broadcast operand). 12 rows × 2 zmm = 24 accumulators, + 2 B vectors +
 /// a broadcast register = 27 of the 32 zmm: no spills, and 24 independent `vdpbf16ps` chains
@@ -53,10 +56,11 @@ const A_BLOCK_BYTES: usize = 384 * 1024;
 /// packed block is still in L2 when the kernels read it.
 const NC: usize = 128;
 
-/// The route of the bf16 products at `level`: the AVX512-BF16 fast path, or the portable
-/// fallback (no AVX2 or AVX-512F route yet: those levels take the fallback).
+/// The route of the bf16 products at `level`: AMX tiles, the AVX512-BF16 fast path, or the
+/// portable fallback (no AVX2 or AVX-512F route yet: those levels take the fallback).
 pub fn route(level: Isa) -> Isa {
     match level {
+        Isa::Amx => Isa::Amx,
         Isa::Avx512Bf16 => Isa::Avx512Bf16,
         Isa::Avx512 | Isa::Avx2 | Isa::Portable => Isa::Portable,
     }
@@ -64,7 +68,7 @@ pub fn route(level: Isa) -> Isa {
 
 /// Whether bf16 products run natively on this thread's route ([`isa::current`]).
 pub fn native() -> bool {
-    route(isa::current()) == Isa::Avx512Bf16
+    route(isa::current()) >= Isa::Avx512Bf16
 }
 
 /// Whether they also run faster than f32's: what `--precision auto` picks bf16 for. Not on
@@ -74,7 +78,8 @@ pub fn native() -> bool {
 /// 23), where AMD's Zen 5 runs it at 3.6-3.9x f32. Taken for every Intel CPU until one is
 /// measured otherwise; `--precision bf16` still asks for it.
 pub fn pays() -> bool {
-    native() && !isa::intel()
+    let r = route(isa::current());
+    r == Isa::Amx || (r == Isa::Avx512Bf16 && !isa::intel())
 }
 
 /// f32 → bf16 bits, round-to-nearest-even, denormals flushed to signed zero and NaN kept quiet:
@@ -208,11 +213,63 @@ fn pack_cols(isa: Isa, src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) 
 // Pre-packed operands.
 // ---------------------------------------------------------------------------------------------
 
+/// The code that multiplies packed operands: what a [`Store::Panels`] was laid out for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// The 12 × 32 `vdpbf16ps` register tile (`avx512bf16.rs`).
+    Avx512Bf16,
+    /// AMX tiles (`tiles.rs`): the hardware's, or (`emulated`) the portable twin's.
+    Tiles { emulated: bool },
+}
+
+impl Kernel {
+    /// The kernel of route `isa` (a [`route`], lowered to what the CPU has), if it packs.
+    fn of(isa: Isa) -> Option<Kernel> {
+        match isa {
+            Isa::Amx => Some(Kernel::Tiles { emulated: false }),
+            Isa::Avx512Bf16 => Some(Kernel::Avx512Bf16),
+            _ => None,
+        }
+    }
+
+    /// The k pairs stored for k values: whole tiles' 16 on the tile route.
+    fn pairs(self, k: usize) -> usize {
+        match self {
+            Kernel::Avx512Bf16 => k.div_ceil(2),
+            Kernel::Tiles { .. } => k.div_ceil(2 * crate::simd::tiles::ROWS) * crate::simd::tiles::ROWS,
+        }
+    }
+
+    /// The rows of A stored (and readable) for m rows: whole tiles' 16 on the tile route.
+    fn rows(self, m: usize) -> usize {
+        match self {
+            Kernel::Avx512Bf16 => m,
+            Kernel::Tiles { .. } => m.next_multiple_of(crate::simd::tiles::ROWS),
+        }
+    }
+
+    /// Rows of C per microkernel call: the unit the rows are split in.
+    fn mr(self) -> usize {
+        match self {
+            Kernel::Avx512Bf16 => MR,
+            Kernel::Tiles { .. } => tiles::TM,
+        }
+    }
+
+    /// The route of the vector packers: AVX512-BF16 wherever the CPU has it (every AMX CPU).
+    fn packer(self) -> Isa {
+        match self {
+            Kernel::Tiles { emulated: true } => Isa::Portable,
+            _ => Isa::Avx512Bf16,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Store {
-    /// Pair-interleaved panels over the whole K (kps = ceil(k/2) pairs per panel): the
-    /// AVX512-BF16 route, built only where the CPU has it.
-    Panels(Vec<u32>),
+    /// Pair-interleaved panels over the whole K (`kernel.pairs(k)` pairs per panel), for
+    /// `kernel`, built only where the CPU has it (or for the emulation).
+    Panels { words: Lines<u32>, kernel: Kernel },
     /// Portable fallback: bf16-rounded f32, row-major (K×N for B, M×K for A).
     Rounded(Vec<f32>),
 }
@@ -221,7 +278,8 @@ impl Store {
     /// The route this layout is read by.
     fn isa(&self) -> Isa {
         match self {
-            Store::Panels(_) => Isa::Avx512Bf16,
+            Store::Panels { kernel: Kernel::Avx512Bf16, .. } => Isa::Avx512Bf16,
+            Store::Panels { kernel: Kernel::Tiles { .. }, .. } => Isa::Amx,
             Store::Rounded(_) => Isa::Portable,
         }
     }
@@ -249,20 +307,17 @@ impl PackedB {
 
     /// Packed for the route of `level` (lowered to what the CPU has).
     pub(crate) fn build(data: &[f32], k: usize, n: usize, transposed: bool, level: Isa) -> Self {
+        Self::build_for(data, k, n, transposed, Kernel::of(route(isa::usable(level))))
+    }
+
+    /// Packed for `kernel`, or rounded for the portable fallback (`None`).
+    pub(crate) fn build_for(data: &[f32], k: usize, n: usize, transposed: bool, kernel: Option<Kernel>) -> Self {
         assert!(data.len() >= k * n, "PackedB: {} values for {k}×{n}", data.len());
-        let isa = route(isa::usable(level));
-        let store = if isa != Isa::Avx512Bf16 {
-            let mut r = vec![0f32; k * n];
-            for kk in 0..k {
-                for j in 0..n {
-                    r[kk * n + j] = round_bf16(if transposed { data[j * k + kk] } else { data[kk * n + j] });
-                }
-            }
-            Store::Rounded(r)
-        } else {
-            let kps = k.div_ceil(2);
+        let store = if let Some(kernel) = kernel {
+            let kps = kernel.pairs(k);
             let panels = n.div_ceil(NR);
-            let mut p = vec![0u32; panels * kps * NR];
+            let mut p = Lines::<u32>::zeros(panels * kps * NR);
+            let isa = kernel.packer();
             // Pack panel by panel in parallel (one-time cost, but ViT-L has 96 such matrices).
             p.par_chunks_mut((kps * NR).max(1)).enumerate().for_each(|(pi, dst)| {
                 let (l0, l1) = (pi * NR, ((pi + 1) * NR).min(n));
@@ -272,7 +327,15 @@ impl PackedB {
                     pack_cols(isa, Mat::from_slice(data, k, n, n).block(0, l0, k, l1 - l0), kps, NR, dst);
                 }
             });
-            Store::Panels(p)
+            Store::Panels { words: p, kernel }
+        } else {
+            let mut r = vec![0f32; k * n];
+            for kk in 0..k {
+                for j in 0..n {
+                    r[kk * n + j] = round_bf16(if transposed { data[j * k + kk] } else { data[kk * n + j] });
+                }
+            }
+            Store::Rounded(r)
         };
         PackedB { k, n, store }
     }
@@ -306,15 +369,21 @@ impl PackedA {
 
     /// Packed for the route of `level` (lowered to what the CPU has).
     pub(crate) fn build(data: &[f32], m: usize, k: usize, level: Isa) -> Self {
+        Self::build_for(data, m, k, Kernel::of(route(isa::usable(level))))
+    }
+
+    /// Packed for `kernel`, or rounded for the portable fallback (`None`).
+    pub(crate) fn build_for(data: &[f32], m: usize, k: usize, kernel: Option<Kernel>) -> Self {
         assert!(data.len() >= m * k, "PackedA: {} values for {m}×{k}", data.len());
-        let isa = route(isa::usable(level));
-        let store = if isa != Isa::Avx512Bf16 {
-            Store::Rounded(data[..m * k].iter().map(|&x| round_bf16(x)).collect())
-        } else {
-            let kps = k.div_ceil(2);
-            let mut p = vec![0u32; m * kps];
-            convert_rows(isa, Mat::from_slice(data, m, k, k), kps, &mut p);
-            Store::Panels(p)
+        let store = match kernel {
+            None => Store::Rounded(data[..m * k].iter().map(|&x| round_bf16(x)).collect()),
+            Some(kernel) => {
+                let kps = kernel.pairs(k);
+                // Rows past m (the tiles' padding) stay zero.
+                let mut p = Lines::<u32>::zeros(kernel.rows(m) * kps);
+                convert_rows(kernel.packer(), Mat::from_slice(data, m, k, k), kps, &mut p);
+                Store::Panels { words: p, kernel }
+            }
         };
         PackedA { m, k, store }
     }
@@ -350,8 +419,8 @@ pub fn gemm_bf16(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, accumulate
             let ar: Vec<f32> = (0..m).flat_map(|i| a.row(i).iter().map(|&x| round_bf16(x))).collect();
             portable_gemm(Mat::from_slice(&ar, m, k, k), Mat::from_slice(bb, k, n, n), c, accumulate, threads);
         }
-        Store::Panels(bp) => {
-            let job = Job { k, a: Operand::F32(a), b: Operand::Packed(bp), c: c.as_raw_mut(), accumulate };
+        Store::Panels { words, kernel } => {
+            let job = Job { k, kernel: *kernel, a: Operand::F32(a), b: Operand::Packed(words), c: c.as_raw_mut(), accumulate };
             // Split M so each thread converts only its own rows of A; B is shared (L3).
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
         }
@@ -378,8 +447,8 @@ pub fn gemm_bf16_packed_a(a: &PackedA, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, a
             }
             portable_gemm(Mat::from_slice(ar, m, k, k), Mat::from_slice(&br, k, n, n), c, accumulate, threads);
         }
-        Store::Panels(ap) => {
-            let job = Job { k, a: Operand::Packed(ap), b: Operand::F32(b), c: c.as_raw_mut(), accumulate };
+        Store::Panels { words, kernel } => {
+            let job = Job { k, kernel: *kernel, a: Operand::Packed(words), b: Operand::F32(b), c: c.as_raw_mut(), accumulate };
             // Split N so each thread converts only its own columns of B.
             job.run(threads, n < 2 * NR * threads && m > n);
         }
@@ -407,42 +476,44 @@ fn portable_gemm(a: Mat<&[f32]>, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, accumul
 }
 
 // ---------------------------------------------------------------------------------------------
-// Blocked driver (fast path). It runs only for `Store::Panels`, the AVX512-BF16 route, so its
-// packers and microkernel take that route without asking again.
+// Blocked driver (fast path). It runs only for `Store::Panels`, whose kernel (AVX512-BF16 or
+// tiles) it takes without asking again.
 // ---------------------------------------------------------------------------------------------
 
 thread_local! {
     /// Per-thread packing buffers, kept between calls (up to ~1 MiB): no allocation, zeroing
     /// or page faults per call, which matters for the small per-tile calls of a convolution.
-    static SCRATCH: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// On a cache line, as the tiles need (`Lines`); A's block starts it.
+    static SCRATCH: std::cell::RefCell<Lines<u32>> = std::cell::RefCell::new(Lines::zeros(0));
 }
 
 fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
     SCRATCH.with(|s| match s.try_borrow_mut() {
         Ok(mut v) => {
             if v.len() < len {
-                v.resize(len, 0);
+                *v = Lines::zeros(len);
             }
             f(&mut v[..len])
         }
         // Re-entered on this thread (cannot happen today: nothing inside waits on rayon).
-        Err(_) => f(&mut vec![0u32; len]),
+        Err(_) => f(&mut Lines::zeros(len)),
     })
 }
 
 #[derive(Clone, Copy)]
 enum Operand<'a> {
-    /// Whole K, ceil(k/2) pairs: A as rows (`convert_rows`), B as NR-column panels.
+    /// Whole K, `kernel.pairs(k)` pairs: A as rows (`convert_rows`), B as NR-column panels.
     Packed(&'a [u32]),
     /// f32: A as m×k, B as k×n.
     F32(Mat<&'a [f32]>),
 }
 
 /// One product on the fast path. Made only by `gemm_bf16` and `gemm_bf16_packed_a` from
-/// operands packed for `Isa::Avx512Bf16` (so the CPU has it), with `c` their C, borrowed
-/// mutably for as long as the job, its rows apart (a `Mat<&mut [f32]>`'s promise).
+/// operands packed for `kernel` (so the CPU has it, or it is the emulation), with `c` their C,
+/// borrowed mutably for as long as the job, its rows apart (a `Mat<&mut [f32]>`'s promise).
 struct Job<'a> {
     k: usize,
+    kernel: Kernel,
     a: Operand<'a>,
     b: Operand<'a>,
     c: MatMut<f32>,
@@ -465,7 +536,7 @@ impl Job<'_> {
     fn run(&self, threads: usize, split_m: bool) {
         let (m, n) = (self.c.rows(), self.c.cols());
         let threads = threads.max(1);
-        let (len, unit) = if split_m { (m, MR) } else { (n, NR) };
+        let (len, unit) = if split_m { (m, self.kernel.mr()) } else { (n, NR) };
         let units = len.div_ceil(unit);
         let parts = threads.min(units);
         if parts <= 1 {
@@ -477,16 +548,24 @@ impl Job<'_> {
         bounds.into_par_iter().with_max_len(1).for_each(|(lo, hi)| if split_m { self.run_rect(lo..hi, 0..n) } else { self.run_rect(0..m, lo..hi) });
     }
 
-    /// Rows `rows` × columns `cols` of C, one task's alone; rows start at a multiple of MR,
-    /// columns of NR.
+    /// Rows `rows` × columns `cols` of C, one task's alone; rows start at a multiple of the
+    /// kernel's rows, columns of NR.
     fn run_rect(&self, rows: Range<usize>, cols: Range<usize>) {
-        let kps_total = self.k.div_ceil(2);
-        // A converted per call: pack MC rows at a time; pre-packed: use it in place, all rows.
-        // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512).
-        let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(KC / 2).max(1)).max(1);
-        let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
-        let mc = rows.len().div_ceil(rows.len().div_ceil(cap)).next_multiple_of(MR).max(MR);
-        let nc = if matches!(self.b, Operand::F32(_)) { NC } else { cols.len() };
+        let kps_total = self.kernel.pairs(self.k);
+        let tiles = matches!(self.kernel, Kernel::Tiles { .. });
+        let (kc, tile) = if tiles { (tiles::KC, crate::simd::tiles::ROWS) } else { (KC, 1) };
+        // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512), in whole tiles.
+        let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(kc / 2).max(1)).next_multiple_of(tile).max(1);
+        let (mc, nc) = if tiles {
+            // All of the rectangle's rows at once (A converted once per k block), and as many
+            // columns as keep B's block in L2 (`tiles::B_BLOCK_BYTES`).
+            (rows.len().next_multiple_of(tiles::TM).max(tiles::TM), (tiles::B_BLOCK_BYTES / (kc_pairs * 4)).max(NR) / NR * NR)
+        } else {
+            // A converted per call: pack MC rows at a time; pre-packed: use it in place.
+            let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
+            let mc = rows.len().div_ceil(rows.len().div_ceil(cap)).next_multiple_of(MR).max(MR);
+            (mc, if matches!(self.b, Operand::F32(_)) { NC } else { cols.len() })
+        };
         if self.k == 0 {
             if !self.accumulate {
                 for i in rows {
@@ -500,45 +579,101 @@ impl Job<'_> {
         let blen = if matches!(self.b, Operand::F32(_)) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
         with_scratch(alen + blen, |buf| {
             let (abuf, bbuf) = buf.split_at_mut(alen);
-            self.run_blocks(rows, cols, Blocking { kc_pairs, mc, nc }, abuf, bbuf)
+            let blocking = Blocking { kc_pairs, mc, nc };
+            if tiles {
+                self.run_tile_blocks(rows, cols, blocking, abuf, bbuf)
+            } else {
+                self.run_blocks(rows, cols, blocking, abuf, bbuf)
+            }
         });
+    }
+
+    /// B's k block (`kps` pairs from `kp0`) for columns `cols`, one row per panel of NR columns:
+    /// the pre-packed panels in place, or the f32 columns packed into `bbuf`.
+    fn b_block(&self, cols: Range<usize>, kp0: usize, kps: usize, bbuf: &mut [u32]) -> MatRef<u32> {
+        let kps_total = self.kernel.pairs(self.k);
+        let (b, bstride) = match self.b {
+            Operand::Packed(p) => (&p[(cols.start / NR) * kps_total * NR + kp0 * NR..], kps_total * NR),
+            Operand::F32(b) => {
+                let k0 = 2 * kp0;
+                pack_cols(self.kernel.packer(), b.block(k0, cols.start, k_block(self.k, k0, kps), cols.len()), kps, NR, bbuf);
+                (&bbuf[..], kps * NR)
+            }
+        };
+        let panels = cols.len().div_ceil(NR);
+        assert!(b.len() >= (panels - 1) * bstride + kps * NR, "gemm_bf16: B's block");
+        Mat::from_ptr(b.as_ptr(), panels, kps * NR, bstride)
+    }
+
+    /// The tile route's loops: k blocks outer (A's block converted once, for all rows), then
+    /// column blocks whose B stays in L2 while every row group passes (`tiles::block`). C is
+    /// visited once per k block: once for every K of the network (≤ `tiles::KC`).
+    fn run_tile_blocks(&self, rows: Range<usize>, cols: Range<usize>, blocking: Blocking, abuf: &mut [u32], bbuf: &mut [u32]) {
+        let Blocking { kc_pairs, nc, .. } = blocking;
+        let kps_total = self.kernel.pairs(self.k);
+        let packer = self.kernel.packer();
+        let m = rows.len();
+        for kp0 in (0..kps_total).step_by(kc_pairs) {
+            let kps = kc_pairs.min(kps_total - kp0);
+            let k0 = 2 * kp0;
+            let (a, astride) = match self.a {
+                Operand::Packed(p) => (&p[rows.start * kps_total + kp0..], kps_total),
+                Operand::F32(a) => {
+                    convert_rows(packer, a.block(rows.start, k0, m, k_block(self.k, k0, kps)), kps, abuf);
+                    (&abuf[..], kps)
+                }
+            };
+            // The tiles read A's rows to the next 16 (padding, or this block's buffer).
+            assert!(a.len() >= (self.kernel.rows(m) - 1) * astride + kps, "gemm_bf16: A's block");
+            let a = Mat::from_ptr(a.as_ptr(), m, kps, astride);
+            let load_c = self.accumulate || kp0 > 0;
+            for jc in cols.clone().step_by(nc) {
+                let jc1 = (jc + nc).min(cols.end);
+                let b = self.b_block(jc..jc1, kp0, kps, bbuf);
+                let c = self.c.block(rows.start, jc, m, jc1 - jc);
+                // SAFETY: a tile job exists only for operands packed for the tiles, on a CPU
+                // that has them (or emulated); A's and B's blocks are inside their buffers
+                // (asserted), and C's block inside this task's rectangle (`run`).
+                unsafe {
+                    #[cfg(target_arch = "x86_64")]
+                    if self.kernel == (Kernel::Tiles { emulated: false }) {
+                        let mut unit = crate::simd::amx::Amx::new().expect("a tile job on a CPU without usable AMX");
+                        tiles::block(&mut unit, a, b, c, load_c);
+                        continue;
+                    }
+                    tiles::block(&mut crate::simd::tiles::Emulated::default(), a, b, c, load_c)
+                }
+            }
+        }
     }
 
     fn run_blocks(&self, rows: Range<usize>, cols: Range<usize>, blocking: Blocking, abuf: &mut [u32], bbuf: &mut [u32]) {
         let Blocking { kc_pairs, mc, nc } = blocking;
-        let kps_total = self.k.div_ceil(2);
+        let kps_total = self.kernel.pairs(self.k);
+        let packer = self.kernel.packer();
         for jc in cols.clone().step_by(nc) {
             let jc1 = (jc + nc).min(cols.end);
             for kp0 in (0..kps_total).step_by(kc_pairs) {
                 let kps = kc_pairs.min(kps_total - kp0);
                 let k0 = 2 * kp0;
-                // B's k block for columns jc..jc1, one panel of NR columns after another.
-                let (b, bstride) = match self.b {
-                    Operand::Packed(p) => (&p[(jc / NR) * kps_total * NR + kp0 * NR..], kps_total * NR),
-                    Operand::F32(b) => {
-                        pack_cols(Isa::Avx512Bf16, b.block(k0, jc, k_block(self.k, k0, kps), jc1 - jc), kps, NR, bbuf);
-                        (&bbuf[..], kps * NR)
-                    }
-                };
-                let panels = (jc1 - jc).div_ceil(NR);
-                assert!(b.len() >= (panels - 1) * bstride + kps * NR, "gemm_bf16: B's block");
-                let b = Mat::from_ptr(b.as_ptr(), panels, kps * NR, bstride);
+                let b = self.b_block(jc..jc1, kp0, kps, bbuf);
                 let load_c = self.accumulate || kp0 > 0;
                 for ic in rows.clone().step_by(mc) {
                     let ic1 = (ic + mc).min(rows.end);
                     let (a, astride) = match self.a {
                         Operand::Packed(p) => (&p[ic * kps_total + kp0..], kps_total),
                         Operand::F32(a) => {
-                            convert_rows(Isa::Avx512Bf16, a.block(ic, k0, ic1 - ic, k_block(self.k, k0, kps)), kps, abuf);
+                            convert_rows(packer, a.block(ic, k0, ic1 - ic, k_block(self.k, k0, kps)), kps, abuf);
                             (&abuf[..], kps)
                         }
                     };
                     assert!(a.len() >= (ic1 - ic - 1) * astride + kps, "gemm_bf16: A's block");
                     let a = Mat::from_ptr(a.as_ptr(), ic1 - ic, kps, astride);
+                    let c = self.c.block(ic, jc, ic1 - ic, jc1 - jc);
                     // SAFETY: a job exists only for operands packed for AVX512-BF16, on a CPU
                     // that has it; A's and B's blocks are inside their buffers (asserted), and
                     // C's block inside this task's rectangle (`run`).
-                    unsafe { block(a, b, self.c.block(ic, jc, ic1 - ic, jc1 - jc), load_c) };
+                    unsafe { block(a, b, c, load_c) };
                 }
             }
         }
@@ -580,6 +715,7 @@ unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512bf16;
+mod tiles;
 
 // ---------------------------------------------------------------------------------------------
 // Tests.
@@ -589,14 +725,15 @@ mod avx512bf16;
 mod tests {
     use super::*;
 
-    /// `--precision auto` on the CPU is bf16 exactly where its products are native and the CPU
-    /// is not Intel's (where they ran slower than f32), at every level this machine has.
+    /// `--precision auto` on the CPU is bf16 exactly on AMX, and where the products are native
+    /// and the CPU is not Intel's (where AVX512-BF16 ran slower than f32), at every level this
+    /// machine has.
     #[test]
     fn auto_is_bf16_only_where_it_pays() {
         for level in isa::levels() {
             isa::with_isa(level, || {
                 let auto = crate::model::Precision::auto(&candle_core::Device::Cpu);
-                let bf16 = level == Isa::Avx512Bf16 && !isa::intel();
+                let bf16 = level == Isa::Amx || (level == Isa::Avx512Bf16 && !isa::intel());
                 assert_eq!(pays(), bf16, "{level}");
                 assert_eq!(auto == crate::model::Precision::Bf16, bf16, "{level}: auto is {auto:?}");
             });
@@ -663,7 +800,15 @@ mod tests {
         r
     }
 
-    fn check_gemm_bf16(level: Isa) {
+    /// The kernels of [`routes`] (`None`: the portable fallback), and the tiles' emulation on
+    /// every machine, last.
+    fn kernels() -> Vec<Option<Kernel>> {
+        let mut k: Vec<Option<Kernel>> = routes().into_iter().map(Kernel::of).collect();
+        k.push(Some(Kernel::Tiles { emulated: true }));
+        k
+    }
+
+    fn check_gemm_bf16(level: Option<Kernel>) {
         let mut worst = 0f64;
         let mut rng = Rng::new(0x1234_5678_9abc_def1);
         for &(m, n, k) in SHAPES {
@@ -682,12 +827,12 @@ mod tests {
                     }
                     let c0 = rng.units(m * ldc);
                     let want = reference(&a, lda, &bkn, m, n, k, accumulate.then_some((&c0[..], ldc)));
-                    for (ti, pb) in [PackedB::build(&bkn, k, n, false, level), PackedB::build(&bnk, k, n, true, level)].iter().enumerate() {
+                    for (ti, pb) in [PackedB::build_for(&bkn, k, n, false, level), PackedB::build_for(&bnk, k, n, true, level)].iter().enumerate() {
                         let mut c = c0.clone();
                         gemm_bf16(Mat::from_slice(&a, m, k, lda), pb, Mat::from_slice_mut(&mut c, m, n, ldc), accumulate, threads);
                         let e = rel_err(&c, ldc, &want, m, n, k);
                         worst = worst.max(e);
-                        assert!(e <= 1e-5, "gemm_bf16 {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}");
+                        assert!(e <= 1e-5, "gemm_bf16 {level:?} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads} nk={ti}: rel err {e:e}");
                         // Padding between rows of C is untouched.
                         for i in 0..m {
                             assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
@@ -696,10 +841,10 @@ mod tests {
                 }
             }
         }
-        eprintln!("gemm_bf16 {level}: worst rel err {worst:e}");
+        eprintln!("gemm_bf16 {level:?}: worst rel err {worst:e}");
     }
 
-    fn check_packed_a(level: Isa) {
+    fn check_packed_a(level: Option<Kernel>) {
         let mut worst = 0f64;
         let mut rng = Rng::new(0x0fed_cba9_8765_4321);
         for &(m, n, k) in SHAPES {
@@ -712,31 +857,31 @@ mod tests {
                     let bdense: Vec<f32> = (0..k).flat_map(|kk| b[kk * ldb..kk * ldb + n].to_vec()).collect();
                     let c0 = rng.units(m * ldc);
                     let want = reference(&a, k, &bdense, m, n, k, accumulate.then_some((&c0[..], ldc)));
-                    let pa = PackedA::build(&a, m, k, level);
+                    let pa = PackedA::build_for(&a, m, k, level);
                     let mut c = c0.clone();
                     gemm_bf16_packed_a(&pa, Mat::from_slice(&b, k, n, ldb), Mat::from_slice_mut(&mut c, m, n, ldc), accumulate, threads);
                     let e = rel_err(&c, ldc, &want, m, n, k);
                     worst = worst.max(e);
-                    assert!(e <= 1e-5, "packed_a {level} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}");
+                    assert!(e <= 1e-5, "packed_a {level:?} {m}×{n}×{k} acc={accumulate} pad={pad} thr={threads}: rel err {e:e}");
                     for i in 0..m {
                         assert_eq!(&c[i * ldc + n..(i + 1) * ldc], &c0[i * ldc + n..(i + 1) * ldc]);
                     }
                 }
             }
         }
-        eprintln!("gemm_bf16_packed_a {level}: worst rel err {worst:e}");
+        eprintln!("gemm_bf16_packed_a {level:?}: worst rel err {worst:e}");
     }
 
     #[test]
     fn gemm_bf16_matches_reference_on_every_route() {
-        for r in routes() {
+        for r in kernels() {
             check_gemm_bf16(r);
         }
     }
 
     #[test]
     fn packed_a_matches_reference_on_every_route() {
-        for r in routes() {
+        for r in kernels() {
             check_packed_a(r);
         }
     }
@@ -750,34 +895,34 @@ mod tests {
         let a = rng.units(m * k);
         let b = rng.units(k * n);
         let want = reference(&a, k, &b, m, n, k, None);
-        for r in routes() {
+        for r in kernels() {
             let mut c = vec![0f32; m * n];
-            gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::build(&b, k, n, false, r), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
+            gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::build_for(&b, k, n, false, r), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
-            eprintln!("large {m}×{n}×{k} {r}: rel err {e:e}");
-            assert!(e <= 1e-5, "large {r}: rel err {e:e}");
+            eprintln!("large {m}×{n}×{k} {r:?}: rel err {e:e}");
+            assert!(e <= 1e-5, "large {r:?}: rel err {e:e}");
             let mut c = vec![0f32; m * n];
-            gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
+            gemm_bf16_packed_a(&PackedA::build_for(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
-            assert!(e <= 1e-5, "large packed_a {r}: rel err {e:e}");
+            assert!(e <= 1e-5, "large packed_a {r:?}: rel err {e:e}");
         }
     }
 
     /// Zero-sized dimensions: nothing to do (k = 0: C = 0, or C unchanged when accumulating).
     #[test]
     fn empty_dims() {
-        for r in routes() {
+        for r in kernels() {
             for &(m, n, k) in &[(0usize, 5usize, 3usize), (4, 0, 3), (4, 5, 0), (0, 0, 0)] {
                 for accumulate in [false, true] {
                     let a = vec![1f32; m * k];
                     let b = vec![1f32; k * n];
                     let mut c = vec![7f32; m * n];
-                    gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::build(&b, k, n, false, r), Mat::from_slice_mut(&mut c, m, n, n), accumulate, 2);
+                    gemm_bf16(Mat::from_slice(&a, m, k, k), &PackedB::build_for(&b, k, n, false, r), Mat::from_slice_mut(&mut c, m, n, n), accumulate, 2);
                     let want = if accumulate { 7.0 } else { 0.0 } + k as f32;
-                    assert!(c.iter().all(|&x| x == want), "gemm_bf16 {m}×{n}×{k} acc={accumulate} {r}");
+                    assert!(c.iter().all(|&x| x == want), "gemm_bf16 {m}×{n}×{k} acc={accumulate} {r:?}");
                     let mut c = vec![7f32; m * n];
-                    gemm_bf16_packed_a(&PackedA::build(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), accumulate, 2);
-                    assert!(c.iter().all(|&x| x == want), "packed_a {m}×{n}×{k} acc={accumulate} {r}");
+                    gemm_bf16_packed_a(&PackedA::build_for(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), accumulate, 2);
+                    assert!(c.iter().all(|&x| x == want), "packed_a {m}×{n}×{k} acc={accumulate} {r:?}");
                 }
             }
         }

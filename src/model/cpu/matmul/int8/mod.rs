@@ -26,11 +26,17 @@
 use rayon::prelude::*;
 
 use crate::simd::isa::{self, Isa};
-use crate::simd::MatMut;
+use crate::simd::{Lines, MatMut};
 
 /// The code path of the int8 products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
+    /// Intel AMX tiles (`tdpbusd`, [`tiles`]), where the CPU has AMX-INT8 and the kernel granted
+    /// the tile state.
+    Amx,
+    /// The same tile route on the tiles' emulation: never chosen by [`route`], built by tests
+    /// so that every machine runs its packing and loops.
+    AmxEmulated,
     Avx512Vnni,
     AvxVnni,
     /// Quantised and dequantised, through the f32 product.
@@ -40,6 +46,8 @@ pub enum Route {
 impl Route {
     pub fn name(self) -> &'static str {
         match self {
+            Route::Amx => "amx",
+            Route::AmxEmulated => "amx-emulated",
             Route::Avx512Vnni => "avx512vnni",
             Route::AvxVnni => "avxvnni",
             Route::Emulated => "emulated",
@@ -49,6 +57,7 @@ impl Route {
     /// Output channels per weight panel.
     fn nr(self) -> usize {
         match self {
+            Route::Amx | Route::AmxEmulated => tiles::NR,
             Route::Avx512Vnni => 32,
             Route::AvxVnni => 16,
             Route::Emulated => 1,
@@ -58,9 +67,34 @@ impl Route {
     /// Rows per register tile.
     fn mr(self) -> usize {
         match self {
+            Route::Amx | Route::AmxEmulated => tiles::MR,
             Route::Avx512Vnni => 12,
             Route::AvxVnni => 6,
             Route::Emulated => 1,
+        }
+    }
+
+    /// The route without tiles, for kernels that have no tile code (the 3x3 convolution's):
+    /// AMX CPUs have AVX512-VNNI.
+    pub fn without_tiles(self) -> Route {
+        match self {
+            Route::Amx => Route::Avx512Vnni,
+            Route::AmxEmulated => Route::Emulated,
+            r => r,
+        }
+    }
+
+    fn tiles(self) -> bool {
+        matches!(self, Route::Amx | Route::AmxEmulated)
+    }
+
+    /// Quads of K stored per weight panel (and per row of activations): whole tiles' 16 on the
+    /// tile routes.
+    fn quads(self, k: usize) -> usize {
+        if self.tiles() {
+            k.div_ceil(64) * 16
+        } else {
+            k.div_ceil(4)
         }
     }
 }
@@ -68,6 +102,10 @@ impl Route {
 /// The route of the int8 products at `level` on this CPU.
 pub fn route(level: Isa) -> Route {
     let vnni = isa::vnni();
+    #[cfg(target_arch = "x86_64")]
+    if level >= Isa::Amx && *crate::simd::amx::support() == (crate::simd::amx::Support::Usable { int8: true }) {
+        return Route::Amx;
+    }
     if level >= Isa::Avx512 && vnni.avx512 {
         Route::Avx512Vnni
     } else if level >= Isa::Avx2 && vnni.avx {
@@ -119,9 +157,9 @@ pub struct QuantB {
     store: Store,
 }
 
-pub enum Store {
+pub(crate) enum Store {
     /// The VNNI routes' panels (see the module's documentation), with Σ_k q[o,k] per channel.
-    Panels { route: Route, words: Vec<i32>, colsum: Vec<i32> },
+    Panels { route: Route, words: Lines<i32>, colsum: Vec<i32> },
     /// q[o,k] · s_w[o] as f32, (out, in), for the emulated route.
     Dequantised(Vec<f32>),
 }
@@ -149,8 +187,12 @@ pub fn quantise_weights(w: &[f32], n: usize, k: usize) -> (Vec<f32>, Vec<i8>) {
 impl QuantB {
     /// Quantises the (n, k) weight `w` for the route of `level`.
     pub fn from_f32_nk(w: &[f32], n: usize, k: usize, level: Isa) -> Self {
+        Self::for_route(w, n, k, route(isa::usable(level)))
+    }
+
+    /// Quantised for `route`, which the CPU must have (or an emulated one).
+    pub(crate) fn for_route(w: &[f32], n: usize, k: usize, route: Route) -> Self {
         let (mut scale, q) = quantise_weights(w, n, k);
-        let route = route(isa::usable(level));
         let store = match route {
             Route::Emulated => {
                 let mut w = vec![0f32; n * k];
@@ -162,10 +204,10 @@ impl QuantB {
                 }
                 Store::Dequantised(w)
             }
-            Route::Avx512Vnni | Route::AvxVnni => {
+            Route::Amx | Route::AmxEmulated | Route::Avx512Vnni | Route::AvxVnni => {
                 let nr = route.nr();
-                let (panels, kq) = (n.div_ceil(nr), k.div_ceil(4));
-                let mut words = vec![0i32; panels * kq * nr];
+                let (panels, kq) = (n.div_ceil(nr), route.quads(k));
+                let mut words = Lines::<i32>::zeros(panels * kq * nr);
                 let mut colsum = vec![0i32; panels * nr];
                 if kq > 0 {
                     words.par_chunks_mut(kq * nr).zip(colsum.par_chunks_mut(nr)).enumerate().for_each(|(p, (panel, sums))| {
@@ -199,7 +241,7 @@ impl QuantB {
         }
     }
 
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         &self.store
     }
 }
@@ -235,7 +277,9 @@ fn quantise_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
 
 /// Activations quantised per row: `rows` rows of `stride` bytes (k values, then the pad).
 pub struct QuantA {
-    pub data: Vec<u8>,
+    /// The rows of u8, `stride` bytes apart from [`QuantA::bytes`]'s start (on a cache line),
+    /// with 32 rows of zeros after them on the tile routes (a tile reads whole rows of 16).
+    data: Lines<u32>,
     pub rows: usize,
     pub k: usize,
     pub stride: usize,
@@ -243,19 +287,35 @@ pub struct QuantA {
     pub zero: Vec<i32>,
 }
 
+impl QuantA {
+    /// The quantised rows: row i at `i · stride`.
+    pub fn bytes(&self) -> &[u8] {
+        let words: &[u32] = &self.data;
+        // SAFETY: the words' bytes, initialised and borrowed with them; u8 has no alignment.
+        unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, words.len() * 4) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let words: &mut [u32] = &mut self.data;
+        // SAFETY: as `bytes`, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 4) }
+    }
+}
+
 /// The rows of `x` (n × k) quantised, by the code of `route` (every route rounds alike).
 pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> QuantA {
     assert!(x.len() >= n * k, "int8: {} activations for {n}x{k}", x.len());
-    let stride = k.div_ceil(4) * 4;
-    let mut data = vec![0u8; n * stride];
+    let stride = 4 * route.quads(k);
+    let rows = if route.tiles() { n + tiles::MR } else { n };
+    let mut a = QuantA { data: Lines::zeros((rows * stride).div_ceil(4)), rows: n, k, stride, scale: Vec::new(), zero: Vec::new() };
     let mut sz = vec![(1f32, 0i32); n];
     if stride > 0 {
-        data.par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
+        a.bytes_mut()[..n * stride].par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
             *sz = match route {
                 // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it
-                // (`route`, `isa::vnni`).
+                // (`route`, `isa::vnni`); AMX only at the AMX level, above AVX512-BF16's.
                 #[cfg(target_arch = "x86_64")]
-                Route::Avx512Vnni => unsafe { quantise_row_avx512(x, out) },
+                Route::Avx512Vnni | Route::Amx => unsafe { quantise_row_avx512(x, out) },
                 // SAFETY: the route is AVX-VNNI (with AVX2 and FMA) only where the CPU has it.
                 #[cfg(target_arch = "x86_64")]
                 Route::AvxVnni => unsafe { quantise_row_avx2(x, out) },
@@ -263,8 +323,8 @@ pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> Quan
             };
         });
     }
-    let (scale, zero) = sz.into_iter().unzip();
-    QuantA { data, rows: n, k, stride, scale, zero }
+    (a.scale, a.zero) = sz.into_iter().unzip();
+    a
 }
 
 /// [`quantise_row`] compiled for AVX-512.
@@ -294,7 +354,7 @@ pub fn fake_quantised(x: &[f32], n: usize, k: usize) -> Vec<f32> {
     if k > 0 {
         y.par_chunks_mut(k).enumerate().for_each(|(i, y)| {
             let (s, z) = (a.scale[i], a.zero[i]);
-            y.iter_mut().zip(&a.data[i * a.stride..]).for_each(|(y, &u)| *y = (u as i32 - z) as f32 * s);
+            y.iter_mut().zip(&a.bytes()[i * a.stride..]).for_each(|(y, &u)| *y = (u as i32 - z) as f32 * s);
         });
     }
     y
@@ -314,7 +374,7 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>
     assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
     let (nr, mr) = (route.nr(), route.mr());
     let panels = d_out.div_ceil(nr);
-    let kq = k.div_ceil(4);
+    let kq = route.quads(k);
     let mut bias_padded = bias.to_vec();
     bias_padded.resize(panels * nr, 0.0);
     let a = quantise_activations(x, n, k, route);
@@ -331,13 +391,15 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>
         let r1 = (r0 + mc).min(n);
         // Tiles of equal height (≤ MR): 20 rows as 10 + 10, not 12 + 8.
         let tiles = (r1 - r0).div_ceil(mr);
+        #[cfg(target_arch = "x86_64")]
+        let mut amx = if route == Route::Amx { Some(crate::simd::amx::Amx::new().expect("int8 tiles on a CPU without usable AMX")) } else { None };
         for p in p0..(p0 + pc).min(panels) {
             let (j, nv) = (p * nr, (d_out - p * nr).min(nr));
             let panel = &words[p * kq * nr..(p + 1) * kq * nr];
             for t in 0..tiles {
                 let (t0, t1) = (r0 + (r1 - r0) * t / tiles, r0 + (r1 - r0) * (t + 1) / tiles);
                 let tile = Tile {
-                    a: &a.data[t0 * a.stride..],
+                    a: &a.bytes()[t0 * a.stride..],
                     lda: a.stride,
                     kq,
                     b: panel,
@@ -354,6 +416,12 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>
                 // task's alone.
                 unsafe {
                     match route {
+                        // Also: A's rows are 64-byte multiples on a cache line with 32 rows of
+                        // zeros after the last, the panels whole tiles' quads on cache lines
+                        // (`quantise_activations`, `QuantB::for_route`).
+                        #[cfg(target_arch = "x86_64")]
+                        Route::Amx => tiles::group(amx.as_mut().expect("made for this route"), &tile, true),
+                        Route::AmxEmulated => tiles::group(&mut crate::simd::tiles::Emulated::default(), &tile, false),
                         #[cfg(target_arch = "x86_64")]
                         Route::Avx512Vnni => avx512vnni::kernel(&tile),
                         #[cfg(target_arch = "x86_64")]
@@ -408,6 +476,7 @@ impl Tile<'_> {
 mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 mod avxvnni;
+mod tiles;
 
 #[cfg(test)]
 mod tests {
@@ -420,7 +489,7 @@ mod tests {
         let mut y = vec![0f64; a.rows * n];
         for i in 0..a.rows {
             for o in 0..n {
-                let s: i64 = (0..k).map(|c| (a.data[i * a.stride + c] as i64 - a.zero[i] as i64) * q[o * k + c] as i64).sum();
+                let s: i64 = (0..k).map(|c| (a.bytes()[i * a.stride + c] as i64 - a.zero[i] as i64) * q[o * k + c] as i64).sum();
                 y[i * n + o] = s as f64 * a.scale[i] as f64 * sw[o] as f64 + bias[o] as f64;
             }
         }
@@ -455,8 +524,10 @@ mod tests {
             // The VNNI routes' sums are exact and their epilogues the same operations: the
             // same bits on each.
             let mut vnni: Option<(Route, Vec<f32>)> = None;
-            for level in isa::levels() {
-                let b = QuantB::from_f32_nk(&w, n, k, level);
+            // Each level's weights, and the tile route on the tiles' emulation (every machine).
+            let builds =
+                isa::levels().map(|l| (l.name(), QuantB::from_f32_nk(&w, n, k, l))).chain([("amx-emulated", QuantB::for_route(&w, n, k, Route::AmxEmulated))]);
+            for (level, b) in builds {
                 let r = b.route();
                 let a = quantise_activations(&x, m, k, r);
                 let want = reference(&a, &q, &sw, &bias, n, k);
@@ -506,17 +577,23 @@ mod tests {
         let mut x = test_values(&mut seed, m * k);
         x[k..2 * k].iter_mut().for_each(|v| *v = v.abs());
         let base = quantise_activations(&x, m, k, Route::Emulated);
-        for r in routes() {
+        for r in routes().into_iter().chain([Route::AmxEmulated]) {
             let a = quantise_activations(&x, m, k, r);
-            assert_eq!((&a.data, &a.scale, &a.zero), (&base.data, &base.scale, &base.zero), "{r:?}");
+            assert_eq!((&a.scale, &a.zero), (&base.scale, &base.zero), "{r:?}");
+            for i in 0..m {
+                // The rows' k bytes alike, and their padding (to the route's stride) zero.
+                let (row, want) = (&a.bytes()[i * a.stride..(i + 1) * a.stride], &base.bytes()[i * base.stride..i * base.stride + k]);
+                assert_eq!(&row[..k], want, "{r:?} row {i}");
+                assert!(row[k..].iter().all(|&b| b == 0), "{r:?} row {i}: padding");
+            }
         }
         // A row of non-negative values has its zero point at 0 and its maximum at 255.
         assert_eq!(base.zero[1], 0);
-        assert_eq!(base.data[base.stride..base.stride + k].iter().max(), Some(&255));
+        assert_eq!(base.bytes()[base.stride..base.stride + k].iter().max(), Some(&255));
         for i in 0..m {
             let (s, z) = (base.scale[i], base.zero[i]);
             for c in 0..k {
-                let back = (base.data[i * base.stride + c] as i32 - z) as f32 * s;
+                let back = (base.bytes()[i * base.stride + c] as i32 - z) as f32 * s;
                 assert!((back - x[i * k + c]).abs() <= 0.5001 * s, "[{i},{c}]");
             }
         }

@@ -1,0 +1,132 @@
+//! The tile route of the bf16 GEMM (Intel AMX's `tdpbf16ps`), on any [`TileUnit`]: the
+//! hardware's where the CPU has it, the emulation's in every machine's tests.
+//!
+//! The operands keep the layouts of the AVX512-BF16 route (`super`), which are already what a
+//! tile reads: a row of A is its k pairs (an A tile is 16 rows × 16 pairs, one `tileloadd` at
+//! the rows' stride), and a B panel's k pair is its 32 columns' words side by side (a B tile is
+//! 16 pairs × 16 columns, one `tileloadd` at the panel's 128-byte stride). Only the padding
+//! differs: k pairs to a multiple of 16 (zeros), A readable for its rows rounded up to 16, and
+//! every operand on a cache line (a tile load across lines runs 6x slower).
+//!
+//! Register blocking: C in 32 × 32 groups, four accumulator tiles (0..4), two A tiles (4, 5)
+//! and two B tiles (6, 7): per 16 k pairs, four loads feed four products.
+
+use super::NR;
+use crate::simd::tiles::{TileUnit, ROWS};
+use crate::simd::{MatMut, MatRef};
+
+/// Rows of C per group: two tiles of 16.
+pub(super) const TM: usize = 2 * ROWS;
+/// K block, in elements: every K of the network in one, so C is read and written once. The
+/// tiles stream A and B from L2 at 2.0 TFLOP/s a core, from L1 at 2.8 and from L3 at 0.46
+/// (`examples/amx_peak.rs`, an Intel Xeon with AMX, 2026-12-03): the operands must come from L2.
+pub(super) const KC: usize = 4096;
+/// Bytes of B per column block (KC/2 pairs × NC columns × 4), in the 2 MiB L2 beside a row
+/// group's A (≤ 32 × KC/2 × 4 = 256 KiB).
+pub(super) const B_BLOCK_BYTES: usize = 1024 * 1024;
+
+/// A 32 × 32 f32 group of C for the edges, on a cache line (tile rows are 64 bytes).
+#[repr(C, align(64))]
+struct Edge([f32; TM * NR]);
+
+/// All groups of C (`c`) for one k block: A (`a`) its rows' k pairs, B (`b`) one row per NR
+/// columns of C, its panel's k pairs (NR words each); A, B and C on cache lines where they can
+/// be (C's misaligned groups go through a copy).
+///
+/// # Safety
+/// `a.cols()` is a multiple of 16; A is readable for `c.rows()` rounded up to 16 rows of
+/// `a.cols()` words; each row of `b` holds `a.cols()` · NR readable words; every element of `c`
+/// is readable and writable.
+pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool) {
+    let (rows, cols) = (c.rows(), c.cols());
+    debug_assert!(a.cols().is_multiple_of(ROWS));
+    let mut edge = Edge([0.0; TM * NR]);
+    // Row groups outer: a group's A is read by every panel of the block while it is in L1/L2.
+    for i in (0..rows).step_by(TM) {
+        let mv = (rows - i).min(TM);
+        for (jp, j) in (0..cols).step_by(NR).enumerate() {
+            let nv = (cols - j).min(NR);
+            // C's own rows only where they start on cache lines: a tile load that straddles
+            // lines runs 6x slower (`examples/amx_peak.rs`), so others go through `edge`.
+            let full = mv == TM && nv == NR && (c.at(i, j) as usize).is_multiple_of(64) && (c.stride() * 4).is_multiple_of(64);
+            let at = MatRef::from_ptr(a.row(i), mv, a.cols(), a.stride());
+            // SAFETY: the caller's promise, for rows i..i + mv of A and C (A readable to the
+            // next 16), panel jp of B and its nv columns of C; `edge` is a whole 32 × 32 group.
+            unsafe {
+                if full {
+                    group::<U, true, true>(u, at, b.row(jp), c.at(i, j), c.stride(), load_c);
+                } else {
+                    // The edge: C's part copied into the group and back after. What lies past
+                    // it in `edge` is left as it is: each element of C depends on itself alone,
+                    // and those are not copied back.
+                    if load_c {
+                        for r in 0..mv {
+                            std::ptr::copy_nonoverlapping(c.at(i + r, j) as *const f32, edge.0.as_mut_ptr().add(r * NR), nv);
+                        }
+                    }
+                    let e = edge.0.as_mut_ptr();
+                    match (mv > ROWS, nv > ROWS) {
+                        (true, true) => group::<U, true, true>(u, at, b.row(jp), e, NR, load_c),
+                        (true, false) => group::<U, true, false>(u, at, b.row(jp), e, NR, load_c),
+                        (false, true) => group::<U, false, true>(u, at, b.row(jp), e, NR, load_c),
+                        (false, false) => group::<U, false, false>(u, at, b.row(jp), e, NR, load_c),
+                    }
+                    for r in 0..mv {
+                        std::ptr::copy_nonoverlapping(edge.0.as_ptr().add(r * NR), c.at(i + r, j), nv);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One 32 × 32 group at `c` (rows `ldc` floats apart) over all of A's k pairs: the second row
+/// tile only where `R2` and the second column tile only where `C2` (the edges').
+///
+/// # Safety
+/// As [`block`], for A's rows from `a.ptr()` (16 of them, 32 with `R2`), one B panel at `b`,
+/// and 32 × 32 floats of C at `c`.
+#[inline(always)]
+unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(u: &mut U, a: MatRef<u32>, b: *const u32, c: *mut f32, ldc: usize, load_c: bool) {
+    let (lda, ldc) = (a.stride() * 4, ldc * 4);
+    let c = c as *mut u8;
+    let (c01, c10, c11) = (c.wrapping_add(64), c.wrapping_add(ROWS * ldc), c.wrapping_add(ROWS * ldc + 64));
+    // SAFETY: the caller's promise: 16 rows of 64 bytes at each address, at these strides.
+    unsafe {
+        if load_c {
+            u.load::<0>(c, ldc);
+            u.load::<1>(c01, ldc);
+            u.load::<2>(c10, ldc);
+            u.load::<3>(c11, ldc);
+        } else {
+            u.zero::<0>();
+            u.zero::<1>();
+            u.zero::<2>();
+            u.zero::<3>();
+        }
+        let (a0, a1) = (a.ptr() as *const u8, a.row(ROWS) as *const u8);
+        for kk in (0..a.cols()).step_by(ROWS) {
+            let bk = b.wrapping_add(kk * NR) as *const u8;
+            u.load::<6>(bk, NR * 4);
+            if C2 {
+                u.load::<7>(bk.wrapping_add(64), NR * 4);
+            }
+            u.load::<4>(a0.wrapping_add(kk * 4), lda);
+            u.dp_bf16::<0, 4, 6>();
+            if C2 {
+                u.dp_bf16::<1, 4, 7>();
+            }
+            if R2 {
+                u.load::<5>(a1.wrapping_add(kk * 4), lda);
+                u.dp_bf16::<2, 5, 6>();
+                if C2 {
+                    u.dp_bf16::<3, 5, 7>();
+                }
+            }
+        }
+        u.store::<0>(c, ldc);
+        u.store::<1>(c01, ldc);
+        u.store::<2>(c10, ldc);
+        u.store::<3>(c11, ldc);
+    }
+}

@@ -1,0 +1,105 @@
+//! The tile route of the int8 products (Intel AMX's `tdpbusd`), on any [`TileUnit`]: the
+//! hardware's where the CPU has AMX-INT8, the emulation's in every machine's tests.
+//!
+//! The AVX512-VNNI route's layouts are already what a tile reads: a weight panel's quad is its
+//! 32 channels' words side by side (a B tile is 16 quads × 16 channels at the panel's 128-byte
+//! stride), a row of activations its u8 quads (an A tile is 16 rows × 64 bytes). Only the
+//! padding differs: quads to a multiple of 16 (zero weights), rows of A to 64 bytes, A readable
+//! for 32 rows past any row, and both on cache lines (`super::Store::Panels`, `super::QuantA`).
+//!
+//! Per group of 32 × 32 outputs: four i32 accumulator tiles over all of K, stored to a buffer,
+//! then the VNNI route's epilogue, `y = (acc − z · Σq) · (s_a · s_w) + bias`, the same
+//! operations in the same order (so the same bits).
+
+use super::Tile;
+use crate::simd::tiles::{TileUnit, ROWS};
+
+/// Output channels per panel (two tiles of 16).
+pub(super) const NR: usize = 32;
+/// Rows per group (two tiles of 16).
+pub(super) const MR: usize = 2 * ROWS;
+
+/// The accumulators of a group, on a cache line.
+#[repr(C, align(64))]
+struct Acc([i32; MR * NR]);
+
+/// One group: `t.c` (≤ 32 rows × ≤ 32 columns) from its quantised rows and one panel.
+///
+/// # Safety
+/// `t.holds(NR)`, `t.kq` is a multiple of 16, `t.lda` of 64, A and the panel start on cache
+/// lines, and A is readable for 32 rows of `t.lda` bytes from `t.a`; with `fast`, the CPU has
+/// AVX-512F and FMA.
+pub(super) unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, fast: bool) {
+    let mv = t.c.rows();
+    debug_assert!(t.holds(NR) && mv <= MR && t.kq.is_multiple_of(ROWS));
+    let mut acc = Acc([0; MR * NR]);
+    let out = acc.0.as_mut_ptr() as *mut u8;
+    let (a0, a1, lda) = (t.a.as_ptr(), t.a.as_ptr().wrapping_add(ROWS * t.lda), t.lda);
+    let two_rows = mv > ROWS;
+    u.zero::<0>();
+    u.zero::<1>();
+    u.zero::<2>();
+    u.zero::<3>();
+    for kk in (0..t.kq).step_by(ROWS) {
+        let b = t.b.as_ptr().wrapping_add(kk * NR) as *const u8;
+        // SAFETY: the caller's promise: 16 quads of the panel (16 rows of 128 bytes, two tiles
+        // side by side) and 16 (32) rows of A's 16 quads at `lda`.
+        unsafe {
+            u.load::<6>(b, NR * 4);
+            u.load::<7>(b.wrapping_add(64), NR * 4);
+            u.load::<4>(a0.wrapping_add(4 * kk), lda);
+            u.dp_u8s8::<0, 4, 6>();
+            u.dp_u8s8::<1, 4, 7>();
+            if two_rows {
+                u.load::<5>(a1.wrapping_add(4 * kk), lda);
+                u.dp_u8s8::<2, 5, 6>();
+                u.dp_u8s8::<3, 5, 7>();
+            }
+        }
+    }
+    // SAFETY: `acc` is 32 rows of 128 bytes: each tile is 16 of them, 64 bytes wide.
+    unsafe {
+        u.store::<0>(out, NR * 4);
+        u.store::<1>(out.wrapping_add(64), NR * 4);
+        u.store::<2>(out.wrapping_add(ROWS * NR * 4), NR * 4);
+        u.store::<3>(out.wrapping_add(ROWS * NR * 4 + 64), NR * 4);
+    }
+    if fast {
+        // SAFETY: the caller's promise (AVX-512F and FMA: every CPU with AMX has them).
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            epilogue_avx512(t, &acc)
+        };
+    } else {
+        epilogue(t, &acc);
+    }
+}
+
+/// [`epilogue`] compiled with AVX-512F and FMA, so that it vectorises and its `mul_add` is one
+/// instruction rather than a call.
+///
+/// # Safety
+/// The CPU has AVX-512F and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn epilogue_avx512(t: &Tile, acc: &Acc) {
+    epilogue(t, acc)
+}
+
+/// C's tile from the group's accumulators: the VNNI route's epilogue, element by element.
+#[inline(always)]
+fn epilogue(t: &Tile, acc: &Acc) {
+    let (mv, nv) = (t.c.rows(), t.c.cols());
+    for r in 0..mv {
+        let (z, s) = (t.zero_a[r], t.scale_a[r]);
+        let row = &acc.0[r * NR..r * NR + nv];
+        // SAFETY: row r's first nv columns are in C and this tile's (`Tile::c`).
+        let y = unsafe { std::slice::from_raw_parts_mut(t.c.row(r), nv) };
+        for (j, (y, &a)) in y.iter_mut().zip(row).enumerate() {
+            // A wrapping i32 product and difference, then one fused multiply-add (exactly
+            // rounded wherever it runs): `vpmulld`, `vpsubd`, `vfmadd` there.
+            let v = a.wrapping_sub(z.wrapping_mul(t.colsum[j])) as f32;
+            *y = v.mul_add(s * t.scale_b[j], t.bias[j]);
+        }
+    }
+}
