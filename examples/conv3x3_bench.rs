@@ -1,7 +1,8 @@
 //! GFLOP/s of the f32 3x3 convolution (`moge::model::cpu::conv3x3`) and its int8 route: the direct route at the
 //! best level this CPU has beside the im2col + `gemm` route (the portable level's route; the
 //! `gemm` crate picks its own SIMD there too), on the shapes of the neck and heads at 640x480,
-//! measured interleaved (the machine is shared: compare the ratio).
+//! measured interleaved (the machine is shared: compare the ratio); with each, the bf16 route
+//! of this level (on AMX: im2col + the tile GEMM) against the direct one.
 //!
 //! `cargo run --release --example conv3x3_bench [reps]`
 
@@ -34,9 +35,11 @@ fn main() -> candle_core::Result<()> {
             ("im2col", isa::with_isa(Isa::Portable, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, false))?),
             ("winograd", op),
         ];
+        // The bf16 route at this level (AMX: im2col + the tile GEMM; AVX512-BF16: direct).
+        let bf16 = isa::with_isa(best, || Conv3x3Op::new(wt.clone(), bias.clone(), cin, cout, true))?;
         let int8 = QuantConv::new(&wt.flatten_all()?.to_vec1::<f32>()?, bias.clone(), cin, cout, best)?;
         let flop = 2.0 * (cin * 9 * cout * h * w) as f64;
-        let mut times = [vec![], vec![], vec![], vec![]];
+        let mut times = [vec![], vec![], vec![], vec![], vec![]];
         let mut outs = vec![];
         for rep in 0..=reps {
             for (i, (_, op)) in ops.iter().enumerate().filter(|(i, _)| *i < 2 || winograd) {
@@ -54,6 +57,12 @@ fn main() -> candle_core::Result<()> {
                 times[3].push(t.elapsed().as_secs_f64());
             }
             drop(y);
+            let t = Instant::now();
+            let y = x.apply_op1_no_bwd(&bf16.call(true, false))?;
+            if rep > 0 {
+                times[4].push(t.elapsed().as_secs_f64());
+            }
+            drop(y);
         }
         let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
         let err = diff(&outs[0], &outs[1]);
@@ -63,9 +72,11 @@ fn main() -> candle_core::Result<()> {
         };
         let (d, i) = (med(&mut times[0]), med(&mut times[1]));
         let q = med(&mut times[3]);
+        let b = med(&mut times[4]);
+        println!("{cin:>4}->{cout:<4} {h:>4}x{w:<4}  bf16 {:7.1} GFLOP/s  {:.2}x the direct route", flop / b / 1e9, d / b);
         println!(
             "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  int8 ({}) {:7.1} G(FL)OP/s  {:.2}x the direct route",
-            if int8.native() { moge::model::cpu::matmul::int8::route(best).name() } else { "emulated" },
+            if int8.native() { moge::model::cpu::matmul::int8::route(best).without_tiles().name() } else { "emulated" },
             flop / q / 1e9,
             d / q
         );
