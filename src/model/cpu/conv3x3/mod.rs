@@ -58,6 +58,8 @@ pub struct Conv3x3Op {
     winograd: Option<winograd::Winograd>,
     /// The upsampled calls' Winograd route, where the op was built for them.
     up: Option<UpWinograd>,
+    /// bf16 on AMX tiles, direct ([`tiles::TileConv`]), in place of im2col.
+    tiles: Option<tiles::TileConv>,
 }
 
 /// conv3x3(upsample_bilinear_2x(x)) as one Winograd convolution of x itself, to 4·cout
@@ -222,9 +224,12 @@ impl Conv3x3Op {
             Some(isa) if winograd.is_none() && up.is_none() => Some(with_f32(&weight, |w| pack_direct(w, cin, cout, bf16, isa))?),
             _ => None,
         };
-        // The im2col route's packed weight only where the direct route is missing.
-        let packed = if bf16 && direct.is_none() { Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
-        Ok(Self { weight, bias, cin, cout, packed, direct, winograd, up })
+        // bf16 on AMX: the direct tile route; elsewhere without a direct route, im2col's packed
+        // weight.
+        let tiles = if bf16 && level == Isa::Amx { Some(with_f32(&weight, |w| tiles::TileConv::new(w, cin, cout, false))?) } else { None };
+        let packed =
+            if bf16 && direct.is_none() && tiles.is_none() { Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
+        Ok(Self { weight, bias, cin, cout, packed, direct, winograd, up, tiles })
     }
 
     /// Whether calls without the fused upsample take the Winograd route.
@@ -269,6 +274,9 @@ impl Conv3x3Op {
         }
         if upsample2x {
             candle_core::bail!("conv3x3: the fused upsample needs the direct route");
+        }
+        if let Some(t) = &self.tiles {
+            return Ok(t.run(x, (h, w), relu, &self.bias, residual));
         }
         with_f32(&self.weight, |wt| self.run_im2col(x, wt, h, w, relu, residual))
     }
@@ -623,6 +631,7 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512;
 pub mod int8;
+pub mod tiles;
 pub mod winograd;
 
 /// One use of a [`Conv3x3Op`]: ReLU on the input, 2x bilinear upsample of the input (needs
@@ -808,7 +817,13 @@ mod tests {
                     let direct = route(level, bf16).filter(|_| !wino);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
                     assert_eq!(op.fuses_upsample(), direct.is_some());
-                    assert_eq!(op.packed.as_ref().map(|p| p.isa()), (bf16 && direct.is_none()).then(|| crate::model::cpu::matmul::bf16::route(level)));
+                    // bf16 on AMX: the direct tile route, in place of im2col's packed weight.
+                    let tiles = bf16 && level == Isa::Amx;
+                    assert_eq!(op.tiles.is_some(), tiles, "{level} bf16={bf16}");
+                    assert_eq!(
+                        op.packed.as_ref().map(|p| p.isa()),
+                        (bf16 && direct.is_none() && !tiles).then(|| crate::model::cpu::matmul::bf16::route(level))
+                    );
                     // Built for upsampled calls: the Winograd route takes them where it pays.
                     let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
                     let up_wino =
@@ -854,6 +869,7 @@ mod tests {
                             direct: None,
                             winograd: None,
                             up: None,
+                            tiles: None,
                         };
                         check(&format!("{level} im2col"), &im2col.run(&x, oh, ow, relu, false, res).unwrap());
                     }

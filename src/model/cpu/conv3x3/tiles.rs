@@ -1,0 +1,286 @@
+//! The 3x3 convolution in bf16 on AMX tiles, direct (an implicit GEMM over the padded map): the
+//! input converted to bf16 once per call, not once per tap as im2col's nine copies are.
+//!
+//! Per band of output rows, a slab of the band's input rows (one above and below, edges
+//! replicated, after the ReLU when asked) as bf16 pairs of channels, plane by plane: for each
+//! horizontal tap kx a copy shifted by kx − 1, so that every tile row the kernel loads starts on
+//! a cache line (a load across lines runs 6x slower, `examples/amx_peak.rs`). Then per output
+//! row, 32 pixels and 32 output channels at a time, four accumulator tiles over 9 taps × the
+//! channel pairs: A = the tap's weights (16 output channels × 16 channel pairs, one row per
+//! channel), B = 16 channel pairs × 16 pixels of one shifted row (one plane per tile row), C =
+//! output channels × pixels, the planar output's own orientation. Written on any
+//! [`TileUnit`]: the hardware's on the `amx` level, the emulation's in every machine's tests.
+
+use rayon::prelude::*;
+
+use crate::model::cpu::matmul::bf16::pair;
+use crate::simd::isa::Isa;
+use crate::simd::tiles::{TileUnit, ROWS};
+use crate::simd::{Lines, MatMut, SendPtr};
+
+/// Output channels and pixels per group: two tiles of 16 each way.
+const G: usize = 2 * ROWS;
+/// Words of a band's slab (~1 MiB): it stays in L2 while every tap and output channel reads it.
+const SLAB_WORDS: usize = 256 * 1024;
+
+/// A 3x3 convolution's weights as the tiles read them: per tap, per output channel (padded to
+/// whole groups of 32 with zeros), its channel pairs (padded to whole tiles' 16 with zeros).
+pub struct TileConv {
+    cin: usize,
+    cout: usize,
+    /// Channel pairs per row, a multiple of 16.
+    cps: usize,
+    /// Output channels stored, a multiple of 32.
+    coutp: usize,
+    /// `[tap][output channel][channel pair]`, on a cache line.
+    words: Lines<u32>,
+    /// Run on the tiles' emulation (tests) instead of the hardware.
+    emulated: bool,
+}
+
+impl TileConv {
+    /// From PyTorch's (cout, cin, 3, 3) weight, for the hardware, or its emulation (`emulated`).
+    pub fn new(w: &[f32], cin: usize, cout: usize, emulated: bool) -> Self {
+        assert!(w.len() >= cout * cin * 9, "conv3x3 tiles: a weight of {} for {cout}x{cin}x3x3", w.len());
+        let cps = cin.div_ceil(2 * ROWS) * ROWS;
+        let coutp = cout.next_multiple_of(G);
+        let mut words = Lines::<u32>::zeros(9 * coutp * cps);
+        let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
+        for t in 0..9 {
+            for o in 0..cout {
+                for cp in 0..cin.div_ceil(2) {
+                    words[(t * coutp + o) * cps + cp] = pair(at(o, 2 * cp, t), at(o, 2 * cp + 1, t));
+                }
+            }
+        }
+        TileConv { cin, cout, cps, coutp, words, emulated }
+    }
+
+    /// out (cout, h, w) = bias + W * relu?(x) [+ residual], x (cin, h, w), edges replicated.
+    pub fn run(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+        let wp = w.next_multiple_of(G);
+        let rows = (SLAB_WORDS / (3 * self.cps * wp)).saturating_sub(2).clamp(1, h.max(1));
+        self.run_bands(x, (h, w), relu, bias, residual, rows)
+    }
+
+    /// [`TileConv::run`] in bands of `band` output rows (tests: bands of every size).
+    fn run_bands(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>, band: usize) -> Vec<f32> {
+        let (cin, cout, hw) = (self.cin, self.cout, h * w);
+        assert!(x.len() >= cin * hw && bias.len() >= cout && residual.is_none_or(|r| r.len() >= cout * hw), "conv3x3 tiles: shapes");
+        let mut out = vec![0f32; cout * hw];
+        if hw == 0 || cout == 0 {
+            return out;
+        }
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let bands: Vec<usize> = (0..h).step_by(band.max(1)).collect();
+        bands.par_iter().for_each_init(Lines::<u32>::default, |slab, &y0| {
+            let y1 = (y0 + band).min(h);
+            let wp = w.next_multiple_of(G);
+            let len = 3 * self.cps * (y1 - y0 + 2) * wp;
+            if slab.len() < len {
+                *slab = Lines::zeros(len);
+            }
+            let slab = &mut slab[..len];
+            self.build_slab(x, (h, w), (y0, y1), relu, slab);
+            // SAFETY: rows y0..y1 of every output plane are this band's alone.
+            let out = MatMut::from_mut_ptr(out_ptr.get(), cout, hw, hw);
+            #[cfg(target_arch = "x86_64")]
+            if !self.emulated {
+                let mut unit = crate::simd::amx::Amx::new().expect("conv3x3 tiles on a CPU without usable AMX");
+                // SAFETY: the slab was built for this band, the weights are this op's, and the
+                // band's output rows are in `out` and this task's.
+                unsafe { self.band(&mut unit, slab, w, (y0, y1), bias, residual, out) };
+                return;
+            }
+            // SAFETY: as above.
+            unsafe { self.band(&mut crate::simd::tiles::Emulated::default(), slab, w, (y0, y1), bias, residual, out) };
+        });
+        out
+    }
+
+    /// The slab of rows y0 − 1 ..= y1 (clamped: replicated edges): for kx in 0..3, channel pair
+    /// cp, slab row r, column c: the pair of channels 2cp, 2cp + 1 at (y0 − 1 + r, c + kx − 1)
+    /// clamped, zero past column w (the rows are `wp` words) and past cin.
+    fn build_slab(&self, x: &[f32], (h, w): (usize, usize), (y0, y1): (usize, usize), relu: bool, slab: &mut [u32]) {
+        let (wp, rows, cps) = (w.next_multiple_of(G), y1 - y0 + 2, self.cps);
+        let isa = if self.emulated { Isa::Portable } else { crate::simd::isa::usable(Isa::Avx512Bf16) };
+        let f = |v: f32| if relu { v.max(0.0) } else { v };
+        let zeros = vec![0f32; w];
+        // Channel c's input row sy (zeros past cin).
+        let row = |c: usize, sy: usize| if c < self.cin { &x[(c * h + sy) * w..(c * h + sy + 1) * w] } else { &zeros[..] };
+        for kx in 0..3 {
+            for cp in 0..cps {
+                for r in 0..rows {
+                    let sy = (y0 + r).saturating_sub(1).min(h - 1);
+                    let (a, b) = (row(2 * cp, sy), row(2 * cp + 1, sy));
+                    let dst = &mut slab[((kx * cps + cp) * rows + r) * wp..][..wp];
+                    // Straight from the input rows, shifted by kx − 1, the edge pixel replicated.
+                    match kx {
+                        0 => {
+                            dst[0] = pair(f(a[0]), f(b[0]));
+                            super::pairs(isa, &a[..w - 1], &b[..w - 1], relu, &mut dst[1..w]);
+                        }
+                        1 => super::pairs(isa, a, b, relu, &mut dst[..w]),
+                        _ => {
+                            super::pairs(isa, &a[1..], &b[1..], relu, &mut dst[..w - 1]);
+                            dst[w - 1] = pair(f(a[w - 1]), f(b[w - 1]));
+                        }
+                    }
+                    // Past the map: zero (they meet only outputs that are not kept).
+                    dst[w..].fill(0);
+                }
+            }
+        }
+    }
+
+    /// Output rows y0..y1 from the band's slab.
+    ///
+    /// # Safety
+    /// `slab` is [`TileConv::build_slab`]'s for this band; rows y0..y1 of every plane of `out`
+    /// (cout × h·w) are writable and this caller's alone.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn band<U: TileUnit>(&self, u: &mut U, slab: &[u32], w: usize, (y0, y1): (usize, usize), bias: &[f32], residual: Option<&[f32]>, out: MatMut<f32>) {
+        let (cps, coutp, cout) = (self.cps, self.coutp, self.cout);
+        let (wp, rows) = (w.next_multiple_of(G), y1 - y0 + 2);
+        debug_assert!(slab.len() >= 3 * cps * rows * wp && self.words.len() >= 9 * coutp * cps);
+        let plane = rows * wp * 4; // bytes between a slab row's consecutive channel pairs
+        let lda = cps * 4;
+        let mut acc = Acc([0.0; G * G]);
+        let accp = acc.0.as_mut_ptr() as *mut u8;
+        for y in y0..y1 {
+            for x0 in (0..w).step_by(G) {
+                let nv = (w - x0).min(G);
+                for o0 in (0..cout).step_by(G) {
+                    let mv = (cout - o0).min(G);
+                    u.zero::<0>();
+                    u.zero::<1>();
+                    u.zero::<2>();
+                    u.zero::<3>();
+                    for t in 0..9 {
+                        let (ky, kx) = (t / 3, t % 3);
+                        let a = self.words[(t * coutp + o0) * cps..].as_ptr() as *const u8;
+                        let b = slab[((kx * cps) * rows + (y - y0 + ky)) * wp + x0..].as_ptr() as *const u8;
+                        for cb in (0..cps).step_by(ROWS) {
+                            // SAFETY: A: 32 rows of the tap's padded output channels from o0
+                            // (coutp ≥ o0 + 32), 16 pairs from cb; B: 16 planes' rows from cb,
+                            // 32 pixels from x0 (wp ≥ x0 + 32): all inside, on cache lines.
+                            unsafe {
+                                let (ak, bk) = (a.add(cb * 4), b.add(cb * plane));
+                                u.load::<6>(bk, plane);
+                                u.load::<4>(ak, lda);
+                                u.dp_bf16::<0, 4, 6>();
+                                if nv > ROWS {
+                                    u.load::<7>(bk.add(64), plane);
+                                    u.dp_bf16::<1, 4, 7>();
+                                }
+                                if mv > ROWS {
+                                    u.load::<5>(ak.add(ROWS * lda), lda);
+                                    u.dp_bf16::<2, 5, 6>();
+                                    if nv > ROWS {
+                                        u.dp_bf16::<3, 5, 7>();
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    // SAFETY: `acc` is 32 rows of 128 bytes; each tile 16 of them, 64 wide.
+                    unsafe {
+                        u.store::<0>(accp, G * 4);
+                        u.store::<1>(accp.add(64), G * 4);
+                        u.store::<2>(accp.add(ROWS * G * 4), G * 4);
+                        u.store::<3>(accp.add(ROWS * G * 4 + 64), G * 4);
+                    }
+                    for o in 0..mv {
+                        let (oc, at) = (o0 + o, y * w + x0);
+                        // SAFETY: row y's pixels x0..x0 + nv of plane oc: this band's (caller).
+                        let dst = unsafe { std::slice::from_raw_parts_mut(out.at(oc, at), nv) };
+                        let src = &acc.0[o * G..o * G + nv];
+                        let bo = bias[oc];
+                        match residual {
+                            Some(res) => {
+                                let res = &res[oc * out.cols() + at..][..nv];
+                                for i in 0..nv {
+                                    dst[i] = res[i] + bo + src[i];
+                                }
+                            }
+                            None => {
+                                for i in 0..nv {
+                                    dst[i] = bo + src[i];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One group's accumulators, on a cache line.
+#[repr(C, align(64))]
+struct Acc([f32; G * G]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::cpu::matmul::bf16::round_bf16;
+
+    /// f64 on bf16-rounded inputs: bias [+ residual] + W * relu?(x), edges replicated.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(x: &[f32], wt: &[f32], bias: &[f32], res: Option<&[f32]>, cin: usize, cout: usize, h: usize, w: usize, relu: bool) -> Vec<f64> {
+        let xv = |c: usize, y: isize, xx: isize| {
+            let (y, xx) = (y.clamp(0, h as isize - 1) as usize, xx.clamp(0, w as isize - 1) as usize);
+            let v = x[(c * h + y) * w + xx];
+            round_bf16(if relu { v.max(0.0) } else { v }) as f64
+        };
+        let mut out = vec![0f64; cout * h * w];
+        for o in 0..cout {
+            for y in 0..h {
+                for xx in 0..w {
+                    let mut s = bias[o] as f64 + res.map_or(0.0, |r| r[(o * h + y) * w + xx] as f64);
+                    for c in 0..cin {
+                        for t in 0..9 {
+                            let (ky, kx) = ((t / 3) as isize - 1, (t % 3) as isize - 1);
+                            s += round_bf16(wt[(o * cin + c) * 9 + t]) as f64 * xv(c, y as isize + ky, xx as isize + kx);
+                        }
+                    }
+                    out[(o * h + y) * w + xx] = s;
+                }
+            }
+        }
+        out
+    }
+
+    /// Every edge: one channel, odd channels, output channels and widths not multiples of 16 or
+    /// 32, one row, bands of every height; with and without the ReLU and the residual; on the
+    /// emulation everywhere and on the hardware where the CPU has AMX.
+    #[test]
+    fn tiles_match_the_reference() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let hardware = cfg!(target_arch = "x86_64") && crate::simd::isa::max() == Isa::Amx;
+        if !hardware {
+            eprintln!("conv3x3 tiles: no usable AMX here, the emulation only");
+        }
+        for &(cin, cout, h, w) in &[(1usize, 1usize, 1usize, 1usize), (3, 5, 4, 7), (16, 33, 3, 40), (33, 17, 5, 33), (64, 48, 6, 70)] {
+            let x = crate::simd::test_values(&mut seed, cin * h * w);
+            let wt = crate::simd::test_values(&mut seed, cout * cin * 9);
+            let bias = crate::simd::test_values(&mut seed, cout);
+            let res = crate::simd::test_values(&mut seed, cout * h * w);
+            for (relu, residual) in [(false, None), (true, Some(&res[..]))] {
+                let want = reference(&x, &wt, &bias, residual, cin, cout, h, w, relu);
+                let scale = want.iter().fold(1e-6f64, |s, v| s.max(v.abs()));
+                for emulated in [true, false] {
+                    if !emulated && !hardware {
+                        continue;
+                    }
+                    let op = TileConv::new(&wt, cin, cout, emulated);
+                    for band in [1, 2, h] {
+                        let got = op.run_bands(&x, (h, w), relu, &bias, residual, band);
+                        let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r).abs())) / scale;
+                        assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} relu={relu} emulated={emulated} band={band}: rel err {e:e}");
+                    }
+                }
+            }
+        }
+    }
+}
