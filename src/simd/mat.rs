@@ -127,6 +127,12 @@ impl<'a, T> Mat<&'a mut [T]> {
         Mat { data: &*self.data, rows: self.rows, cols: self.cols, stride: self.stride }
     }
 
+    /// The same elements, to write, for as long as this borrow (to pass on and use again).
+    #[inline(always)]
+    pub fn rb_mut(&mut self) -> Mat<&mut [T]> {
+        Mat { data: &mut *self.data, rows: self.rows, cols: self.cols, stride: self.stride }
+    }
+
     /// The raw view of the same elements, for a kernel; it is writable for as long as this
     /// borrow lasts, and nothing else reaches them meanwhile.
     #[inline(always)]

@@ -12,7 +12,7 @@ use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
-use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::bf16::{gemm_bf16_bias, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, QuantB};
 
@@ -68,11 +68,6 @@ impl CustomOp1 for LinearOp {
             candle_core::bail!("linear: input width {d_in}, weight expects {}", self.d_in);
         }
         let x = contiguous(s, l, "linear")?;
-        let bias_rows = || {
-            let mut y = vec![0f32; n * self.d_out];
-            y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
-            y
-        };
         let mut y = match (&self.packed, &self.weight) {
             (Some(Packed::Int8(q)), _) => match int8::product(x, n, q, &self.bias) {
                 Some(y) => y,
@@ -84,10 +79,12 @@ impl CustomOp1 for LinearOp {
                 }
             },
             (Some(Packed::Bf16(p)), _) => {
-                let mut y = bias_rows();
+                // The bias and GELU as the product's epilogue (applied in the tiles' groups).
+                let mut y = vec![0f32; n * self.d_out];
                 let c = Mat::from_slice_mut(&mut y, n, self.d_out, self.d_out);
-                gemm_bf16(Mat::from_slice(x, n, d_in, d_in), p, c, true, rayon::current_num_threads().max(1));
-                y
+                let gelu = (self.epilogue == Epilogue::BiasGelu).then_some(self.isa);
+                gemm_bf16_bias(Mat::from_slice(x, n, d_in, d_in), p, c, &self.bias, gelu, rayon::current_num_threads().max(1));
+                return Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))));
             }
             // GELU on each tile as the product finishes it.
             (None, F32Weight::Panels(p)) => {

@@ -420,11 +420,57 @@ pub fn gemm_bf16(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, accumulate
             portable_gemm(Mat::from_slice(&ar, m, k, k), Mat::from_slice(bb, k, n, n), c, accumulate, threads);
         }
         Store::Panels { words, kernel } => {
-            let job = Job { k, kernel: *kernel, a: Operand::F32(a), b: Operand::Packed(words), c: c.as_raw_mut(), accumulate };
+            let job = Job { k, kernel: *kernel, a: Operand::F32(a), b: Operand::Packed(words), c: c.as_raw_mut(), accumulate, epilogue: None };
             // Split M so each thread converts only its own rows of A; B is shared (L3).
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
         }
     }
+}
+
+/// `C (m×n) = bias + A · B`, then GELU where `gelu` names the level of its vector code: a
+/// linear layer's product and epilogue. On the tiles the epilogue is applied to each group of
+/// C as it leaves them (no pass over C to fill it with the bias, none to read it back, none for
+/// the GELU); elsewhere it is [`gemm_bf16`] on C filled with the bias, then the GELU. Panics
+/// where the shapes disagree.
+pub fn gemm_bf16_bias(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, bias: &[f32], gelu: Option<Isa>, threads: usize) {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
+    assert!(bias.len() >= n, "gemm_bf16_bias: {} biases for {n} columns", bias.len());
+    match &b.store {
+        Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } if m > 0 && n > 0 && k > 0 => {
+            assert!(c.rows() == m && c.cols() == n, "gemm_bf16_bias: C is {}×{} for {m}×{n}", c.rows(), c.cols());
+            let epilogue = Some(Epilogue { bias: &bias[..n], gelu });
+            let job = Job { k, kernel: *kernel, a: Operand::F32(a), b: Operand::Packed(words), c: c.as_raw_mut(), accumulate: false, epilogue };
+            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+        }
+        _ => {
+            par_rows(c.rb_mut(), |r| r.copy_from_slice(&bias[..n]));
+            gemm_bf16(a, b, c.rb_mut(), true, threads);
+            if let Some(level) = gelu {
+                par_rows(c, |r| crate::simd::math::gelu_in_place(level, r));
+            }
+        }
+    }
+}
+
+/// `f` on each row of `c`, the rows split on the rayon pool.
+fn par_rows(mut c: Mat<&mut [f32]>, f: impl Fn(&mut [f32]) + Sync) {
+    let (rows, cols, raw) = (c.rows(), c.cols(), c.as_raw_mut());
+    let ptr = crate::simd::SendPtr(raw.ptr());
+    let stride = raw.stride();
+    (0..rows).into_par_iter().for_each(|i| {
+        // SAFETY: row i of `c` (cols floats at i · stride), borrowed mutably for this call, and
+        // each task's row its own (`Mat` rows are disjoint).
+        f(unsafe { std::slice::from_raw_parts_mut(ptr.get().add(i * stride), cols) })
+    });
+}
+
+/// What the tiles add to a product's last k block as it leaves them ([`gemm_bf16_bias`]).
+#[derive(Clone, Copy)]
+pub(super) struct Epilogue<'a> {
+    /// Per column of C.
+    pub bias: &'a [f32],
+    /// GELU after the bias, by the vector code of this level.
+    pub gelu: Option<Isa>,
 }
 
 /// `C (m×n) = [C +] A · B`: A is pre-packed (m×k), B (k×n) is f32, converted to bf16 while
@@ -448,7 +494,7 @@ pub fn gemm_bf16_packed_a(a: &PackedA, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, a
             portable_gemm(Mat::from_slice(ar, m, k, k), Mat::from_slice(&br, k, n, n), c, accumulate, threads);
         }
         Store::Panels { words, kernel } => {
-            let job = Job { k, kernel: *kernel, a: Operand::Packed(words), b: Operand::F32(b), c: c.as_raw_mut(), accumulate };
+            let job = Job { k, kernel: *kernel, a: Operand::Packed(words), b: Operand::F32(b), c: c.as_raw_mut(), accumulate, epilogue: None };
             // Split N so each thread converts only its own columns of B.
             job.run(threads, n < 2 * NR * threads && m > n);
         }
@@ -518,6 +564,8 @@ struct Job<'a> {
     b: Operand<'a>,
     c: MatMut<f32>,
     accumulate: bool,
+    /// Tiles only: the bias (and GELU) applied as the last k block leaves the tiles.
+    epilogue: Option<Epilogue<'a>>,
 }
 
 // SAFETY: the tasks sharing a job read its operands and write C only through disjoint (row range
@@ -631,6 +679,8 @@ impl Job<'_> {
                 let jc1 = (jc + nc).min(cols.end);
                 let b = self.b_block(jc..jc1, kp0, kps, bbuf);
                 let c = self.c.block(rows.start, jc, m, jc1 - jc);
+                // The bias (and GELU) on the last k block, for these columns.
+                let epilogue = self.epilogue.filter(|_| kp0 + kps == kps_total).map(|e| Epilogue { bias: &e.bias[jc..jc1], ..e });
                 // SAFETY: a tile job exists only for operands packed for the tiles, on a CPU
                 // that has them (or emulated); A's and B's blocks are inside their buffers
                 // (asserted), and C's block inside this task's rectangle (`run`).
@@ -638,10 +688,10 @@ impl Job<'_> {
                     #[cfg(target_arch = "x86_64")]
                     if self.kernel == (Kernel::Tiles { emulated: false }) {
                         let mut unit = crate::simd::amx::Amx::new().expect("a tile job on a CPU without usable AMX");
-                        tiles::block(&mut unit, a, b, c, load_c);
+                        tiles::block(&mut unit, a, b, c, load_c, epilogue);
                         continue;
                     }
-                    tiles::block(&mut crate::simd::tiles::Emulated::default(), a, b, c, load_c)
+                    tiles::block(&mut crate::simd::tiles::Emulated::default(), a, b, c, load_c, epilogue)
                 }
             }
         }
@@ -905,6 +955,34 @@ mod tests {
             gemm_bf16_packed_a(&PackedA::build_for(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
             assert!(e <= 1e-5, "large packed_a {r:?}: rel err {e:e}");
+        }
+    }
+
+    /// The product with its bias and GELU (`gemm_bf16_bias`) on every kernel this machine has
+    /// and the tiles' emulation: C's old contents (NaN) never read, past one k block too.
+    #[test]
+    fn bias_and_gelu_match_reference() {
+        let mut rng = Rng::new(4242);
+        for &(m, n, k) in &[(1usize, 1usize, 1usize), (33, 70, 300), (45, 96, 8201)] {
+            let a = rng.units(m * k);
+            let b = rng.units(k * n);
+            let bias = rng.units(n);
+            let want = reference(&a, k, &b, m, n, k, None);
+            for kernel in kernels() {
+                let pb = PackedB::build_for(&b, k, n, false, kernel);
+                for gelu in [None, Some(isa::max())] {
+                    let mut c = vec![f32::NAN; m * n];
+                    gemm_bf16_bias(Mat::from_slice(&a, m, k, k), &pb, Mat::from_slice_mut(&mut c, m, n, n), &bias, gelu, 2);
+                    let want: Vec<f64> = want
+                        .iter()
+                        .enumerate()
+                        .map(|(e, &v)| v + bias[e % n] as f64)
+                        .map(|v| if gelu.is_some() { crate::simd::math::gelu(v as f32) as f64 } else { v })
+                        .collect();
+                    let e = rel_err(&c, n, &want, m, n, k);
+                    assert!(e <= 1e-5, "bias {kernel:?} gelu={gelu:?} {m}×{n}×{k}: rel err {e:e}");
+                }
+            }
         }
     }
 

@@ -11,7 +11,7 @@
 //! Register blocking: C in 32 × 32 groups, four accumulator tiles (0..4), two A tiles (4, 5)
 //! and two B tiles (6, 7): per 16 k pairs, four loads feed four products.
 
-use super::NR;
+use super::{Epilogue, NR};
 use crate::simd::tiles::{TileUnit, ROWS};
 use crate::simd::{MatMut, MatRef};
 
@@ -31,13 +31,14 @@ struct Edge([f32; TM * NR]);
 
 /// All groups of C (`c`) for one k block: A (`a`) its rows' k pairs, B (`b`) one row per NR
 /// columns of C, its panel's k pairs (NR words each); A, B and C on cache lines where they can
-/// be (C's misaligned groups go through a copy).
+/// be (C's misaligned groups go through a copy). `epilogue`: the bias (one per column of `c`)
+/// and GELU added as the groups leave the tiles (the last k block's).
 ///
 /// # Safety
 /// `a.cols()` is a multiple of 16; A is readable for `c.rows()` rounded up to 16 rows of
 /// `a.cols()` words; each row of `b` holds `a.cols()` · NR readable words; every element of `c`
 /// is readable and writable.
-pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool) {
+pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool, epilogue: Option<Epilogue>) {
     let (rows, cols) = (c.rows(), c.cols());
     debug_assert!(a.cols().is_multiple_of(ROWS));
     let mut edge = Edge([0.0; TM * NR]);
@@ -48,7 +49,8 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
             let nv = (cols - j).min(NR);
             // C's own rows only where they start on cache lines: a tile load that straddles
             // lines runs 6x slower (`examples/amx_peak.rs`), so others go through `edge`.
-            let full = mv == TM && nv == NR && (c.at(i, j) as usize).is_multiple_of(64) && (c.stride() * 4).is_multiple_of(64);
+            // With an epilogue every group goes through `edge`, where it is applied in L1.
+            let full = mv == TM && nv == NR && (c.at(i, j) as usize).is_multiple_of(64) && (c.stride() * 4).is_multiple_of(64) && epilogue.is_none();
             let at = MatRef::from_ptr(a.row(i), mv, a.cols(), a.stride());
             // SAFETY: the caller's promise, for rows i..i + mv of A and C (A readable to the
             // next 16), panel jp of B and its nv columns of C; `edge` is a whole 32 × 32 group.
@@ -70,6 +72,15 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
                         (true, false) => group::<U, true, false>(u, at, b.row(jp), e, NR, load_c),
                         (false, true) => group::<U, false, true>(u, at, b.row(jp), e, NR, load_c),
                         (false, false) => group::<U, false, false>(u, at, b.row(jp), e, NR, load_c),
+                    }
+                    if let Some(e) = &epilogue {
+                        let bias = &e.bias[j..j + nv];
+                        for row in edge.0.chunks_exact_mut(NR).take(mv) {
+                            row[..nv].iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+                        }
+                        if let Some(level) = e.gelu {
+                            crate::simd::math::gelu_in_place(level, &mut edge.0[..mv * NR]);
+                        }
                     }
                     for r in 0..mv {
                         std::ptr::copy_nonoverlapping(edge.0.as_ptr().add(r * NR), c.at(i + r, j), nv);
