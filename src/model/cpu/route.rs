@@ -81,7 +81,8 @@ pub fn route(precision: crate::model::Precision) -> Route {
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
         },
-        attention: "fused",
+        // bf16 on AMX also under int8 (`dinov2::Block::load`).
+        attention: if level == Isa::Amx && precision != crate::model::Precision::F32 { "fused, bf16 on amx tiles" } else { "fused" },
         softmax_gelu: crate::simd::route(level).name(),
     });
     Route {
