@@ -368,7 +368,7 @@ const PANELS_PER_BLOCK: usize = 4;
 /// y (n × b.n()) = the int8 product of x (n × b.k()) and the weights, plus `bias`, on a VNNI
 /// route (weights packed as [`Store::Panels`]); `None` for the emulated route, which the caller
 /// runs as an f32 product on [`fake_quantised`] activations.
-pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>> {
+pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>) -> Option<Vec<f32>> {
     let Store::Panels { route, words, colsum } = &b.store else { return None };
     let (route, d_out, k) = (*route, b.n, b.k);
     assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
@@ -408,6 +408,7 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>
                     scale_b: &b.scale[j..j + nr],
                     colsum: &colsum[j..j + nr],
                     bias: &bias_padded[j..j + nr],
+                    gelu: gelu.is_some(),
                     c: shared.0.block(t0, j, t1 - t0, nv),
                 };
                 // SAFETY: the panels were packed for this route, which the CPU has (`route`);
@@ -435,6 +436,11 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32]) -> Option<Vec<f32>
     // SAFETY: the jobs' rectangles cover every row and column of C once (row blocks of mc,
     // panel blocks of pc, each panel's nv columns), and each tile writes all its elements.
     unsafe { y.set_len(n * d_out) };
+    // The other routes' GELU, in one pass after (the tiles applied theirs: the same function
+    // on the same values, so the same bits).
+    if let (Some(level), false) = (gelu, route.tiles()) {
+        y.par_chunks_mut(4096).for_each(|c| crate::simd::math::gelu_in_place(level, c));
+    }
     Some(y)
 }
 
@@ -453,6 +459,8 @@ struct Tile<'a> {
     scale_b: &'a [f32],
     colsum: &'a [i32],
     bias: &'a [f32],
+    /// GELU after the bias (the tile routes apply it in their epilogue).
+    gelu: bool,
     /// mv × nv (nv ≤ NR) of C, written whole.
     c: MatMut<f32>,
 }
@@ -531,7 +539,7 @@ mod tests {
                 let r = b.route();
                 let a = quantise_activations(&x, m, k, r);
                 let want = reference(&a, &q, &sw, &bias, n, k);
-                let got = match product(&x, m, &b, &bias) {
+                let got = match product(&x, m, &b, &bias, None) {
                     Some(y) => y,
                     None => {
                         // The emulated route: the f32 product of the dequantised operands.
@@ -566,6 +574,24 @@ mod tests {
             }
         }
         assert!(!routes().is_empty());
+    }
+
+    /// With the GELU asked for, every route (the tiles in their epilogue, the others in a pass
+    /// after) gives the bits of the GELU applied to its product without it.
+    #[test]
+    fn the_gelu_is_applied_alike_on_every_route() {
+        let mut seed = 0x6a09_e667_f3bc_c908u64;
+        let (m, n, k) = (45, 70, 200);
+        let x = test_values(&mut seed, m * k);
+        let w = test_values(&mut seed, n * k);
+        let bias = test_values(&mut seed, n);
+        let builds = isa::levels().map(|l| QuantB::from_f32_nk(&w, n, k, l)).chain([QuantB::for_route(&w, n, k, Route::AmxEmulated)]);
+        for b in builds {
+            let (Some(plain), Some(gelu)) = (product(&x, m, &b, &bias, None), product(&x, m, &b, &bias, Some(isa::max()))) else { continue };
+            for (e, (&p, &g)) in plain.iter().zip(&gelu).enumerate() {
+                assert_eq!(crate::simd::math::gelu(p).to_bits(), g.to_bits(), "{:?} [{e}]", b.route());
+            }
+        }
     }
 
     /// Every route quantises activations to the same bytes (they share the code; the wide

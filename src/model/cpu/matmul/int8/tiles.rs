@@ -90,16 +90,29 @@ unsafe fn epilogue_avx512(t: &Tile, acc: &Acc) {
 #[inline(always)]
 fn epilogue(t: &Tile, acc: &Acc) {
     let (mv, nv) = (t.c.rows(), t.c.cols());
+    // The panel's NR columns as fixed-size arrays, so that the loop below is whole vectors
+    // with no bounds checks (the sliced loop cost as much as the tiles' products).
+    let (cs, sw, bias): (&[i32; NR], &[f32; NR], &[f32; NR]) = (fixed(t.colsum), fixed(t.scale_b), fixed(t.bias));
+    let mut y = [0f32; NR];
     for r in 0..mv {
         let (z, s) = (t.zero_a[r], t.scale_a[r]);
-        let row = &acc.0[r * NR..r * NR + nv];
-        // SAFETY: row r's first nv columns are in C and this tile's (`Tile::c`).
-        let y = unsafe { std::slice::from_raw_parts_mut(t.c.row(r), nv) };
-        for (j, (y, &a)) in y.iter_mut().zip(row).enumerate() {
+        let row: &[i32; NR] = fixed(&acc.0[r * NR..]);
+        for j in 0..NR {
             // A wrapping i32 product and difference, then one fused multiply-add (exactly
             // rounded wherever it runs): `vpmulld`, `vpsubd`, `vfmadd` there.
-            let v = a.wrapping_sub(z.wrapping_mul(t.colsum[j])) as f32;
-            *y = v.mul_add(s * t.scale_b[j], t.bias[j]);
+            let v = row[j].wrapping_sub(z.wrapping_mul(cs[j])) as f32;
+            y[j] = v.mul_add(s * sw[j], bias[j]);
         }
+        if t.gelu {
+            y.iter_mut().for_each(|v| *v = crate::simd::math::gelu(*v));
+        }
+        // SAFETY: row r's first nv columns are in C and this tile's (`Tile::c`).
+        unsafe { std::ptr::copy_nonoverlapping(y.as_ptr(), t.c.row(r), nv) };
     }
+}
+
+/// The first NR values of `v` (which holds them: `Tile::holds`).
+#[inline(always)]
+fn fixed<T>(v: &[T]) -> &[T; NR] {
+    v[..NR].try_into().expect("NR values")
 }
