@@ -11,7 +11,7 @@ use crate::simd::math::{softmax_columns, softmax_row};
 use crate::simd::sgemm::{self, Lhs, Micro, Panels};
 use crate::simd::{Lines, Mat, MatMut, SendPtr};
 
-use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::bf16::{gemm_bf16, softmax_product, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::pointwise::Pointwise;
 
@@ -35,11 +35,6 @@ const Q_BLOCK: usize = 64;
 /// and 96 were no faster.
 const Q_BLOCK_TILES: usize = 32;
 
-/// One head's rows of q, k or v (the `hd` values at `off` of each of the n rows of qkv).
-fn head_rows(qkv: &[f32], n: usize, row: usize, off: usize, hd: usize) -> Vec<f32> {
-    (0..n).flat_map(|i| qkv[i * row + off..][..hd].iter().copied()).collect()
-}
-
 impl AttentionOp {
     pub fn run(&self, qkv: &[f32], n: usize, d: usize) -> Vec<f32> {
         let heads = self.num_heads;
@@ -52,9 +47,10 @@ impl AttentionOp {
             .into_par_iter()
             .map(|h| {
                 self.bf16.then(|| {
-                    let k = head_rows(qkv, n, row, d + h * hd, hd);
-                    let v = head_rows(qkv, n, row, 2 * d + h * hd, hd);
-                    (PackedB::build(&k, hd, n, true, level), PackedB::build(&v, n, hd, false, level))
+                    // Packed from qkv's rows in place (no gathered copy of the head's columns).
+                    let k = Mat::from_slice(&qkv[d + h * hd..], n, hd, row);
+                    let v = Mat::from_slice(&qkv[2 * d + h * hd..], n, hd, row);
+                    (PackedB::build_view(k, true, level), PackedB::build_view(v, false, level))
                 })
             })
             .collect();
@@ -102,14 +98,16 @@ impl AttentionOp {
                 }
                 let (scores, tmp) = s.lines[..bq * (ns + hdp)].split_at_mut(bq * ns);
                 gemm_bf16(Mat::from_slice(q, bq, hd, row), kt, Mat::from_slice_mut(scores, bq, n, ns), false, 1);
-                for r in scores.chunks_exact_mut(ns) {
-                    softmax_row(level, &mut r[..n], scale);
-                }
-                gemm_bf16(Mat::from_slice(scores, bq, n, ns), v, Mat::from_slice_mut(tmp, bq, hd, hdp), false, 1);
-                for (i, r) in tmp.chunks_exact(hdp).enumerate() {
+                // The exps straight into bf16 pairs, times v; each query's row divided by its
+                // sum on the way to `out`.
+                s.sums.resize(bq, 0.0);
+                softmax_product(Mat::from_slice(scores, bq, n, ns), scale, v, Mat::from_slice_mut(tmp, bq, hd, hdp), &mut s.sums);
+                for ((i, r), &z) in tmp.chunks_exact(hdp).enumerate().zip(&s.sums) {
                     // SAFETY: row i of `dst` is hd floats of `out`, this task's alone; `tmp` is
                     // another buffer.
-                    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), dst.row(i), hd) };
+                    let o = unsafe { std::slice::from_raw_parts_mut(dst.row(i), hd) };
+                    let inv = 1.0 / z;
+                    o.iter_mut().zip(&r[..hd]).for_each(|(o, &v)| *o = v * inv);
                 }
                 return;
             }
@@ -161,6 +159,8 @@ struct Scratch {
     pack: Vec<f32>,
     /// The bf16 route's scores and output, on cache lines.
     lines: Lines<f32>,
+    /// The bf16 route's sums of each query's exps.
+    sums: Vec<f32>,
 }
 
 /// One head's block of queries through the one-tap kernel, keys along rows: sᵀ (n × bqp) =

@@ -267,3 +267,70 @@ pub(super) fn pack_cols_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
         }
     }
 }
+
+/// See `super::exp_pairs`: e^(scale · (x − max)) of each of `row`'s values, written as bf16
+/// pairs into `dst` (zero past them), the sum of the f32 exps returned. 2^t with t = scale ·
+/// log2(e) · (x − max) ≤ 0 split as t = n + f, |f| ≤ ½: 2^f by a degree-6 polynomial
+/// (Taylor's, relative error < 2e-7 there, well under bf16's 2^-9), 2^n by `vscalefps`, which
+/// also takes n far below the exponent range to 0 without a clamp.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) fn exp_pairs(row: &[f32], scale: f32, dst: &mut [u32]) -> f32 {
+    let k = row.len();
+    assert!(dst.len() >= k.div_ceil(2), "exp_pairs: {} words for {k} values", dst.len());
+    let p = row.as_ptr();
+    let tail = |n: usize| -> __mmask16 {
+        if n >= 16 {
+            0xffff
+        } else {
+            ((1u32 << n) - 1) as u16
+        }
+    };
+    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < k {
+        // SAFETY: the lanes of the mask are values i.. of `row` (at most its k − i left).
+        mx = _mm512_max_ps(mx, unsafe { _mm512_mask_loadu_ps(_mm512_set1_ps(f32::NEG_INFINITY), tail(k - i), p.add(i)) });
+        i += 16;
+    }
+    let max = _mm512_reduce_max_ps(mx);
+    let s = scale * std::f32::consts::LOG2_E;
+    let (vs, vb) = (_mm512_set1_ps(s), _mm512_set1_ps(-max * s));
+    // 2^f = e^(f ln 2): Taylor's coefficients ln2^i / i!.
+    const C: [f32; 7] = [1.0, std::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
+    let exp16 = |x: __m512| -> __m512 {
+        let t = _mm512_fmadd_ps(x, vs, vb);
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+        let f = _mm512_sub_ps(t, n);
+        let mut q = _mm512_set1_ps(C[6]);
+        for &c in C[..6].iter().rev() {
+            q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(c));
+        }
+        _mm512_scalef_ps(q, n)
+    };
+    let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let d = dst.as_mut_ptr();
+    let mut kk = 0;
+    while kk < k {
+        let (m0, m1) = (tail(k - kk), tail(k.saturating_sub(kk + 16)));
+        // SAFETY: the masks' lanes are values of `row` (kk.. and kk + 16..); masked-off lanes
+        // are not read, and their exps are zeroed.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_maskz_mov_ps(m0, exp16(_mm512_maskz_loadu_ps(m0, p.add(kk)))),
+                _mm512_maskz_mov_ps(m1, exp16(_mm512_maskz_loadu_ps(m1, p.wrapping_add(kk + 16)))),
+            )
+        };
+        s0 = _mm512_add_ps(s0, lo);
+        s1 = _mm512_add_ps(s1, hi);
+        // cvtne2ps(a, b): low half from b, high half from a: word j = (x[2j], x[2j + 1]).
+        // SAFETY: words kk/2.. of `dst`, up to the (asserted) k.div_ceil(2) of them.
+        unsafe {
+            let w: __m512i = core::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_mask_storeu_epi32(d.add(kk / 2) as *mut _, tail((k - kk).div_ceil(2)), w);
+        }
+        kk += 32;
+    }
+    // Words past the values up to the row's end: zero pairs (the tiles read whole 16-pair rows).
+    dst[k.div_ceil(2)..].fill(0);
+    _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
+}

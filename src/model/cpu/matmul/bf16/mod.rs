@@ -310,9 +310,21 @@ impl PackedB {
         Self::build_for(data, k, n, transposed, Kernel::of(route(isa::usable(level))))
     }
 
+    /// From a view: Bᵀ (N×K) where `transposed`, else B (K×N), rows any stride apart (one
+    /// head's k or v inside attention's qkv rows), for the route of `level`.
+    pub(crate) fn build_view(src: Mat<&[f32]>, transposed: bool, level: Isa) -> Self {
+        let (k, n) = if transposed { (src.cols(), src.rows()) } else { (src.rows(), src.cols()) };
+        Self::pack(src, k, n, transposed, Kernel::of(route(isa::usable(level))))
+    }
+
     /// Packed for `kernel`, or rounded for the portable fallback (`None`).
     pub(crate) fn build_for(data: &[f32], k: usize, n: usize, transposed: bool, kernel: Option<Kernel>) -> Self {
         assert!(data.len() >= k * n, "PackedB: {} values for {k}×{n}", data.len());
+        let src = if transposed { Mat::from_slice(data, n, k, k) } else { Mat::from_slice(data, k, n, n) };
+        Self::pack(src, k, n, transposed, kernel)
+    }
+
+    fn pack(src: Mat<&[f32]>, k: usize, n: usize, transposed: bool, kernel: Option<Kernel>) -> Self {
         let store = if let Some(kernel) = kernel {
             let kps = kernel.pairs(k);
             let panels = n.div_ceil(NR);
@@ -322,9 +334,9 @@ impl PackedB {
             p.par_chunks_mut((kps * NR).max(1)).enumerate().for_each(|(pi, dst)| {
                 let (l0, l1) = (pi * NR, ((pi + 1) * NR).min(n));
                 if transposed {
-                    pack_rows(isa, Mat::from_slice(data, n, k, k).block(l0, 0, l1 - l0, k), kps, NR, dst);
+                    pack_rows(isa, src.block(l0, 0, l1 - l0, k), kps, NR, dst);
                 } else {
-                    pack_cols(isa, Mat::from_slice(data, k, n, n).block(0, l0, k, l1 - l0), kps, NR, dst);
+                    pack_cols(isa, src.block(0, l0, k, l1 - l0), kps, NR, dst);
                 }
             });
             Store::Panels { words: p, kernel }
@@ -332,7 +344,7 @@ impl PackedB {
             let mut r = vec![0f32; k * n];
             for kk in 0..k {
                 for j in 0..n {
-                    r[kk * n + j] = round_bf16(if transposed { data[j * k + kk] } else { data[kk * n + j] });
+                    r[kk * n + j] = round_bf16(if transposed { src.row(j)[kk] } else { src.row(kk)[j] });
                 }
             }
             Store::Rounded(r)
@@ -499,6 +511,86 @@ pub fn gemm_bf16_packed_a(a: &PackedA, b: Mat<&[f32]>, mut c: Mat<&mut [f32]>, a
             job.run(threads, n < 2 * NR * threads && m > n);
         }
     }
+}
+
+/// `C (m×n) = P · B` with P = e^(scale · (S − max of its row)), row by row, and `sums` (m) the
+/// rows' sums of P: attention's softmax and its product with v, the normalisation left to the
+/// caller (one multiply per output instead of one per probability). The exps go straight into
+/// the bf16 pairs that the kernel reads, in one pass over S (not the exps in f32, a pass to
+/// scale them and a pass to convert them); their sums are the f32 values' (as a softmax in f32
+/// whose result is then rounded to bf16). One thread: the caller runs many of these at once.
+/// Panics where the shapes disagree.
+pub fn softmax_product(s: Mat<&[f32]>, scale: f32, b: &PackedB, mut c: Mat<&mut [f32]>, sums: &mut [f32]) {
+    let (m, k, n) = (s.rows(), s.cols(), b.n);
+    assert_eq!(k, b.k, "softmax_product: S has k={k}, B has k={}", b.k);
+    assert!(c.rows() == m && c.cols() == n && sums.len() == m, "softmax_product: C is {}×{}, {} sums for {m}×{n}", c.rows(), c.cols(), sums.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    match &b.store {
+        Store::Rounded(bb) => {
+            let mut p = vec![0f32; m * k];
+            for (r, (pr, sum)) in p.chunks_exact_mut(k.max(1)).zip(sums.iter_mut()).enumerate() {
+                let mut words = vec![0u32; k.div_ceil(2)];
+                *sum = exp_pairs(Isa::Portable, s.row(r), scale, &mut words);
+                for (j, v) in pr.iter_mut().enumerate() {
+                    *v = f32::from_bits((words[j / 2] >> (16 * (j % 2))) << 16);
+                }
+            }
+            portable_gemm(Mat::from_slice(&p, m, k, k), Mat::from_slice(bb, k, n, n), c, false, 1);
+        }
+        Store::Panels { words, kernel } => {
+            let kps = kernel.pairs(k);
+            PAIRS.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                let len = kernel.rows(m) * kps;
+                if buf.len() < len {
+                    *buf = Lines::zeros(len);
+                }
+                let (rows, pad) = buf[..len].split_at_mut(m * kps);
+                for ((r, dst), sum) in rows.chunks_exact_mut(kps).enumerate().zip(sums.iter_mut()) {
+                    *sum = exp_pairs(kernel.packer(), s.row(r), scale, dst);
+                }
+                // The tiles read A's rows to the next 16: zeros, not an earlier call's values.
+                pad.fill(0);
+                let job = Job {
+                    k,
+                    kernel: *kernel,
+                    a: Operand::Packed(&buf[..len]),
+                    b: Operand::Packed(words),
+                    c: c.as_raw_mut(),
+                    accumulate: false,
+                    epilogue: None,
+                };
+                job.run(1, true);
+            });
+        }
+    }
+}
+
+/// The exps of [`softmax_product`] for one row, as bf16 pairs in `dst` (zero past them),
+/// returning their f32 sum; by the packer's route (`Isa::Avx512Bf16`, or the scalar twin).
+fn exp_pairs(isa: Isa, row: &[f32], scale: f32, dst: &mut [u32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Bf16 {
+        // SAFETY: the route is AVX512-BF16 only on a CPU that has it.
+        return unsafe { avx512bf16::exp_pairs(row, scale, dst) };
+    }
+    let _ = isa;
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e = |j: usize| row.get(j).map_or(0.0, |&x| crate::simd::math::exp_neg((x - max) * scale));
+    let mut sum = 0.0;
+    for (w, d) in dst.iter_mut().enumerate() {
+        let (lo, hi) = (e(2 * w), e(2 * w + 1));
+        sum += lo + hi;
+        *d = pair(lo, hi);
+    }
+    sum
+}
+
+thread_local! {
+    /// [`softmax_product`]'s probabilities as bf16 pairs, kept between calls.
+    static PAIRS: std::cell::RefCell<Lines<u32>> = std::cell::RefCell::new(Lines::zeros(0));
 }
 
 /// `C = [C +] A · B` by the `gemm` crate's f32 kernels (on bf16-rounded operands).
@@ -955,6 +1047,44 @@ mod tests {
             gemm_bf16_packed_a(&PackedA::build_for(&a, m, k, r), Mat::from_slice(&b, k, n, n), Mat::from_slice_mut(&mut c, m, n, n), false, 2);
             let e = rel_err(&c, n, &want, m, n, k);
             assert!(e <= 1e-5, "large packed_a {r:?}: rel err {e:e}");
+        }
+    }
+
+    /// Attention's softmax and product (`softmax_product`) on every kernel this machine has and
+    /// the tiles' emulation, against softmax(scale · S) · B in f64: row sums, odd k (a half pair),
+    /// rows past one tile and a B packed from a strided view (`build_view`), with the buffer
+    /// left dirty by a larger call first so its padding rows must be cleared.
+    #[test]
+    fn softmax_product_matches_reference_on_every_route() {
+        let mut rng = Rng::new(0x5eed_50f7);
+        for r in kernels() {
+            for &(m, k, n) in &[(40usize, 1801usize, 64usize), (7, 33, 24), (1, 1, 1), (17, 130, 40)] {
+                let s: Vec<f32> = rng.units(m * k).iter().map(|v| 8.0 * v).collect();
+                // B as every third row of a wider matrix (k rows of n at stride 3n).
+                let wide = rng.units(3 * k * n);
+                let view = Mat::from_slice(&wide, k, n, 3 * n);
+                let b = PackedB::pack(view, k, n, false, r);
+                let scale = 0.125f32;
+                let mut c = vec![f32::NAN; m * n];
+                let mut sums = vec![0f32; m];
+                softmax_product(Mat::from_slice(&s, m, k, k), scale, &b, Mat::from_slice_mut(&mut c, m, n, n), &mut sums);
+                let mut worst = 0f64;
+                for i in 0..m {
+                    let row = &s[i * k..][..k];
+                    let max = row.iter().copied().fold(f32::MIN, f32::max) as f64;
+                    let e: Vec<f64> = row.iter().map(|&x| ((x as f64 - max) * scale as f64).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    assert!((sums[i] as f64 - z).abs() <= 1e-5 * z, "{r:?} {m}x{k}x{n} row {i}: sum {} vs {z}", sums[i]);
+                    for j in 0..n {
+                        let want: f64 = (0..k).map(|kk| e[kk] * wide[kk * 3 * n + j] as f64).sum::<f64>() / z;
+                        let got = c[i * n + j] as f64 / sums[i] as f64;
+                        worst = worst.max((got - want).abs());
+                    }
+                }
+                eprintln!("softmax_product {r:?} {m}x{k}x{n}: worst {worst:e}");
+                // Probabilities and B rounded to bf16 (2^-9 each) over values of magnitude ≤ 1.
+                assert!(worst <= 8e-3, "{r:?} {m}x{k}x{n}: worst {worst:e}");
+            }
         }
     }
 
