@@ -57,7 +57,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
     };
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
-            None if bf16 && level == Isa::Amx => "direct amx tiles (bf16 pairs of the padded map, converted once)".to_owned(),
+            None if bf16 && level == Isa::Amx => "direct amx tiles (bf16 pairs of the padded map, converted once; upsampled as 4 phases)".to_owned(),
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
             Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => {
                 let min = conv3x3::winograd::Winograd::min_channels(direct);

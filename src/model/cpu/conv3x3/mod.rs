@@ -60,6 +60,18 @@ pub struct Conv3x3Op {
     up: Option<UpWinograd>,
     /// bf16 on AMX tiles, direct ([`tiles::TileConv`]), in place of im2col.
     tiles: Option<tiles::TileConv>,
+    /// The upsampled calls' tile route, where the op was built for them on AMX.
+    up_tiles: Option<UpTiles>,
+}
+
+/// conv3x3(upsample_bilinear_2x(x)) on AMX tiles as [`UpWinograd`] does it: one tile
+/// convolution of x to the four phases' 4·cout channels, then the pixel shuffle. Before, candle
+/// upsampled the map on one thread (0.5 s of a 3 s ViT-L forward in bf16) and the tiles then
+/// converted the 4x larger map to bf16.
+struct UpTiles {
+    conv: tiles::TileConv,
+    /// The bias once per phase.
+    bias4: Vec<f32>,
 }
 
 /// conv3x3(upsample_bilinear_2x(x)) as one Winograd convolution of x itself, to 4·cout
@@ -226,10 +238,20 @@ impl Conv3x3Op {
         };
         // bf16 on AMX: the direct tile route; elsewhere without a direct route, im2col's packed
         // weight.
-        let tiles = if bf16 && level == Isa::Amx { Some(with_f32(&weight, |w| tiles::TileConv::new(w, cin, cout, false))?) } else { None };
-        let packed =
-            if bf16 && direct.is_none() && tiles.is_none() { Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?)) } else { None };
-        Ok(Self { weight, bias, cin, cout, packed, direct, winograd, up, tiles })
+        // An upsampling op's calls are all upsampled: its phases' weights alone.
+        let amx = bf16 && level == Isa::Amx;
+        let up_tiles = if amx && upsampling {
+            Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new(&phased_weights(w, cin, cout), cin, 4 * cout, false), bias4: bias.repeat(4) })?)
+        } else {
+            None
+        };
+        let tiles = if amx && up_tiles.is_none() { Some(with_f32(&weight, |w| tiles::TileConv::new(w, cin, cout, false))?) } else { None };
+        let packed = if bf16 && direct.is_none() && tiles.is_none() && up_tiles.is_none() {
+            Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?))
+        } else {
+            None
+        };
+        Ok(Self { weight, bias, cin, cout, packed, direct, winograd, up, tiles, up_tiles })
     }
 
     /// Whether calls without the fused upsample take the Winograd route.
@@ -240,7 +262,7 @@ impl Conv3x3Op {
     /// Whether [`Conv3x3Call::upsample2x`] is available (the direct route exists, or the
     /// upsampled calls' Winograd route).
     pub fn fuses_upsample(&self) -> bool {
-        self.direct.is_some() || self.up.is_some()
+        self.direct.is_some() || self.up.is_some() || self.up_tiles.is_some()
     }
 
     /// Whether upsampled calls take the Winograd route ([`Conv3x3Op::new_upsampling`]).
@@ -264,6 +286,10 @@ impl Conv3x3Op {
         }
         if let (Some(up), true) = (&self.up, upsample2x) {
             return Ok(up.run(x, h / 2, w / 2, self.cout, residual));
+        }
+        if let (Some(up), true) = (&self.up_tiles, upsample2x) {
+            let (h2, w2) = (h / 2, w / 2);
+            return Ok(interleave_phases(&up.conv.run(x, (h2, w2), false, &up.bias4, None), h2, w2, self.cout, residual));
         }
         // (With the Winograd route, `direct` is None: an upsampling call fails below.)
         if let Some(d) = &self.direct {
@@ -829,6 +855,11 @@ mod tests {
                     let up_wino =
                         matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::winograd::Winograd::worth(level, cin, 4 * cout);
                     assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
+                    // bf16 on AMX: the phases on the tiles, and no other weights.
+                    assert_eq!(ups.up_tiles.is_some(), tiles, "{level} bf16={bf16}");
+                    if tiles {
+                        assert!(ups.tiles.is_none() && ups.packed.is_none() && ups.fuses_upsample(), "{level}: only the upsampled route's weights");
+                    }
                     if up_wino {
                         assert!(!ups.winograd() && ups.direct.is_none() && ups.packed.is_none(), "{level}: only the upsampled route's weights");
                         if !up {
@@ -870,6 +901,7 @@ mod tests {
                             winograd: None,
                             up: None,
                             tiles: None,
+                            up_tiles: None,
                         };
                         check(&format!("{level} im2col"), &im2col.run(&x, oh, ow, relu, false, res).unwrap());
                     }
