@@ -430,6 +430,8 @@ pub struct Dinov2Encoder {
     output_projections: Vec<Conv1x1>,
     pub image_mean: [f32; 3],
     pub image_std: [f32; 3],
+    /// On the CPU kernels: the taps transposed by [`crate::model::cpu::tensor::Transpose`].
+    cpu: bool,
 }
 
 /// What the encoder produced, kept for per-stage comparisons.
@@ -457,7 +459,8 @@ impl Dinov2Encoder {
         }
         let output_projections =
             (0..taps.len()).map(|k| Conv1x1::load(w, &format!("encoder.output_projections.{k}"), dim, cfg.dim_out)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { backbone, taps, output_projections, image_mean, image_std })
+        let cpu = matches!(w.build().ops(), super::Ops::Cpu(_));
+        Ok(Self { backbone, taps, output_projections, image_mean, image_std, cpu })
     }
 
     /// `image` is the normalised (3, 14h, 14w) input; `pos_embed` the embedding for (h, w).
@@ -466,7 +469,9 @@ impl Dinov2Encoder {
         let taps = self.backbone.intermediate_layers(x, &self.taps)?;
         let mut features: Option<Tensor> = None;
         for (proj, t) in self.output_projections.iter().zip(&taps) {
-            let patches = t.narrow(0, 1, h * w)?.t()?.reshape((self.backbone.embed_dim, h, w))?;
+            let tokens = t.narrow(0, 1, h * w)?;
+            let patches = if self.cpu { tokens.contiguous()?.apply_op1_no_bwd(&crate::model::cpu::tensor::Transpose)? } else { tokens.t()?.contiguous()? };
+            let patches = patches.reshape((self.backbone.embed_dim, h, w))?;
             let y = proj.forward(&patches)?;
             features = Some(match features {
                 None => y,

@@ -79,65 +79,73 @@ impl AttentionOp {
             })
             .collect();
         let zeros = vec![0f32; n];
-        let mut out = vec![0f32; n * d];
+        // Not zeroed: the blocks below write every element (each route writes its block of
+        // `dst`, it does not add to it), on every thread.
+        let mut out: Vec<f32> = Vec::with_capacity(n * d);
         let out_ptr = SendPtr(out.as_mut_ptr());
         let q_block = if micro.is_some() { Q_BLOCK_TILES } else { Q_BLOCK };
         let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(q_block).map(move |q0| (h, q0))).collect();
-        blocks.par_iter().for_each_init(Scratch::default, |s, &(h, q0)| {
-            let bq = q_block.min(n - q0);
-            let q = &qkv[q0 * row + h * hd..];
-            // This block's rows of this head's columns of `out` (n × d): heads write disjoint
-            // column ranges and blocks disjoint rows.
-            let dst = Mat::from_mut_ptr(out_ptr.get(), n, d, d).block(q0, h * hd, bq, hd);
-            if let Some((kt, v)) = &packed[h] {
-                // The products' outputs with rows on cache lines, which the AMX tiles write in
-                // place (elsewhere they go through a copy).
-                let (ns, hdp) = (n.next_multiple_of(16), hd.next_multiple_of(16));
-                if s.lines.len() < bq * (ns + hdp) {
-                    s.lines = Lines::zeros(bq * (ns + hdp));
+        blocks.par_iter().for_each(|&(h, q0)| {
+            SCRATCH.with(|s| {
+                let s = &mut *s.borrow_mut();
+                let bq = q_block.min(n - q0);
+                let q = &qkv[q0 * row + h * hd..];
+                // This block's rows of this head's columns of `out` (n × d): heads write disjoint
+                // column ranges and blocks disjoint rows.
+                let dst = Mat::from_mut_ptr(out_ptr.get(), n, d, d).block(q0, h * hd, bq, hd);
+                if let Some((kt, v)) = &packed[h] {
+                    // The products' outputs with rows on cache lines, which the AMX tiles write in
+                    // place (elsewhere they go through a copy).
+                    let (ns, hdp) = (n.next_multiple_of(16), hd.next_multiple_of(16));
+                    if s.lines.len() < bq * (ns + hdp) {
+                        s.lines = Lines::zeros(bq * (ns + hdp));
+                    }
+                    let (scores, tmp) = s.lines[..bq * (ns + hdp)].split_at_mut(bq * ns);
+                    gemm_bf16(Mat::from_slice(q, bq, hd, row), kt, Mat::from_slice_mut(scores, bq, n, ns), false, 1);
+                    // The exps straight into bf16 pairs, times v; each query's row divided by its
+                    // sum on the way to `out`.
+                    s.sums.resize(bq, 0.0);
+                    softmax_product(Mat::from_slice(scores, bq, n, ns), scale, v, Mat::from_slice_mut(tmp, bq, hd, hdp), &mut s.sums);
+                    for ((i, r), &z) in tmp.chunks_exact(hdp).enumerate().zip(&s.sums) {
+                        // SAFETY: row i of `dst` is hd floats of `out`, this task's alone; `tmp` is
+                        // another buffer.
+                        let o = unsafe { std::slice::from_raw_parts_mut(dst.row(i), hd) };
+                        let inv = 1.0 / z;
+                        o.iter_mut().zip(&r[..hd]).for_each(|(o, &v)| *o = v * inv);
+                    }
+                    return;
                 }
-                let (scores, tmp) = s.lines[..bq * (ns + hdp)].split_at_mut(bq * ns);
-                gemm_bf16(Mat::from_slice(q, bq, hd, row), kt, Mat::from_slice_mut(scores, bq, n, ns), false, 1);
-                // The exps straight into bf16 pairs, times v; each query's row divided by its
-                // sum on the way to `out`.
-                s.sums.resize(bq, 0.0);
-                softmax_product(Mat::from_slice(scores, bq, n, ns), scale, v, Mat::from_slice_mut(tmp, bq, hd, hdp), &mut s.sums);
-                for ((i, r), &z) in tmp.chunks_exact(hdp).enumerate().zip(&s.sums) {
-                    // SAFETY: row i of `dst` is hd floats of `out`, this task's alone; `tmp` is
-                    // another buffer.
-                    let o = unsafe { std::slice::from_raw_parts_mut(dst.row(i), hd) };
-                    let inv = 1.0 / z;
-                    o.iter_mut().zip(&r[..hd]).for_each(|(o, &v)| *o = v * inv);
+                if let Some(head) = &tiles[h] {
+                    let qt = Mat::from_slice(&head.qt, hd, np, np).block(0, q0, hd, bq.div_ceil(head.k.cols()) * head.k.cols());
+                    // SAFETY: `dst` is this task's part of `out` (above), which nothing else reaches.
+                    unsafe { transposed(head, qt, scale, level, &zeros, s, dst) };
+                    return;
                 }
-                return;
-            }
-            if let Some(head) = &tiles[h] {
-                let qt = Mat::from_slice(&head.qt, hd, np, np).block(0, q0, hd, bq.div_ceil(head.k.cols()) * head.k.cols());
-                // SAFETY: `dst` is this task's part of `out` (above), which nothing else reaches.
-                unsafe { transposed(head, qt, scale, level, &zeros, s, dst) };
-                return;
-            }
-            let k = qkv[d + h * hd..].as_ptr();
-            let v = qkv[2 * d + h * hd..].as_ptr();
-            let dst = dst.ptr();
-            let scores = &mut s.scores;
-            scores.resize(bq * n, 0.0);
-            // SAFETY: `scores` holds bq rows of n, q bq rows of hd (`row` apart) and k n rows of
-            // hd (`row` apart) within qkv (n rows of 3d, checked by the op).
-            unsafe {
-                // scores (bq × n) = scale · q_blk (bq × hd) · kᵀ (hd × n)
-                Gemm::new(bq, n, hd).scale(scale).run(Strided::rows(scores.as_mut_ptr(), n), Strided::rows(q.as_ptr(), row), Strided::cols(k, row));
-            }
-            for r in scores.chunks_exact_mut(n) {
-                softmax_row(level, r, 1.0);
-            }
-            // SAFETY: `dst` is this task's bq rows of hd floats of `out`, d apart (above); v is n
-            // rows of hd within qkv, `scores` bq rows of n.
-            unsafe {
-                // out_blk (bq × hd) = scores (bq × n) · v (n × hd)
-                Gemm::new(bq, hd, n).run(Strided::rows(dst, d), Strided::rows(scores.as_ptr(), n), Strided::rows(v, row));
-            }
+                let k = qkv[d + h * hd..].as_ptr();
+                let v = qkv[2 * d + h * hd..].as_ptr();
+                let dst = dst.ptr();
+                let scores = &mut s.scores;
+                scores.resize(bq * n, 0.0);
+                // SAFETY: `scores` holds bq rows of n, q bq rows of hd (`row` apart) and k n rows of
+                // hd (`row` apart) within qkv (n rows of 3d, checked by the op).
+                unsafe {
+                    // scores (bq × n) = scale · q_blk (bq × hd) · kᵀ (hd × n)
+                    Gemm::new(bq, n, hd).scale(scale).run(Strided::rows(scores.as_mut_ptr(), n), Strided::rows(q.as_ptr(), row), Strided::cols(k, row));
+                }
+                for r in scores.chunks_exact_mut(n) {
+                    softmax_row(level, r, 1.0);
+                }
+                // SAFETY: `dst` is this task's bq rows of hd floats of `out`, d apart (above); v is n
+                // rows of hd within qkv, `scores` bq rows of n.
+                unsafe {
+                    // out_blk (bq × hd) = scores (bq × n) · v (n × hd)
+                    Gemm::new(bq, hd, n).run(Strided::rows(dst, d), Strided::rows(scores.as_ptr(), n), Strided::rows(v, row));
+                }
+            })
         });
+        // SAFETY: the blocks cover every (head, query block), and each wrote its bq rows of the
+        // head's hd columns: all n · d floats of the capacity.
+        unsafe { out.set_len(n * d) };
         out
     }
 }
@@ -151,7 +159,12 @@ struct Head {
     qt: Vec<f32>,
 }
 
-/// A task's buffers, kept between its blocks.
+thread_local! {
+    /// A thread's buffers, kept between blocks and calls (one per task zeroed ~0.5 MiB).
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// A thread's buffers for its blocks.
 #[derive(Default)]
 struct Scratch {
     scores: Vec<f32>,

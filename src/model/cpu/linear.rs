@@ -12,7 +12,7 @@ use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
-use super::matmul::bf16::{gemm_bf16_bias, PackedB};
+use super::matmul::bf16::{linear_bf16, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, QuantB};
 
@@ -81,12 +81,7 @@ impl CustomOp1 for LinearOp {
                 }
             },
             // The bias and GELU as the product's epilogue (applied in the tiles' groups).
-            (Some(Packed::Bf16(p)), _) => {
-                let mut y = vec![0f32; n * self.d_out];
-                let c = Mat::from_slice_mut(&mut y, n, self.d_out, self.d_out);
-                gemm_bf16_bias(Mat::from_slice(x, n, d_in, d_in), p, c, &self.bias, gelu, rayon::current_num_threads().max(1));
-                y
-            }
+            (Some(Packed::Bf16(p)), _) => linear_bf16(Mat::from_slice(x, n, d_in, d_in), p, &self.bias, gelu, rayon::current_num_threads().max(1)),
             // GELU on each tile as the product finishes it.
             (None, F32Weight::Panels(p)) => sgemm::linear(x, n, p, &self.bias, gelu),
             (None, F32Weight::InPacked) => candle_core::bail!("linear: no weight (a bf16 or int8 op without its packed weight)"),

@@ -147,11 +147,16 @@ pub(crate) fn phased_weights(w: &[f32], cin: usize, cout: usize) -> Vec<f32> {
 /// [`phased_weights`]' convolution.
 pub(crate) fn interleave_phases(y: &[f32], h: usize, w: usize, cout: usize, residual: Option<&[f32]>) -> Vec<f32> {
     let (oh, ow) = (2 * h, 2 * w);
-    let mut out = vec![0f32; cout * oh * ow];
-    if out.is_empty() {
+    // Not zeroed: every row is written below, on both threads.
+    let mut out: Vec<f32> = Vec::with_capacity(cout * oh * ow);
+    if cout * oh * ow == 0 {
         return out;
     }
-    out.par_chunks_mut(ow).enumerate().for_each(|(row, dst)| {
+    let ptr = SendPtr(out.as_mut_ptr());
+    (0..cout * oh).into_par_iter().for_each(|row| {
+        // SAFETY: row `row` of the capacity's cout · oh rows of ow floats, this task's alone,
+        // written whole (w pairs) before anything reads it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(row * ow), ow) };
         let (o, oy) = (row / oh, row % oh);
         let (i, py) = (oy / 2, oy % 2);
         // Phases (py, 0) and (py, 1) of this row, interleaved.
@@ -165,6 +170,8 @@ pub(crate) fn interleave_phases(y: &[f32], h: usize, w: usize, cout: usize, resi
             dst.iter_mut().zip(&r[row * ow..][..ow]).for_each(|(d, &r)| *d += r);
         }
     });
+    // SAFETY: all cout · oh rows were written above.
+    unsafe { out.set_len(cout * oh * ow) };
     out
 }
 

@@ -20,6 +20,11 @@ use crate::simd::{Lines, MatMut, SendPtr};
 
 /// Output channels and pixels per group: two tiles of 16 each way.
 const G: usize = 2 * ROWS;
+thread_local! {
+    /// A thread's slab, kept between bands and calls (a fresh one per task zeroed 1 MiB).
+    static SLAB: std::cell::RefCell<Lines<u32>> = std::cell::RefCell::new(Lines::zeros(0));
+}
+
 /// Words of a band's slab (~1 MiB): it stays in L2 while every tap and output channel reads it.
 const SLAB_WORDS: usize = 256 * 1024;
 
@@ -67,34 +72,41 @@ impl TileConv {
     fn run_bands(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>, band: usize) -> Vec<f32> {
         let (cin, cout, hw) = (self.cin, self.cout, h * w);
         assert!(x.len() >= cin * hw && bias.len() >= cout && residual.is_none_or(|r| r.len() >= cout * hw), "conv3x3 tiles: shapes");
-        let mut out = vec![0f32; cout * hw];
+        // Not zeroed: the bands write every element (`band`), on both threads.
+        let mut out: Vec<f32> = Vec::with_capacity(cout * hw);
         if hw == 0 || cout == 0 {
             return out;
         }
         let out_ptr = SendPtr(out.as_mut_ptr());
         let bands: Vec<usize> = (0..h).step_by(band.max(1)).collect();
-        bands.par_iter().for_each_init(Lines::<u32>::default, |slab, &y0| {
-            let y1 = (y0 + band).min(h);
-            let wp = w.next_multiple_of(G);
-            let len = 3 * self.cps * (y1 - y0 + 2) * wp;
-            if slab.len() < len {
-                *slab = Lines::zeros(len);
-            }
-            let slab = &mut slab[..len];
-            self.build_slab(x, (h, w), (y0, y1), relu, slab);
-            // SAFETY: rows y0..y1 of every output plane are this band's alone.
-            let out = MatMut::from_mut_ptr(out_ptr.get(), cout, hw, hw);
-            #[cfg(target_arch = "x86_64")]
-            if !self.emulated {
-                let mut unit = crate::simd::amx::Amx::new().expect("conv3x3 tiles on a CPU without usable AMX");
-                // SAFETY: the slab was built for this band, the weights are this op's, and the
-                // band's output rows are in `out` and this task's.
-                unsafe { self.band(&mut unit, slab, w, (y0, y1), bias, residual, out) };
-                return;
-            }
-            // SAFETY: as above.
-            unsafe { self.band(&mut crate::simd::tiles::Emulated::default(), slab, w, (y0, y1), bias, residual, out) };
+        bands.par_iter().for_each(|&y0| {
+            SLAB.with(|slab| {
+                let mut slab = slab.borrow_mut();
+                let y1 = (y0 + band).min(h);
+                let wp = w.next_multiple_of(G);
+                let len = 3 * self.cps * (y1 - y0 + 2) * wp;
+                if slab.len() < len {
+                    *slab = Lines::zeros(len);
+                }
+                let slab = &mut slab[..len];
+                self.build_slab(x, (h, w), (y0, y1), relu, slab);
+                // SAFETY: rows y0..y1 of every output plane are this band's alone.
+                let out = MatMut::from_mut_ptr(out_ptr.get(), cout, hw, hw);
+                #[cfg(target_arch = "x86_64")]
+                if !self.emulated {
+                    let mut unit = crate::simd::amx::Amx::new().expect("conv3x3 tiles on a CPU without usable AMX");
+                    // SAFETY: the slab was built for this band, the weights are this op's, and the
+                    // band's output rows are in `out` and this task's.
+                    unsafe { self.band(&mut unit, slab, w, (y0, y1), bias, residual, out) };
+                    return;
+                }
+                // SAFETY: as above.
+                unsafe { self.band(&mut crate::simd::tiles::Emulated::default(), slab, w, (y0, y1), bias, residual, out) };
+            })
         });
+        // SAFETY: the bands cover rows 0..h, and `band` writes each of their rows' pixels of
+        // every output plane: all cout · hw floats of the capacity.
+        unsafe { out.set_len(cout * hw) };
         out
     }
 

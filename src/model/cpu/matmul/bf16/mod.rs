@@ -464,6 +464,39 @@ pub fn gemm_bf16_bias(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, bias:
     }
 }
 
+/// [`gemm_bf16_bias`] into a new m × n matrix: on the tiles, which write every element of C
+/// with the epilogue, a buffer that is never zeroed (zeroing ViT-L's linear outputs, 65 MB a
+/// block, ran on the calling thread alone).
+pub fn linear_bf16(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Vec<f32> {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
+    match &b.store {
+        Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } if m > 0 && n > 0 && k > 0 => {
+            assert!(bias.len() >= n && k == b.k, "linear_bf16: {} biases, k={k}, for {}×{n}", bias.len(), b.k);
+            let mut y: Vec<f32> = Vec::with_capacity(m * n);
+            let c = MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n);
+            let job = Job {
+                k,
+                kernel: *kernel,
+                a: Operand::F32(a),
+                b: Operand::Packed(words),
+                c,
+                accumulate: false,
+                epilogue: Some(Epilogue { bias: &bias[..n], gelu }),
+            };
+            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+            // SAFETY: with an epilogue the tiles write every group of C through its edge buffer
+            // (`tiles::block`), with `accumulate` false reading none first: all m · n floats.
+            unsafe { y.set_len(m * n) };
+            y
+        }
+        _ => {
+            let mut y = vec![0f32; m * n];
+            gemm_bf16_bias(a, b, Mat::from_slice_mut(&mut y, m, n, n), bias, gelu, threads);
+            y
+        }
+    }
+}
+
 /// `f` on each row of `c`, the rows split on the rayon pool.
 fn par_rows(mut c: Mat<&mut [f32]>, f: impl Fn(&mut [f32]) + Sync) {
     let (rows, cols, raw) = (c.rows(), c.cols(), c.as_raw_mut());
