@@ -127,6 +127,8 @@ impl Amx {
 // (`Amx::new`): so every tile instruction below may run. Memory is touched only by `tileloadd`
 // (reads) and `tilestored` (writes), at the rows the caller promised (the trait's contract).
 impl TileUnit for Amx {
+    // `Amx::new` exists only where `isa` reports the amx level, which implies AVX-512F.
+    const AVX512: bool = true;
     #[inline(always)]
     unsafe fn load<const T: usize>(&mut self, ptr: *const u8, stride: usize) {
         // SAFETY: tiles usable here (above); the caller's 16 rows of 64 bytes are readable.

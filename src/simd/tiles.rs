@@ -48,6 +48,9 @@ impl Palette {
 /// type exists only where the process may use the tiles and this thread has loaded the palette
 /// (`Amx::new`).
 pub trait TileUnit {
+    /// Whether the CPU running this unit has AVX-512F (every CPU with AMX does; the emulation
+    /// assumes nothing), so that the kernels' epilogues may use it.
+    const AVX512: bool;
     /// Tile `T` = the 16 rows of 64 bytes at `ptr`, `stride` bytes apart.
     ///
     /// # Safety
@@ -101,6 +104,7 @@ fn bf16_daz(h: u16) -> f32 {
 }
 
 impl TileUnit for Emulated {
+    const AVX512: bool = false;
     unsafe fn load<const T: usize>(&mut self, ptr: *const u8, stride: usize) {
         for r in 0..ROWS {
             // SAFETY: the caller's promise: row r's 64 bytes are readable.

@@ -268,11 +268,88 @@ pub(super) fn pack_cols_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
     }
 }
 
+/// 2^t, t ≤ 0 (or small): t = n + f, |f| ≤ ½, 2^f by a degree-6 polynomial (Taylor's in f ln 2,
+/// relative error < 2e-7 there, well under bf16's 2^-9), 2^n by `vscalefps`, which also takes n
+/// far below the exponent range to 0 without a clamp.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn pow2(t: __m512) -> __m512 {
+    const C: [f32; 7] = [1.0, std::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+    let f = _mm512_sub_ps(t, n);
+    let mut q = _mm512_set1_ps(C[6]);
+    for &c in C[..6].iter().rev() {
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(q, n)
+}
+
+/// Exact GELU, x·Φ(x), in the form of `crate::simd::math::gelu` (erfc by Numerical Recipes'
+/// t·exp(−z² + P(t)), t = 1/(1 + z/2)), with FMAs, 1/(1 + z/2) by `vrcp14ps` and a Newton step
+/// (a division's throughput bounded the vectorised scalar code) and the exp by [`pow2`].
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn gelu16(x: __m512) -> __m512 {
+    const P: [f32; 10] =
+        [0.170_872_77, -0.822_152_23, 1.488_515_9, -1.135_204, 0.278_868_07, -0.186_288_06, 0.096_784_18, 0.374_091_96, 1.000_023_7, -1.265_512_2];
+    let z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+    let d = _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), _mm512_set1_ps(1.0));
+    let r = _mm512_rcp14_ps(d);
+    let t = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0)));
+    let mut p = _mm512_set1_ps(P[0]);
+    for &c in &P[1..] {
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
+    }
+    // erfc(|x|/√2) = t · e^(p − z²); Φ = erfc/2 below 0, 1 − erfc/2 above.
+    let e = _mm512_mul_ps(t, pow2(_mm512_mul_ps(_mm512_fnmadd_ps(z, z, p), _mm512_set1_ps(std::f32::consts::LOG2_E))));
+    let half = _mm512_mul_ps(e, _mm512_set1_ps(0.5));
+    let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    let phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0), half), half);
+    _mm512_mul_ps(x, phi)
+}
+
+/// A group of C leaving the tiles' edge buffer (rows of NR floats): C's mv × nv block at `c`
+/// (rows `ldc` floats apart) = the buffer's [+ bias per column [then GELU]], in one pass with
+/// masked stores, instead of a pass per step and a `memcpy` per row.
+///
+/// # Safety
+/// The CPU has AVX-512F; `edge` holds mv rows of NR floats (mv ≤ 32, nv ≤ NR), `bias` (if
+/// any) nv floats, and the mv × nv floats at `c` are writable.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn edge_out(edge: &[f32], mv: usize, nv: usize, bias: Option<&[f32]>, gelu: bool, c: *mut f32, ldc: usize) {
+    assert!(edge.len() >= mv * NR && nv <= NR && bias.is_none_or(|b| b.len() >= nv), "edge_out: shapes");
+    let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
+    let m1: __mmask16 = if nv >= 32 {
+        0xffff
+    } else if nv > 16 {
+        ((1u32 << (nv - 16)) - 1) as u16
+    } else {
+        0
+    };
+    let (b0, b1) = match bias {
+        // SAFETY: the masks cover the first nv of bias's floats (asserted).
+        Some(b) => unsafe { (_mm512_maskz_loadu_ps(m0, b.as_ptr()), _mm512_maskz_loadu_ps(m1, b.as_ptr().wrapping_add(16))) },
+        None => (_mm512_setzero_ps(), _mm512_setzero_ps()),
+    };
+    for r in 0..mv {
+        // SAFETY: row r of `edge` is NR floats (asserted); the masked stores reach only the
+        // first nv floats of C's row r (the caller's promise); masked-off lanes never fault.
+        unsafe {
+            let e = edge.as_ptr().add(r * NR);
+            let (mut v0, mut v1) = (_mm512_add_ps(_mm512_loadu_ps(e), b0), _mm512_add_ps(_mm512_loadu_ps(e.add(16)), b1));
+            if gelu {
+                v0 = gelu16(v0);
+                v1 = gelu16(v1);
+            }
+            let cr = c.add(r * ldc);
+            _mm512_mask_storeu_ps(cr, m0, v0);
+            _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, v1);
+        }
+    }
+}
+
 /// See `super::exp_pairs`: e^(scale · (x − max)) of each of `row`'s values, written as bf16
-/// pairs into `dst` (zero past them), the sum of the f32 exps returned. 2^t with t = scale ·
-/// log2(e) · (x − max) ≤ 0 split as t = n + f, |f| ≤ ½: 2^f by a degree-6 polynomial
-/// (Taylor's, relative error < 2e-7 there, well under bf16's 2^-9), 2^n by `vscalefps`, which
-/// also takes n far below the exponent range to 0 without a clamp.
+/// pairs into `dst` (zero past them), the sum of the f32 exps returned, by [`pow2`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) fn exp_pairs(row: &[f32], scale: f32, dst: &mut [u32]) -> f32 {
     let k = row.len();
@@ -295,18 +372,7 @@ pub(super) fn exp_pairs(row: &[f32], scale: f32, dst: &mut [u32]) -> f32 {
     let max = _mm512_reduce_max_ps(mx);
     let s = scale * std::f32::consts::LOG2_E;
     let (vs, vb) = (_mm512_set1_ps(s), _mm512_set1_ps(-max * s));
-    // 2^f = e^(f ln 2): Taylor's coefficients ln2^i / i!.
-    const C: [f32; 7] = [1.0, std::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
-    let exp16 = |x: __m512| -> __m512 {
-        let t = _mm512_fmadd_ps(x, vs, vb);
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
-        let f = _mm512_sub_ps(t, n);
-        let mut q = _mm512_set1_ps(C[6]);
-        for &c in C[..6].iter().rev() {
-            q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(c));
-        }
-        _mm512_scalef_ps(q, n)
-    };
+    let exp16 = |x: __m512| -> __m512 { pow2(_mm512_fmadd_ps(x, vs, vb)) };
     let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let d = dst.as_mut_ptr();
     let mut kk = 0;

@@ -1144,6 +1144,9 @@ mod tests {
                         .collect();
                     let e = rel_err(&c, n, &want, m, n, k);
                     assert!(e <= 1e-5, "bias {kernel:?} gelu={gelu:?} {m}×{n}×{k}: rel err {e:e}");
+                    // The same product into a buffer of its own (never zeroed on the tiles).
+                    let y = linear_bf16(Mat::from_slice(&a, m, k, k), &pb, &bias, gelu, 2);
+                    assert!(y.len() == m * n && y.iter().zip(&c).all(|(y, c)| y.to_bits() == c.to_bits()), "linear_bf16 {kernel:?} gelu={gelu:?} {m}×{n}×{k}");
                 }
             }
         }

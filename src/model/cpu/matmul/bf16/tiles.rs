@@ -73,6 +73,21 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
                         (false, true) => group::<U, false, true>(u, at, b.row(jp), e, NR, load_c),
                         (false, false) => group::<U, false, false>(u, at, b.row(jp), e, NR, load_c),
                     }
+                    #[cfg(target_arch = "x86_64")]
+                    if U::AVX512 {
+                        // SAFETY: `U::AVX512`: this CPU has AVX-512F; C's group (mv × nv at
+                        // (i, j)) is the caller's to write, `edge` a whole group.
+                        super::avx512bf16::edge_out(
+                            &edge.0,
+                            mv,
+                            nv,
+                            epilogue.map(|e| &e.bias[j..j + nv]),
+                            epilogue.is_some_and(|e| e.gelu.is_some()),
+                            c.at(i, j),
+                            c.stride(),
+                        );
+                        continue;
+                    }
                     if let Some(e) = &epilogue {
                         let bias = &e.bias[j..j + nv];
                         for row in edge.0.chunks_exact_mut(NR).take(mv) {
