@@ -185,12 +185,12 @@ const PF_ROWS: usize = 8;
 
 /// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(super) fn convert_rows(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
+pub(super) fn convert_rows(src: Mat<&[f32]>, kps: usize, ld: usize, dst: &mut [u32]) {
     let (rows, k1) = (src.rows(), src.cols());
-    assert!(dst.len() >= rows * kps, "convert_rows: {} words for {rows} rows of {kps} pairs", dst.len());
+    assert!(ld >= kps && dst.len() >= rows.saturating_sub(1) * ld + kps, "convert_rows: {} words for {rows} rows of {kps} pairs, {ld} apart", dst.len());
     let (src, d) = (src.as_raw(), dst.as_mut_ptr());
     for r in 0..rows {
-        let dr = d.wrapping_add(r * kps);
+        let dr = d.wrapping_add(r * ld);
         let mut kp = 0;
         while kp < kps {
             let kk = 2 * kp;

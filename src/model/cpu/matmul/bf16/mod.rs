@@ -166,11 +166,20 @@ fn pack_rows_scalar(src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) {
 /// streams directly, so A needs no transposition: this is a straight vector conversion (A is
 /// converted on every call).
 fn convert_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
-    let dst = &mut dst[..src.rows() * kps];
+    convert_rows_at(isa, src, kps, kps, dst)
+}
+
+/// [`convert_rows`] with the rows `ld` ≥ kps words apart (what lies between is left as it is).
+fn convert_rows_at(isa: Isa, src: Mat<&[f32]>, kps: usize, ld: usize, dst: &mut [u32]) {
+    assert!(ld >= kps, "convert_rows: rows {ld} words apart for {kps} pairs");
+    if src.rows() == 0 {
+        return;
+    }
+    let dst = &mut dst[..(src.rows() - 1) * ld + kps];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Bf16 {
         // SAFETY: the route is AVX512-BF16 only on a CPU that has it.
-        unsafe { avx512bf16::convert_rows(src, kps, dst) };
+        unsafe { avx512bf16::convert_rows(src, kps, ld, dst) };
         return;
     }
     let _ = isa;
@@ -179,9 +188,18 @@ fn convert_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
         let row = src.row(r);
         for kp in 0..kps {
             let (ka, kb) = (2 * kp, 2 * kp + 1);
-            dst[r * kps + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
+            dst[r * ld + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
         }
     }
+}
+
+/// The words between consecutive rows of A in the tiles' buffer for `kps` pairs: an odd number
+/// of cache lines. At a power of two (ViT-L's K = 1024 and 4096: 2 and 8 KiB) the 32 rows that
+/// a group's two A tiles read fell in one or two of L1's 64 sets (12 ways each), and every
+/// tile load missed.
+fn tile_a_stride(kps: usize) -> usize {
+    let lines = kps.div_ceil(16);
+    (lines | 1) * 16
 }
 
 /// Pack the lines of `src` (its columns, each its k values down the rows) into panels of w
@@ -748,7 +766,7 @@ impl Job<'_> {
             }
             return;
         }
-        let alen = if matches!(self.a, Operand::F32(_)) { mc * kc_pairs } else { 0 };
+        let alen = if matches!(self.a, Operand::F32(_)) { mc * if tiles { tile_a_stride(kc_pairs) } else { kc_pairs } } else { 0 };
         let blen = if matches!(self.b, Operand::F32(_)) { nc.div_ceil(NR) * NR * kc_pairs } else { 0 };
         with_scratch(alen + blen, |buf| {
             let (abuf, bbuf) = buf.split_at_mut(alen);
@@ -792,8 +810,9 @@ impl Job<'_> {
             let (a, astride) = match self.a {
                 Operand::Packed(p) => (&p[rows.start * kps_total + kp0..], kps_total),
                 Operand::F32(a) => {
-                    convert_rows(packer, a.block(rows.start, k0, m, k_block(self.k, k0, kps)), kps, abuf);
-                    (&abuf[..], kps)
+                    let ld = tile_a_stride(kps);
+                    convert_rows_at(packer, a.block(rows.start, k0, m, k_block(self.k, k0, kps)), kps, ld, abuf);
+                    (&abuf[..], ld)
                 }
             };
             // The tiles read A's rows to the next 16 (padding, or this block's buffer).
