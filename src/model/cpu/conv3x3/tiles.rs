@@ -20,6 +20,13 @@ use crate::simd::{Lines, MatMut, SendPtr};
 
 /// Output channels and pixels per group: two tiles of 16 each way.
 const G: usize = 2 * ROWS;
+/// Words from one channel pair's plane of a slab to the next (`rows` rows of `wp`): an odd
+/// number of cache lines. A B tile's 16 rows are 16 planes' rows: at a power of two apart (64
+/// KiB at 32 channels) they fell in one L1 set of 12 ways, and every tile load missed.
+fn plane_words(rows: usize, wp: usize) -> usize {
+    ((rows * wp).div_ceil(16) | 1) * 16
+}
+
 thread_local! {
     /// A thread's slab, kept between bands and calls (a fresh one per task zeroed 1 MiB).
     static SLAB: std::cell::RefCell<Lines<u32>> = std::cell::RefCell::new(Lines::zeros(0));
@@ -84,7 +91,7 @@ impl TileConv {
                 let mut slab = slab.borrow_mut();
                 let y1 = (y0 + band).min(h);
                 let wp = w.next_multiple_of(G);
-                let len = 3 * self.cps * (y1 - y0 + 2) * wp;
+                let len = 3 * self.cps * plane_words(y1 - y0 + 2, wp);
                 if slab.len() < len {
                     *slab = Lines::zeros(len);
                 }
@@ -125,7 +132,7 @@ impl TileConv {
                 for r in 0..rows {
                     let sy = (y0 + r).saturating_sub(1).min(h - 1);
                     let (a, b) = (row(2 * cp, sy), row(2 * cp + 1, sy));
-                    let dst = &mut slab[((kx * cps + cp) * rows + r) * wp..][..wp];
+                    let dst = &mut slab[(kx * cps + cp) * plane_words(rows, wp) + r * wp..][..wp];
                     // Straight from the input rows, shifted by kx − 1, the edge pixel replicated.
                     match kx {
                         0 => {
@@ -154,8 +161,9 @@ impl TileConv {
     unsafe fn band<U: TileUnit>(&self, u: &mut U, slab: &[u32], w: usize, (y0, y1): (usize, usize), bias: &[f32], residual: Option<&[f32]>, out: MatMut<f32>) {
         let (cps, coutp, cout) = (self.cps, self.coutp, self.cout);
         let (wp, rows) = (w.next_multiple_of(G), y1 - y0 + 2);
-        debug_assert!(slab.len() >= 3 * cps * rows * wp && self.words.len() >= 9 * coutp * cps);
-        let plane = rows * wp * 4; // bytes between a slab row's consecutive channel pairs
+        let ps = plane_words(rows, wp);
+        debug_assert!(slab.len() >= 3 * cps * ps && self.words.len() >= 9 * coutp * cps);
+        let plane = ps * 4; // bytes between a slab row's consecutive channel pairs
         let lda = cps * 4;
         let mut acc = Acc([0.0; G * G]);
         let accp = acc.0.as_mut_ptr() as *mut u8;
@@ -171,7 +179,7 @@ impl TileConv {
                     for t in 0..9 {
                         let (ky, kx) = (t / 3, t % 3);
                         let a = self.words[(t * coutp + o0) * cps..].as_ptr() as *const u8;
-                        let b = slab[((kx * cps) * rows + (y - y0 + ky)) * wp + x0..].as_ptr() as *const u8;
+                        let b = slab[kx * cps * ps + (y - y0 + ky) * wp + x0..].as_ptr() as *const u8;
                         for cb in (0..cps).step_by(ROWS) {
                             // SAFETY: A: 32 rows of the tap's padded output channels from o0
                             // (coutp ≥ o0 + 32), 16 pairs from cb; B: 16 planes' rows from cb,
@@ -201,6 +209,16 @@ impl TileConv {
                         u.store::<1>(accp.add(64), G * 4);
                         u.store::<2>(accp.add(ROWS * G * 4), G * 4);
                         u.store::<3>(accp.add(ROWS * G * 4 + 64), G * 4);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if U::AVX512 {
+                        let at = y * w + x0;
+                        let res = residual.map(|r| r[o0 * out.cols() + at..].as_ptr());
+                        // SAFETY: `U::AVX512`: this CPU has AVX-512F; rows o0..o0 + mv of the
+                        // planes, pixels at..at + nv, are this band's (the caller's promise) and
+                        // inside the residual (checked by `run_bands`).
+                        unsafe { super::avx512::tile_out(&acc.0, G, mv, nv, &bias[o0..o0 + mv], res, out.at(o0, at), out.cols()) };
+                        continue;
                     }
                     for o in 0..mv {
                         let (oc, at) = (o0 + o, y * w + x0);
