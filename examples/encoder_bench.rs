@@ -1,8 +1,9 @@
-//! Milliseconds per call of one ViT block's products in f32 and int8 at 1800 tokens (`moge::model::cpu`
-//! linear and attention ops), for ViT-S and ViT-L widths, GFLOP/s counting a multiply-add as
-//! two: each linear through the `gemm` crate and through `sgemm`'s panels (the level's one-tap
-//! kernel, AVX2 or AVX-512F), interleaved in one process (the machine is shared: compare the
-//! ratio); attention by the route of this machine's level.
+//! Milliseconds per call of one ViT block's products in f32, int8 and bf16 at 1800 tokens
+//! (`moge::model::cpu` linear and attention ops, epilogues included), for ViT-S and ViT-L widths,
+//! GFLOP/s counting a multiply-add as two: each linear through the `gemm` crate, through
+//! `sgemm`'s panels (the level's one-tap kernel, AVX2 or AVX-512F), in int8 and in bf16 (on AMX
+//! tiles where the CPU has them), interleaved in one process (the machine is shared: compare the
+//! ratio); attention in f32 and in bf16, by the routes of this machine's level.
 //!
 //! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
 
@@ -12,11 +13,15 @@ use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::attention::AttentionOp;
 use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed};
+use moge::model::cpu::matmul::bf16::PackedB;
 use moge::model::cpu::matmul::int8::QuantB;
 use moge::simd::isa;
 use moge::simd::sgemm::Panels;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Ways of running each linear (see `ways` below).
+const W: usize = 4;
 
 fn main() -> candle_core::Result<()> {
     keep_freed_memory();
@@ -31,14 +36,15 @@ fn main() -> candle_core::Result<()> {
         // Each linear twice: through the `gemm` crate and, where the level has a one-tap kernel,
         // through `sgemm`'s panels.
         let panels = Panels::available(isa::current());
-        let lin = |d_in: usize, d_out: usize, epilogue, rng: &mut Rng| -> candle_core::Result<[LinearOp; 3]> {
+        let lin = |d_in: usize, d_out: usize, epilogue, rng: &mut Rng| -> candle_core::Result<[LinearOp; W]> {
             let wv: Vec<f32> = rng.units(d_in * d_out).iter().map(|v| v * 0.05).collect();
             let bias = rng.units(d_out);
             let tensor = F32Weight::Tensor(Tensor::from_vec(wv.clone(), (d_out, d_in), &Device::Cpu)?);
             let packed = if panels { F32Weight::Panels(Arc::new(Panels::new(&wv, d_in, d_out, 1, d_in))) } else { tensor.clone() };
             let op = |weight, packed| LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue, packed, isa: isa::current() };
             let int8 = Packed::Int8(Arc::new(QuantB::from_f32_nk(&wv, d_out, d_in, isa::current())));
-            Ok([op(tensor.clone(), None), op(packed, None), op(tensor, Some(int8))])
+            let bf16 = Packed::Bf16(Arc::new(PackedB::from_f32_nk(&wv, d_out, d_in)));
+            Ok([op(tensor.clone(), None), op(packed, None), op(tensor.clone(), Some(int8)), op(F32Weight::InPacked, Some(bf16))])
         };
         let ops = [
             ("qkv", lin(d, 3 * d, Epilogue::Bias, &mut rng)?),
@@ -49,48 +55,54 @@ fn main() -> candle_core::Result<()> {
         let inputs: Vec<Tensor> =
             ops.iter().map(|(_, op)| Tensor::from_vec(rng.units(n * op[0].d_in), (n, op[0].d_in), &Device::Cpu)).collect::<candle_core::Result<_>>()?;
         let qkv = rng.units(n * 3 * d);
-        let att = AttentionOp { num_heads: heads, bf16: false, isa: isa::current() };
-        let mut times = vec![Vec::new(); 3 * ops.len() + 1];
+        let att = [false, true].map(|bf16| AttentionOp { num_heads: heads, bf16, isa: isa::current() });
+        let mut times = vec![Vec::new(); W * ops.len() + 2];
         let only_attention = which.contains('a');
         for _ in 0..reps {
             for (i, (_, op)) in ops.iter().enumerate().filter(|_| !only_attention) {
                 for (j, op) in op.iter().enumerate() {
                     let t = Instant::now();
                     let y = inputs[i].apply_op1_no_bwd(op)?;
-                    times[3 * i + j].push(t.elapsed().as_secs_f64());
+                    times[W * i + j].push(t.elapsed().as_secs_f64());
                     drop(y);
                 }
             }
-            let t = Instant::now();
-            let o = att.run(&qkv, n, d);
-            times[3 * ops.len()].push(t.elapsed().as_secs_f64());
-            drop(o);
+            for (j, att) in att.iter().enumerate() {
+                let t = Instant::now();
+                let o = att.run(&qkv, n, d);
+                times[W * ops.len() + j].push(t.elapsed().as_secs_f64());
+                drop(o);
+            }
         }
-        // Per way of computing the linears (the gemm crate, panels, int8), the block's total
-        // with the attention.
-        let ways = ["gemm crate", "panels", "int8"];
-        let mut totals = [0.0; 3];
+        // Per way of computing the linears (the gemm crate, panels, int8, bf16), the block's
+        // total with the attention (f32's, bf16's for the bf16 linears).
+        let ways = ["gemm crate", "panels", "int8", "bf16"];
+        let mut totals = [0.0; W];
         for (i, t) in times.iter_mut().enumerate() {
-            let (label, flops) = match ops.get(i / 3) {
-                Some((l, op)) => (format!("{l} {}", ways[i % 3]), 2.0 * (n * op[0].d_in * op[0].d_out) as f64),
-                None => ("attention".to_owned(), 4.0 * (n * n * d) as f64),
+            let (label, flops) = match ops.get(i / W) {
+                Some((l, op)) => (format!("{l} {}", ways[i % W]), 2.0 * (n * op[0].d_in * op[0].d_out) as f64),
+                None if i == W * ops.len() => ("attention".to_owned(), 4.0 * (n * n * d) as f64),
+                None => ("attention bf16".to_owned(), 4.0 * (n * n * d) as f64),
             };
             if t.is_empty() {
                 continue;
             }
             let s = median(t);
-            match ops.get(i / 3) {
-                Some(_) => totals[i % 3] += s,
-                None => totals.iter_mut().for_each(|t| *t += s),
+            match ops.get(i / W) {
+                Some(_) => totals[i % W] += s,
+                None if i == W * ops.len() => totals[..W - 1].iter_mut().for_each(|t| *t += s),
+                None => totals[W - 1] += s,
             }
             println!("{name} {label:<16} {:8.2} ms {:7.1} G(FL)OP/s", s * 1e3, flops / s / 1e9);
         }
         let route = moge::model::cpu::matmul::int8::route(isa::current()).name();
+        let bf16 = moge::model::cpu::matmul::bf16::route(isa::current());
         println!(
-            "{name} block, linears by the gemm crate {:8.2} ms, by panels {:8.2} ms, int8 ({route}) {:8.2} ms",
+            "{name} block, linears by the gemm crate {:8.2} ms, by panels {:8.2} ms, int8 ({route}) {:8.2} ms, bf16 ({bf16}, attention too) {:8.2} ms",
             totals[0] * 1e3,
             totals[1] * 1e3,
-            totals[2] * 1e3
+            totals[2] * 1e3,
+            totals[3] * 1e3
         );
     }
     Ok(())

@@ -8,6 +8,7 @@ use candle_core::{DType, Module, Tensor};
 use std::sync::Arc;
 
 use super::cpu::attention::AttentionOp;
+use super::cpu::layer_norm::LayerNormOp;
 use super::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed, ScaledResidualOp};
 use super::cpu::matmul::bf16::PackedB;
 use super::cpu::matmul::int8::QuantB;
@@ -120,18 +121,26 @@ impl LayerScale {
     }
 }
 
-pub struct LayerNorm {
-    inner: candle_nn::LayerNorm,
+/// The route chosen at load: candle's LayerNorm, or the CPU kernel.
+pub enum LayerNorm {
+    Generic(candle_nn::LayerNorm),
+    Cpu(LayerNormOp),
 }
 
 impl LayerNorm {
     pub fn load(w: &mut Weights, prefix: &str, dim: usize) -> Result<Self> {
         let weight = w.get(&format!("{prefix}.weight"), &[dim])?;
         let bias = w.get(&format!("{prefix}.bias"), &[dim])?;
-        Ok(Self { inner: candle_nn::LayerNorm::new(weight, bias, LN_EPS) })
+        Ok(match w.build().ops() {
+            Ops::Cpu(isa) => LayerNorm::Cpu(LayerNormOp { weight: weight.to_vec1()?, bias: bias.to_vec1()?, eps: LN_EPS as f32, isa }),
+            Ops::Generic => LayerNorm::Generic(candle_nn::LayerNorm::new(weight, bias, LN_EPS)),
+        })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(self.inner.forward(x)?)
+        match self {
+            LayerNorm::Cpu(op) => Ok(x.contiguous()?.apply_op1_no_bwd(op)?),
+            LayerNorm::Generic(ln) => Ok(ln.forward(x)?),
+        }
     }
 }
 

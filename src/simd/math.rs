@@ -92,6 +92,35 @@ dispatch! {
 }
 
 dispatch! {
+    /// LayerNorm of one row into `out`: (x − mean) / √(var + eps) · w + b, the mean and the
+    /// variance in two passes of 16 independent lanes each (so they vectorise; a single running
+    /// sum, as candle's, is one add per cycle), the variance as the mean of (x − mean)².
+    pub fn layer_norm_row / layer_norm_row_baseline(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [std::mem::MaybeUninit<f32>]) {
+        let d = x.len();
+        assert!(w.len() == d && b.len() == d && out.len() == d, "layer_norm_row: widths");
+        if d == 0 {
+            return;
+        }
+        let lanes = |f: &dyn Fn(f32) -> f32| {
+            let mut s = [0f32; 16];
+            let mut chunks = x.chunks_exact(16);
+            for c in &mut chunks {
+                for i in 0..16 {
+                    s[i] += f(c[i]);
+                }
+            }
+            chunks.remainder().iter().fold(s.iter().sum::<f32>(), |a, &v| a + f(v))
+        };
+        let mean = lanes(&|v| v) / d as f32;
+        let var = lanes(&|v| (v - mean) * (v - mean)) / d as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(w).zip(b) {
+            o.write((v - mean) * inv * w + b);
+        }
+    }
+}
+
+dispatch! {
     /// Softmax down each column of `s` (rows of `cols` floats, `cols` a multiple of 16) of
     /// `scale · s`, left unnormalised: `s` gets the exps and `sums` (cols) their column sums.
     pub fn softmax_columns / softmax_columns_baseline(s: &mut [f32], cols: usize, scale: f32, sums: &mut [f32]) {

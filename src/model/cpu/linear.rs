@@ -148,12 +148,15 @@ impl CustomOp2 for ScaledResidualOp {
         if l1.shape() != l2.shape() || x.len() % d != 0 {
             candle_core::bail!("layerscale: shapes {:?} / {:?} vs width {d}", l1.shape(), l2.shape());
         }
-        let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(d).zip(x.par_chunks(d)).zip(y.par_chunks(d)).for_each(|((o, xr), yr)| {
-            for i in 0..d {
-                o[i] = xr[i] + yr[i] * self.gamma[i];
+        // Into an output that is never zeroed (that ran on the calling thread alone).
+        let mut out: Vec<f32> = Vec::with_capacity(x.len());
+        out.spare_capacity_mut()[..x.len()].par_chunks_mut(d).zip(x.par_chunks(d)).zip(y.par_chunks(d)).for_each(|((o, xr), yr)| {
+            for (((o, &x), &y), &g) in o.iter_mut().zip(xr).zip(yr).zip(&self.gamma) {
+                o.write(x + y * g);
             }
         });
+        // SAFETY: every row (x.len() is a multiple of d, checked above) was written whole.
+        unsafe { out.set_len(x.len()) };
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }

@@ -5,7 +5,7 @@
 //! the kernels they share with each other (the f32 products, the elementwise maths) are in
 //! [`crate::simd`].
 //!
-//! One axis: per operation ([`linear`], [`attention`], [`conv1x1`], [`conv3x3`]), each with
+//! One axis: per operation ([`linear`], [`layer_norm`], [`attention`], [`conv1x1`], [`conv3x3`]), each with
 //! its per-ISA files beside its portable twin (`conv3x3/avx512.rs` beside `conv3x3/mod.rs`);
 //! the products several operations share ([`matmul`]: the one-tap f32 product, bf16, int8) cut
 //! the same way. A new ISA level is new files beside the old and an arm in the `route`
@@ -14,6 +14,7 @@
 pub mod attention;
 pub mod conv1x1;
 pub mod conv3x3;
+pub mod layer_norm;
 pub mod linear;
 pub mod matmul;
 pub mod route;
