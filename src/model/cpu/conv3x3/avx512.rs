@@ -167,6 +167,8 @@ unsafe fn kern_f32<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize
 /// # Safety
 /// The CPU has AVX-512F; `acc` holds mv rows of g ≥ nv floats, nv ≤ 32, `bias` mv floats; the
 /// mv rows of nv floats at `out` are writable and at `res` (if any) readable.
+// The group's shape, its sources and its destination, as the tile loop has them.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn tile_out(acc: &[f32], g: usize, mv: usize, nv: usize, bias: &[f32], res: Option<*const f32>, out: *mut f32, ldo: usize) {
     assert!(acc.len() >= mv * g && nv <= 32 && nv <= g && bias.len() >= mv, "tile_out: shapes");
