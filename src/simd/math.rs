@@ -91,6 +91,19 @@ dispatch! {
     }
 }
 
+/// Σ f(x) in 16 independent lanes, then across them (an order that vectorises).
+#[inline(always)]
+fn lanes16(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut s = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for i in 0..16 {
+            s[i] += f(c[i]);
+        }
+    }
+    chunks.remainder().iter().fold(s.iter().sum::<f32>(), |a, &v| a + f(v))
+}
+
 dispatch! {
     /// LayerNorm of one row into `out`: (x − mean) / √(var + eps) · w + b, the mean and the
     /// variance in two passes of 16 independent lanes each (so they vectorise; a single running
@@ -101,18 +114,8 @@ dispatch! {
         if d == 0 {
             return;
         }
-        let lanes = |f: &dyn Fn(f32) -> f32| {
-            let mut s = [0f32; 16];
-            let mut chunks = x.chunks_exact(16);
-            for c in &mut chunks {
-                for i in 0..16 {
-                    s[i] += f(c[i]);
-                }
-            }
-            chunks.remainder().iter().fold(s.iter().sum::<f32>(), |a, &v| a + f(v))
-        };
-        let mean = lanes(&|v| v) / d as f32;
-        let var = lanes(&|v| (v - mean) * (v - mean)) / d as f32;
+        let mean = lanes16(x, |v| v) / d as f32;
+        let var = lanes16(x, |v| (v - mean) * (v - mean)) / d as f32;
         let inv = 1.0 / (var + eps).sqrt();
         for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(w).zip(b) {
             o.write((v - mean) * inv * w + b);

@@ -77,11 +77,21 @@ impl Conv1x1Op {
         if let Some(p) = &self.pointwise {
             return Ok(p.run(x, hw, &self.bias, residual));
         }
-        let mut out = vec![0f32; self.cout * hw];
-        out.par_chunks_mut(hw).enumerate().for_each(|(o, row)| match residual {
-            Some(r) => row.iter_mut().zip(&r[o * hw..(o + 1) * hw]).for_each(|(d, s)| *d = s + self.bias[o]),
-            None => row.fill(self.bias[o]),
-        });
+        // The bias (and residual) written straight into the new buffer, on every thread (it
+        // was zeroed first, on the calling thread).
+        let mut out: Vec<f32> = Vec::with_capacity(self.cout * hw);
+        if hw > 0 {
+            out.spare_capacity_mut()[..self.cout * hw].par_chunks_mut(hw).enumerate().for_each(|(o, row)| match residual {
+                Some(r) => row.iter_mut().zip(&r[o * hw..(o + 1) * hw]).for_each(|(d, s)| {
+                    d.write(s + self.bias[o]);
+                }),
+                None => row.iter_mut().for_each(|d| {
+                    d.write(self.bias[o]);
+                }),
+            });
+        }
+        // SAFETY: each of the cout rows of hw floats was written above.
+        unsafe { out.set_len(self.cout * hw) };
         with_f32(&self.weight, |w| weights_times(&mut out, w, self.packed.as_ref(), x, self.cout, self.cin, hw))?;
         Ok(out)
     }
@@ -150,7 +160,7 @@ impl CustomOp1 for ConvTranspose2x2Op {
         let (y, bias) = match &self.pointwise {
             Some((p, bias4)) => (p.run(x, hw, bias4, None), None),
             None => {
-                let mut y = vec![0f32; 4 * self.cout * hw];
+                let mut y = super::tensor::par_zeros(4 * self.cout * hw);
                 with_f32(&self.weight, |wt| weights_times(&mut y, wt, self.packed.as_ref(), x, 4 * self.cout, self.cin, hw))?;
                 (y, Some(&self.bias[..]))
             }

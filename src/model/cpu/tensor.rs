@@ -20,6 +20,21 @@ pub(crate) fn contiguous<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::La
     Ok(&v[a..b])
 }
 
+/// `len` zeros, written on every thread of the pool (`vec![0.0; len]` zeroes a reused block on
+/// the calling thread alone: tens of MB per decoder convolution at full resolution).
+pub fn par_zeros(len: usize) -> Vec<f32> {
+    use rayon::prelude::*;
+    let mut v: Vec<f32> = Vec::with_capacity(len);
+    v.spare_capacity_mut()[..len].par_chunks_mut(1 << 16).for_each(|c| {
+        c.iter_mut().for_each(|x| {
+            x.write(0.0);
+        })
+    });
+    // SAFETY: all len floats of the capacity were written above.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// A (rows, cols) f32 matrix transposed into a new contiguous (cols, rows) one, in 32 × 32
 /// blocks on the rayon pool: the encoder's taps, tokens × channels, into the decoder's planes.
 /// candle's strided copy does it on one thread, down the columns (58 ms per ViT-L tap of 1800
