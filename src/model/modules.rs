@@ -33,13 +33,26 @@ enum Conv1x1Route {
 /// A [`QuantConv`] constructor: (weight, bias, cin, cout, level).
 type NewQuantConv = fn(&[f32], Vec<f32>, usize, usize, crate::simd::isa::Isa) -> candle_core::Result<QuantConv>;
 
+/// Whether a decoder convolution of `cin` → `cout` channels multiplies in bf16: under
+/// `--precision bf16`, and under int8 on AMX where it would have run in int8 (`min` and more
+/// channels): there the bf16 tiles ran every decoder shape 1.3-1.8x faster than the VNNI int8
+/// kernels (`examples/conv3x3_bench`, an Intel Xeon with AMX, 2026-12-03), as attention runs
+/// bf16 there too (`dinov2::Block::load`).
+fn conv_bf16(w: &Weights, cin: usize, cout: usize, min: usize) -> bool {
+    match w.build().precision() {
+        Precision::Bf16 => true,
+        Precision::Int8 => w.build().cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= min,
+        Precision::F32 => false,
+    }
+}
+
 /// The int8 op of a decoder convolution, where `--precision int8` runs it in int8: `min` and
 /// more channels in and out ([`INT8_CONV_MIN_CHANNELS`]: the stacks' 32 to 1024; those with a
 /// few, the output convolutions and the neck's 2-channel inputs, stay f32), built by `new`
 /// from the f32 weight as the op takes it.
 fn int8_conv(w: &Weights, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
     let Some(level) = w.build().cpu_level() else { return Ok(None) };
-    if !(w.build().precision() == Precision::Int8 && cin.min(cout) >= min) {
+    if !(w.build().precision() == Precision::Int8 && cin.min(cout) >= min) || level == crate::simd::isa::Isa::Amx {
         return Ok(None);
     }
     Ok(Some(Box::new(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)))
@@ -52,7 +65,7 @@ impl Conv1x1 {
         let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)? {
             Conv1x1Route::Int8(op)
         } else if w.build().cpu_level().is_some() {
-            let bf16 = w.build().precision() == Precision::Bf16;
+            let bf16 = conv_bf16(w, cin, cout, INT8_POINTWISE_MIN_CHANNELS);
             let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
             let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
             Conv1x1Route::Cpu(Box::new(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise }))
@@ -129,7 +142,7 @@ impl Conv3x3 {
             Conv3x3Route::Int8(op)
         } else if w.build().cpu_level().is_some() {
             let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
-            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, w.build().precision() == Precision::Bf16)?))
+            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, conv_bf16(w, cin, cout, INT8_CONV_MIN_CHANNELS))?))
         } else {
             let device = w.build().device();
             Conv3x3Route::Generic { unfolded: !crate::device::conv2d_usable(device) || (device.is_cpu() && w.build().dtype() != candle_core::DType::F32) }
@@ -254,7 +267,7 @@ impl ConvTranspose2x2 {
         let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)? {
             ConvTranspose2x2Route::Int8(op)
         } else if w.build().cpu_level().is_some() {
-            let bf16 = w.build().precision() == Precision::Bf16;
+            let bf16 = conv_bf16(w, cin, cout, INT8_CONV_MIN_CHANNELS);
             let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             let bias: Vec<f32> = bias.to_vec1()?;
             let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| ConvTranspose2x2Op::pointwise(wv, cin, cout, &bias))? };

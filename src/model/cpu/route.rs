@@ -58,6 +58,10 @@ pub fn route(precision: crate::model::Precision) -> Route {
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
             None if bf16 && level == Isa::Amx => "direct amx tiles (bf16 pairs of the padded map, converted once; upsampled as 4 phases)".to_owned(),
+            // int8 on AMX: the decoder's convolutions in bf16 (`modules::conv_bf16`).
+            _ if precision == crate::model::Precision::Int8 && level == Isa::Amx => {
+                "direct amx tiles in bf16 (32+ channels; upsampled as 4 phases), winograd/direct avx512 f32 (fewer)".to_owned()
+            }
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
             Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => {
                 let min = conv3x3::winograd::Winograd::min_channels(direct);
@@ -69,7 +73,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
         products: match (bf16, matmul::bf16::route(level)) {
             _ if precision == crate::model::Precision::Int8 => match matmul::int8::route(level) {
                 matmul::int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
-                matmul::int8::Route::Amx => "int8 amx tiles (tdpbusd) for the ViT's linears, avx512vnni for the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
+                matmul::int8::Route::Amx => "int8 amx tiles (tdpbusd) for the ViT's linears, bf16 amx tiles for the decoder's convolutions of 32+ channels (1x1: 64+; faster than int8 there), f32 for the rest".to_owned(),
                 r => format!("int8 {} for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
             },
             (false, _) => match sgemm::Micro::at(level) {
