@@ -172,14 +172,7 @@ unsafe fn kern_f32<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn tile_out(acc: &[f32], g: usize, mv: usize, nv: usize, bias: &[f32], res: Option<*const f32>, out: *mut f32, ldo: usize) {
     assert!(acc.len() >= mv * g && nv <= 32 && nv <= g && bias.len() >= mv, "tile_out: shapes");
-    let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
-    let m1: __mmask16 = if nv >= 32 {
-        0xffff
-    } else if nv > 16 {
-        ((1u32 << (nv - 16)) - 1) as u16
-    } else {
-        0
-    };
+    let (m0, m1) = masks(nv);
     for (o, &b) in bias.iter().enumerate().take(mv) {
         let b = _mm512_set1_ps(b);
         // SAFETY: row o of `acc` is g ≥ nv floats (asserted); the masks keep the loads of `res`

@@ -318,14 +318,7 @@ fn gelu16(x: __m512) -> __m512 {
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn edge_out(edge: &[f32], mv: usize, nv: usize, bias: Option<&[f32]>, gelu: bool, c: *mut f32, ldc: usize) {
     assert!(edge.len() >= mv * NR && nv <= NR && bias.is_none_or(|b| b.len() >= nv), "edge_out: shapes");
-    let m0: __mmask16 = if nv >= 16 { 0xffff } else { ((1u32 << nv) - 1) as u16 };
-    let m1: __mmask16 = if nv >= 32 {
-        0xffff
-    } else if nv > 16 {
-        ((1u32 << (nv - 16)) - 1) as u16
-    } else {
-        0
-    };
+    let (m0, m1) = crate::simd::avx512::masks(nv);
     let (b0, b1) = match bias {
         // SAFETY: the masks cover the first nv of bias's floats (asserted).
         Some(b) => unsafe { (_mm512_maskz_loadu_ps(m0, b.as_ptr()), _mm512_maskz_loadu_ps(m1, b.as_ptr().wrapping_add(16))) },
