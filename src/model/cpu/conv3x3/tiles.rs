@@ -123,31 +123,28 @@ impl TileConv {
     fn build_slab(&self, x: &[f32], (h, w): (usize, usize), (y0, y1): (usize, usize), relu: bool, slab: &mut [u32]) {
         let (wp, rows, cps) = (w.next_multiple_of(G), y1 - y0 + 2, self.cps);
         let isa = if self.emulated { Isa::Portable } else { crate::simd::isa::usable(Isa::Avx512Bf16) };
-        let f = |v: f32| if relu { v.max(0.0) } else { v };
         let zeros = vec![0f32; w];
         // Channel c's input row sy (zeros past cin).
         let row = |c: usize, sy: usize| if c < self.cin { &x[(c * h + sy) * w..(c * h + sy + 1) * w] } else { &zeros[..] };
-        for kx in 0..3 {
-            for cp in 0..cps {
-                for r in 0..rows {
-                    let sy = (y0 + r).saturating_sub(1).min(h - 1);
-                    let (a, b) = (row(2 * cp, sy), row(2 * cp + 1, sy));
-                    let dst = &mut slab[(kx * cps + cp) * plane_words(rows, wp) + r * wp..][..wp];
-                    // Straight from the input rows, shifted by kx − 1, the edge pixel replicated.
-                    match kx {
-                        0 => {
-                            dst[0] = pair(f(a[0]), f(b[0]));
-                            super::pairs(isa, &a[..w - 1], &b[..w - 1], relu, &mut dst[1..w]);
-                        }
-                        1 => super::pairs(isa, a, b, relu, &mut dst[..w]),
-                        _ => {
-                            super::pairs(isa, &a[1..], &b[1..], relu, &mut dst[..w - 1]);
-                            dst[w - 1] = pair(f(a[w - 1]), f(b[w - 1]));
-                        }
-                    }
-                    // Past the map: zero (they meet only outputs that are not kept).
-                    dst[w..].fill(0);
-                }
+        let ps = plane_words(rows, wp);
+        for cp in 0..cps {
+            for r in 0..rows {
+                let sy = (y0 + r).saturating_sub(1).min(h - 1);
+                let (a, b) = (row(2 * cp, sy), row(2 * cp + 1, sy));
+                // The centre tap's row converted once; the side taps' are its words shifted by
+                // one, the edge pixel replicated (converting each from f32 read the band's
+                // input three times).
+                let at = |kx: usize| (kx * cps + cp) * ps + r * wp;
+                let (centre, side) = (at(1), [at(0), at(2)]);
+                super::pairs(isa, a, b, relu, &mut slab[centre..][..w]);
+                // Past the map: zero (they meet only outputs that are not kept).
+                slab[centre + w..centre + wp].fill(0);
+                slab.copy_within(centre..centre + w - 1, side[0] + 1);
+                slab[side[0]] = slab[centre];
+                slab[side[0] + w..side[0] + wp].fill(0);
+                slab.copy_within(centre + 1..centre + w, side[1]);
+                slab[side[1] + w - 1] = slab[centre + w - 1];
+                slab[side[1] + w..side[1] + wp].fill(0);
             }
         }
     }
