@@ -35,6 +35,16 @@ pub(crate) use dispatch::dispatch;
 pub use dispatch::route;
 pub use mat::{Mat, MatMut, MatRef};
 
+/// `f` on this thread's value in `key` (a kernel's scratch, kept between calls), or on a fresh
+/// one where the thread is inside `f` already (a task that waited on rayon and was handed
+/// another: nothing does that today, but a borrow must not panic if it ever does).
+pub(crate) fn with_local<T: Default, R>(key: &'static std::thread::LocalKey<std::cell::RefCell<T>>, f: impl FnOnce(&mut T) -> R) -> R {
+    key.with(|c| match c.try_borrow_mut() {
+        Ok(mut v) => f(&mut v),
+        Err(_) => f(&mut T::default()),
+    })
+}
+
 /// One cache line of 4-byte values: the unit of [`Lines`].
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]

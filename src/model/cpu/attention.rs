@@ -86,8 +86,7 @@ impl AttentionOp {
         let q_block = if micro.is_some() { Q_BLOCK_TILES } else { Q_BLOCK };
         let blocks: Vec<(usize, usize)> = (0..heads).flat_map(|h| (0..n).step_by(q_block).map(move |q0| (h, q0))).collect();
         blocks.par_iter().for_each(|&(h, q0)| {
-            SCRATCH.with(|s| {
-                let s = &mut *s.borrow_mut();
+            crate::simd::with_local(&SCRATCH, |s| {
                 let bq = q_block.min(n - q0);
                 let q = &qkv[q0 * row + h * hd..];
                 // This block's rows of this head's columns of `out` (n × d): heads write disjoint

@@ -87,8 +87,7 @@ impl TileConv {
         let out_ptr = SendPtr(out.as_mut_ptr());
         let bands: Vec<usize> = (0..h).step_by(band.max(1)).collect();
         bands.par_iter().for_each(|&y0| {
-            SLAB.with(|slab| {
-                let mut slab = slab.borrow_mut();
+            crate::simd::with_local(&SLAB, |slab| {
                 let y1 = (y0 + band).min(h);
                 let wp = w.next_multiple_of(G);
                 let len = 3 * self.cps * plane_words(y1 - y0 + 2, wp);

@@ -592,8 +592,7 @@ pub fn softmax_product(s: Mat<&[f32]>, scale: f32, b: &PackedB, mut c: Mat<&mut 
         }
         Store::Panels { words, kernel } => {
             let kps = kernel.pairs(k);
-            PAIRS.with(|buf| {
-                let mut buf = buf.borrow_mut();
+            crate::simd::with_local(&PAIRS, |buf| {
                 let len = kernel.rows(m) * kps;
                 if buf.len() < len {
                     *buf = Lines::zeros(len);
