@@ -52,7 +52,8 @@ fn conv_bf16(w: &Weights, cin: usize, cout: usize, min: usize) -> bool {
 /// from the f32 weight as the op takes it.
 fn int8_conv(w: &Weights, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
     let Some(level) = w.build().cpu_level() else { return Ok(None) };
-    if !(w.build().precision() == Precision::Int8 && cin.min(cout) >= min) || level == crate::simd::isa::Isa::Amx {
+    // Those that multiply in bf16 instead (int8 on AMX) are not int8's.
+    if !(w.build().precision() == Precision::Int8 && cin.min(cout) >= min) || conv_bf16(w, cin, cout, min) {
         return Ok(None);
     }
     Ok(Some(Box::new(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)))

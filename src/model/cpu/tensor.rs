@@ -50,7 +50,7 @@ impl candle_core::CustomOp1 for Transpose {
         let (rows, cols) = l.shape().dims2()?;
         let x = contiguous(s, l, "transpose")?;
         const B: usize = 32;
-        let mut out = vec![0f32; rows * cols];
+        let mut out = par_zeros(rows * cols);
         // Each task: B output rows (input columns c0..c0 + B), walked B input rows at a time so
         // that both sides stay within a few KiB.
         out.par_chunks_mut((B * rows).max(1)).enumerate().for_each(|(t, dst)| {
