@@ -468,9 +468,7 @@ pub fn gemm_bf16_bias(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, bias:
     match &b.store {
         Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } if m > 0 && n > 0 && k > 0 => {
             assert!(c.rows() == m && c.cols() == n, "gemm_bf16_bias: C is {}×{} for {m}×{n}", c.rows(), c.cols());
-            let epilogue = Some(Epilogue { bias: &bias[..n], gelu });
-            let job = Job { k, kernel: *kernel, a: Operand::F32(a), b: Operand::Packed(words), c: c.as_raw_mut(), accumulate: false, epilogue };
-            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+            tiles_with_epilogue(a, b, words, *kernel, c.as_raw_mut(), bias, gelu, threads);
         }
         _ => {
             par_rows(c.rb_mut(), |r| r.copy_from_slice(&bias[..n]));
@@ -489,19 +487,8 @@ pub fn linear_bf16(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>,
     let (m, k, n) = (a.rows(), a.cols(), b.n);
     match &b.store {
         Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } if m > 0 && n > 0 && k > 0 => {
-            assert!(bias.len() >= n && k == b.k, "linear_bf16: {} biases, k={k}, for {}×{n}", bias.len(), b.k);
             let mut y: Vec<f32> = Vec::with_capacity(m * n);
-            let c = MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n);
-            let job = Job {
-                k,
-                kernel: *kernel,
-                a: Operand::F32(a),
-                b: Operand::Packed(words),
-                c,
-                accumulate: false,
-                epilogue: Some(Epilogue { bias: &bias[..n], gelu }),
-            };
-            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+            tiles_with_epilogue(a, b, words, *kernel, MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n), bias, gelu, threads);
             // SAFETY: with an epilogue the tiles write every group of C through its edge buffer
             // (`tiles::block`), with `accumulate` false reading none first: all m · n floats.
             unsafe { y.set_len(m * n) };
@@ -513,6 +500,17 @@ pub fn linear_bf16(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>,
             y
         }
     }
+}
+
+/// The tile route of [`gemm_bf16_bias`] and [`linear_bf16`]: C (m × n, writable, not read) =
+/// bias + A · B [then GELU], the epilogue applied as each group leaves the tiles. Panics where
+/// A's k is not B's or the biases are fewer than its columns.
+#[allow(clippy::too_many_arguments)]
+fn tiles_with_epilogue(a: Mat<&[f32]>, b: &PackedB, words: &Lines<u32>, kernel: Kernel, c: MatMut<f32>, bias: &[f32], gelu: Option<Isa>, threads: usize) {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
+    assert!(k == b.k && bias.len() >= n, "gemm_bf16_bias: A has k={k}, B has k={}; {} biases for {n} columns", b.k, bias.len());
+    let job = Job { k, kernel, a: Operand::F32(a), b: Operand::Packed(words), c, accumulate: false, epilogue: Some(Epilogue { bias: &bias[..n], gelu }) };
+    job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
 }
 
 /// `f` on each row of `c`, the rows split on the rayon pool.
