@@ -174,7 +174,7 @@ impl RemoteArgs {
                 Ok((weights, Engine::Local(Arc::new(m))))
             }
             [url] => Ok((PathBuf::new(), Engine::Remote(Arc::new(moge::remote::Client::connect(url, opts)?)))),
-            urls => Ok((PathBuf::new(), Engine::Pool(Arc::new(moge::pipeline::pool::Pool::connect_noting(urls, opts, Arc::new(report::print_notice))?)))),
+            urls => Ok((PathBuf::new(), Engine::Pool(Arc::new(moge::remote::pool::Pool::connect_noting(urls, opts, Arc::new(report::print_notice))?)))),
         }
     }
 }

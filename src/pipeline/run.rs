@@ -24,7 +24,7 @@ use super::depth_video::{self, DepthVideos};
 use super::guard::{guarded, install_panic_hook};
 use super::inputs::{Input, VideoFrame};
 use super::local::{LocalBackend, LocalForwarded};
-use super::pool::{Pool, PoolBackend};
+use super::pool::PoolBackend;
 use super::record::{Observer, OnRecord, Record, Status};
 use super::remote::RemoteBackend;
 use super::report::Summary;
@@ -39,6 +39,7 @@ use crate::infer::InferOptions;
 use crate::model::v2::Model;
 use crate::outputs::json::{DepthStats, FrameInfo, InferenceInfo, ModelInfo, Sidecar, Timings};
 use crate::outputs::{self, OutputOptions};
+use crate::remote::pool::Pool;
 
 /// Everything fixed for one run.
 #[derive(Debug, Clone)]
