@@ -281,12 +281,12 @@ fn tempdir() -> Result<tempfile::TempDir> {
 
 /// `--host-only`: per-stage busy time of the host work for one photo, in milliseconds.
 fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -> Result<i32> {
-    use moge::pipeline::{inputs, run};
+    use moge::pipeline::inputs;
     let (weights, model) = args.model.load()?;
     let cfg = super::pipeline_config(&tmp.join("out"), &args.model, weights, &args.infer, &args.out, &Default::default());
     std::fs::create_dir_all(&cfg.output)?;
     let photo = inputs::file_input(input);
-    let timings = run::host_only(std::sync::Arc::new(model), &cfg, &photo, args.warmup as usize, args.runs as usize)?;
+    let timings = moge::pipeline::host_only::host_only(std::sync::Arc::new(model), &cfg, &photo, args.warmup as usize, args.runs as usize)?;
     let (w, h) = image::image_dimensions(input).unwrap_or((0, 0));
     let ms = |f: &dyn Fn(&moge::outputs::json::Timings) -> f64| Samples(timings.iter().map(|t| Duration::from_secs_f64(f(t) / 1e3)).collect());
     let stages: Vec<(&str, Samples)> = vec![

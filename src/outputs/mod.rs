@@ -156,7 +156,7 @@ pub fn planned_files(opts: &OutputOptions, has_normal: bool) -> Vec<FileKind> {
                 }
                 v.push(K::MaskPng);
             }
-            // Written per video by the run (`pipeline::depth_video`), not per image.
+            // Written per video by the run (`pipeline::video::depth`), not per image.
             Format::Json | Format::Mp4 => {}
             Format::Exr => v.extend([K::DepthExr, K::PointsExr]),
             Format::Ply => v.push(K::Ply),

@@ -6,14 +6,17 @@
 //!   [`remote`] (a MoGe-2 HTTP server) and [`pool`] (several, with failover).
 //! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
 //!   `predict` and `serve`.
-//! - [`guard`]: a panic in one image's work fails that image only.
-//! - [`depth_video`]: `--format mp4`, a video's frames' depth as a video.
-//! - [`run`]: the stages over files; [`record`] and [`report`]: what a run says of each image
-//!   and of itself; [`scale`]: a video's metric scale followed from frame to frame.
+//! - [`guard`]: a panic in one image's work fails that image only; [`host_only`]: the host
+//!   stages timed alone (`moge bench --host-only`).
+//! - [`video`]: videos' frames as inputs, their smoothed scale and their depth videos.
+//! - [`config`]: what is fixed for a run; [`run`]: the stages over files; `shared`: what
+//!   its threads share; [`record`] and [`report`]: what a run says of each image
+//!   and of itself.
 
 pub mod backend;
-pub mod depth_video;
+pub mod config;
 pub mod guard;
+pub mod host_only;
 pub mod inputs;
 pub mod local;
 pub mod pool;
@@ -21,6 +24,7 @@ pub mod record;
 pub mod remote;
 pub mod report;
 pub mod run;
-pub mod scale;
+mod shared;
 pub mod stages;
+pub mod video;
 pub mod worker;

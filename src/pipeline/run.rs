@@ -10,119 +10,35 @@
 //! reported as they finish (not in input order). A stop request (Ctrl-C) or a fatal error
 //! stops the feeder; queued images are dropped, images already through the forward are written.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use image::RgbImage;
 
+pub use super::config::{default_jobs, Config};
+
 use super::backend::Backend;
-use super::depth_video::{self, DepthVideos};
 use super::guard::{guarded, install_panic_hook};
-use super::inputs::{Input, VideoFrame};
-use super::local::{LocalBackend, LocalForwarded};
+use super::inputs::Input;
+use super::local::LocalBackend;
 use super::pool::PoolBackend;
 use super::record::{Observer, OnRecord, Record, Status};
 use super::remote::RemoteBackend;
 use super::report::Summary;
-use super::scale::{Raw, ScaleSmoother};
+use super::shared::Shared;
 use super::stages::{ms, Plan};
+use super::video::depth::DepthVideos;
+use super::video::feed::{done_depth, feed_video};
+use super::video::scale::{Raw, ScaleSmoother};
 use super::worker::Worker;
 use crate::console::Notice;
-use crate::fit::{Canvas, FitMode};
-use crate::image_io::video::{Frames, Sampling};
-use crate::image_io::FovFrom;
-use crate::infer::InferOptions;
 use crate::model::v2::Model;
-use crate::outputs::json::{DepthStats, FrameInfo, InferenceInfo, ModelInfo, Sidecar, Timings};
-use crate::outputs::{self, OutputOptions};
+use crate::outputs::json::{DepthStats, FrameInfo, ModelInfo, Sidecar, Timings};
+use crate::outputs::{self};
 use crate::remote::pool::Pool;
-
-/// Everything fixed for one run.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub output: PathBuf,
-    pub outputs: OutputOptions,
-    pub infer: InferOptions,
-    pub fit: FitMode,
-    pub canvas: Canvas,
-    pub decode: crate::image_io::DecodeOptions,
-    /// Read videos frame by frame (`moge batch`); elsewhere a video is a failed input saying
-    /// so (one prediction per path has no place for a video's many).
-    pub videos: bool,
-    /// Which frames of each video are taken.
-    pub frames: Sampling,
-    /// `--video-scale smooth`: the time constant (seconds) of the running estimate of each
-    /// video's metric scale; `None` keeps each frame's own.
-    pub video_scale: Option<f64>,
-    /// Host threads per host stage (decode, encode).
-    pub jobs: usize,
-    pub skip_existing: bool,
-    /// Time the forward alone on a few of the run's photos after it
-    /// ([`Summary::forward_only`], for `--stats`' report).
-    pub stats: bool,
-    /// Model id for the sidecar, and the weights file to digest.
-    pub model_id: String,
-    pub weights: PathBuf,
-    /// Requests in flight at once with a remote engine.
-    pub in_flight: usize,
-    /// Hand each prediction to the caller in its [`Record`] (the library's in-memory runs).
-    /// The records then wait in a bounded queue, so that a slow caller holds the pipeline
-    /// back rather than letting predictions pile up.
-    pub keep_predictions: bool,
-}
-
-impl Config {
-    /// The command line's defaults (npz outputs, one host thread per core up to 8 per host
-    /// stage, the photo's own size, no reports) with [`Plan::default`]'s options, writing under
-    /// `output`.
-    pub fn new(output: impl Into<PathBuf>) -> Self {
-        let Plan { infer, fit, canvas, fov: _ } = Plan::default();
-        Self {
-            output: output.into(),
-            outputs: OutputOptions::default(),
-            infer,
-            fit,
-            canvas,
-            decode: crate::image_io::DecodeOptions::default(),
-            videos: false,
-            frames: Sampling::default(),
-            video_scale: None,
-            jobs: default_jobs(),
-            skip_existing: false,
-            stats: false,
-            model_id: String::new(),
-            weights: PathBuf::new(),
-            in_flight: 4,
-            keep_predictions: false,
-        }
-    }
-
-    /// How each photo meets the network: the maps that no output needs are not made.
-    /// A run that keeps its predictions makes every map it was asked for.
-    fn plan(&self) -> Plan {
-        let keep = self.keep_predictions;
-        let infer = InferOptions {
-            point_map: self.infer.point_map && (keep || self.outputs.needs_points()),
-            normal_map: self.infer.normal_map && (keep || self.outputs.needs_normal_floats()),
-            ..self.infer.clone()
-        };
-        Plan { infer, fit: self.fit, canvas: self.canvas, fov: self.decode.fov }
-    }
-
-    /// The output stem of an input.
-    pub fn stem(&self, input: &Input) -> PathBuf {
-        self.output.join(&input.rel)
-    }
-}
-
-/// Host threads per host stage unless told: one per core, up to 8.
-pub fn default_jobs() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
-}
 
 /// Where the forwards run.
 #[derive(Clone)]
@@ -158,13 +74,13 @@ pub fn run_observed(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc
 }
 
 /// A photo on its way through the stages, with what its stage made of it.
-struct Item<T> {
-    photo: Photo,
-    payload: T,
+pub(super) struct Item<T> {
+    pub(super) photo: Photo,
+    pub(super) payload: T,
 }
 
 /// What the stages after decode keep of a photo.
-struct Photo {
+pub(super) struct Photo {
     input: Input,
     /// The photo, kept for the outputs that are coloured by it.
     image: Option<RgbImage>,
@@ -172,68 +88,6 @@ struct Photo {
     timings: Timings,
     warning: Option<String>,
     known_fov: Option<crate::image_io::KnownFov>,
-}
-
-/// What the threads of one run share.
-struct Shared<S> {
-    /// A fatal error (disk full) halts like a stop request, but is not an interruption.
-    halt: AtomicBool,
-    stop: Arc<AtomicBool>,
-    /// Staged photos kept for `--stats`' forward-only comparison.
-    samples: Option<Mutex<Vec<S>>>,
-    /// Inputs beyond the list's: the frames of its videos, past each video's first.
-    more: AtomicUsize,
-    /// `--video-scale smooth`.
-    smoother: Option<ScaleSmoother>,
-    /// `--format mp4`, and the depth videos that could not be written.
-    depth_videos: Option<DepthVideos>,
-    video_errors: AtomicUsize,
-    /// Notices from the stages' threads, waiting for the collector to hand them on.
-    notices: Mutex<Vec<Notice>>,
-    /// `--intrinsics`' note on the terms the model leaves unused is said once.
-    matrix_noted: AtomicBool,
-}
-
-impl<S> Shared<S> {
-    /// `f(smoother, video, frame)` where the input is a frame whose scale is smoothed.
-    fn smoothing(&self, input: &Input, f: impl FnOnce(&ScaleSmoother, usize, u64)) {
-        if let (Some(s), Some(frame)) = (&self.smoother, &input.frame) {
-            f(s, input.index, frame.seq)
-        }
-    }
-
-    /// Hands a frame's depth (`None`: it has none) to its video's depth video, if one is made.
-    fn to_depth_video(&self, input: &Input, depth: Option<depth_video::Depth>) {
-        if let (Some(d), Some(frame)) = (&self.depth_videos, &input.frame) {
-            self.video_error(d.put(input.index, frame.seq, depth));
-        }
-    }
-
-    /// A depth video that could not be written: counted as a failed output, and said.
-    fn video_error(&self, error: Option<String>) {
-        if let Some(e) = error {
-            self.video_errors.fetch_add(1, Ordering::Relaxed);
-            self.notice(Notice::Error(e));
-        }
-    }
-
-    /// A notice for the collector to hand on.
-    fn notice(&self, notice: Notice) {
-        self.notices.lock().unwrap_or_else(|e| e.into_inner()).push(notice);
-    }
-
-    /// A frame that will have no prediction (skipped, failed, dropped): the frames after it do
-    /// not wait for it.
-    fn frame_missing(&self, input: &Input) {
-        self.smoothing(input, |s, video, seq| s.resolve(video, seq, None));
-        self.to_depth_video(input, None);
-    }
-}
-
-impl<S> Shared<S> {
-    fn halted(&self) -> bool {
-        self.halt.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed)
-    }
 }
 
 /// Staged photos kept for the forward-only comparison of `--stats`.
@@ -362,83 +216,6 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, input
     }
 }
 
-/// The frames of `video` that `--every` / `--fps` take, each an input of its own. A video
-/// that ffmpeg cannot read fails as one input; one that stops early keeps the frames it gave,
-/// with a warning naming where it stopped.
-fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video: &Input, records: &Sender<Record>, hand_on: &impl Fn(Input) -> bool) -> bool {
-    let mut frames = match Frames::open(&video.path) {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = records.send(Record::failed(video, &e, Timings::default()));
-            return true;
-        }
-    };
-    let mut take = cfg.frames.selector();
-    let mut seq = 0;
-    let mut cut = None;
-    while !shared.halted() {
-        match frames.next_frame() {
-            Ok(Some(f)) if take(f.index, f.time) => {
-                if seq > 0 {
-                    shared.more.fetch_add(1, Ordering::Relaxed);
-                } else if let Some(d) = &shared.depth_videos {
-                    // A depth video already there is kept by --skip-existing.
-                    let path = depth_video_path(cfg, video);
-                    if !(cfg.skip_existing && path.exists()) {
-                        d.begin(video.index, path, taken_rate(&cfg.frames, frames.frame_rate()));
-                    }
-                }
-                if !hand_on(video.frame(VideoFrame::new(f, seq))) {
-                    return false;
-                }
-                seq += 1;
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => break,
-            Err(e) => {
-                cut = Some(crate::console::error_line(&e));
-                break;
-            }
-        }
-    }
-    if let Some(d) = &shared.depth_videos {
-        shared.video_error(d.end(video.index, seq));
-    }
-    let warning = match frames.finish() {
-        // A stop asked for ends the video early, and says nothing of it.
-        _ if shared.halted() => None,
-        Ok(w) => cut.or(w),
-        Err(e) if seq == 0 => {
-            let _ = records.send(Record::failed(video, &e, Timings::default()));
-            None
-        }
-        Err(e) => Some(crate::console::error_line(&e)),
-    };
-    if let Some(w) = warning {
-        shared.notice(Notice::Warning(format!("{}: {w}", video.path.display())));
-    }
-    true
-}
-
-/// The depth of a frame done by an earlier run, read back from its npz.
-fn done_depth(cfg: &Config, frame: &Input) -> Option<depth_video::Depth> {
-    let npz = outputs::with_suffix(&cfg.stem(frame), outputs::FileKind::Npz.suffix());
-    let p = crate::remote::read_prediction(&std::fs::read(npz).ok()?).ok()?;
-    Some((p.width, p.height, p.depth))
-}
-
-/// `OUT/sub/clip.depth.mp4` for `DIR/sub/clip.mp4`.
-fn depth_video_path(cfg: &Config, video: &Input) -> PathBuf {
-    outputs::with_suffix(&cfg.stem(video), "depth.mp4")
-}
-
-/// Frames per second of the frames taken from a video of `rate` (25 where the video gives
-/// none): every Nth of them, or at most `--fps`.
-fn taken_rate(sampling: &Sampling, rate: Option<f64>) -> f64 {
-    let rate = rate.unwrap_or(25.0) / sampling.every.max(1) as f64;
-    sampling.fps.map_or(rate, |f| f.min(rate))
-}
-
 /// One decode thread: photos from the feeder, staged, into the middle stage's queue.
 fn decode_stage<B: Backend>(
     backend: &B,
@@ -481,7 +258,7 @@ fn decode_stage<B: Backend>(
     }
 }
 
-fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<Item<B::Staged>> {
+pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<Item<B::Staged>> {
     let s = backend.stage(input, plan, &cfg.decode)?;
     // A video's frame was decoded by ffmpeg as the feeder waited for it.
     let read = input.frame.as_ref().map_or(0.0, |f| f.read_ms);
@@ -556,7 +333,7 @@ fn encode_stage<B: Backend>(
     }
 }
 
-fn encode<B: Backend>(
+pub(super) fn encode<B: Backend>(
     backend: &B,
     cfg: &Config,
     plan: &Plan,
@@ -591,23 +368,7 @@ fn encode<B: Backend>(
     let t = Instant::now();
     let mut sidecar = cfg.outputs.wants_sidecar().then(|| {
         let model = ModelInfo { id: backend.model_id(&cfg.model_id), weights_sha256: sha.get_or_init(|| backend.weights_digest(&cfg.weights)).clone() };
-        let inference = InferenceInfo {
-            device: finished.device,
-            num_tokens: finished.num_tokens,
-            grid: finished.grid,
-            fit: cfg.fit.name().into(),
-            canvas: (cfg.fit != FitMode::Exact).then_some((cfg.canvas.width, cfg.canvas.height)),
-            exif_orientation: cfg.decode.apply_exif,
-            fov_x_given: photo.known_fov.as_ref().map(|f| f.degrees).or(cfg.infer.fov_x),
-            fov_x_source: match (&photo.known_fov, cfg.infer.fov_x, cfg.decode.fov) {
-                (Some(f), _, FovFrom::Exif) => format!("exif: {}", f.from),
-                (Some(f), _, _) => f.from.clone(),
-                (None, Some(_), _) => "given".into(),
-                (None, None, FovFrom::Exif) => "estimated: no EXIF focal length".into(),
-                (None, None, _) => "estimated".into(),
-            },
-            server: finished.server,
-        };
+        let inference = cfg.inference_info(photo.known_fov.as_ref(), finished.device, finished.num_tokens, finished.grid, finished.server);
         let input = photo.input.path.display().to_string();
         let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
         s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale });
@@ -668,34 +429,6 @@ fn pass_notices<S>(summary: &mut Summary, shared: &Shared<S>, observer: &mut dyn
         observer.notice(&n);
         summary.notices.push(n);
     }
-}
-
-/// The host stages alone, on one photo: one forward first, whose output is then reused, so
-/// that `warmup + runs` rounds of decode, prepare, postprocess and write measure what a device
-/// faster than this CPU would leave to the host (`moge bench --host-only`). Returns the timings
-/// of the timed rounds.
-pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, runs: usize) -> Result<Vec<Timings>> {
-    let backend = LocalBackend::new(model);
-    let plan = cfg.plan();
-    let first = decode(&backend, cfg, &plan, input)?;
-    let raw = backend.forward(first.payload)?.raw;
-    let sha = OnceLock::new();
-    let mut out = Vec::with_capacity(runs);
-    for round in 0..warmup + runs {
-        // Each round writes into a folder of its own, removed after it is timed, as a batch
-        // writes each photo's outputs under new names: replacing the last round's files would
-        // time their removal too, and on ext4 the flush to disk that a rename over an existing
-        // file starts (`auto_da_alloc`; ~45 ms of a 60 MB npz, PERFORMANCE.md "Host stages").
-        let cfg = Config { output: cfg.output.join(format!("round-{round}")), ..cfg.clone() };
-        let Item { photo, payload: staged } = decode(&backend, &cfg, &plan, input)?;
-        let item = Item { photo, payload: LocalForwarded { staged, raw: raw.clone() } };
-        let rec = encode(&backend, &cfg, &plan, None, &sha, item)?;
-        std::fs::remove_dir_all(&cfg.output).with_context(|| format!("{}: cannot remove", cfg.output.display()))?;
-        if round >= warmup {
-            out.push(rec.timings);
-        }
-    }
-    Ok(out)
 }
 
 /// Where the forward runs on this machine's cores, the host stages run at the lowest priority:

@@ -300,7 +300,7 @@ fn host_only_rounds_write_new_files_and_leave_nothing() {
         in_flight: 1,
         ..run::Config::new(out.clone())
     };
-    let t = run::host_only(std::sync::Arc::new(model), &cfg, &inputs::file_input(&img), 1, 3).unwrap();
+    let t = moge::pipeline::host_only::host_only(std::sync::Arc::new(model), &cfg, &inputs::file_input(&img), 1, 3).unwrap();
     assert_eq!(t.len(), 3);
     assert!(t.iter().all(|t| t.write.is_some_and(|w| w > 0.0)), "{t:?}");
     let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
