@@ -185,7 +185,7 @@ impl Predictor {
         let mut cfg = Config::new(PathBuf::new());
         cfg.outputs.formats.clear();
         cfg.keep_predictions = true;
-        (cfg.infer, cfg.fit, cfg.canvas, cfg.decode.fov) = (plan.infer.clone(), plan.fit, plan.canvas, plan.fov);
+        cfg.plan = plan.clone();
         cfg.jobs = self.jobs.max(1);
         let inputs: Vec<_> = paths.iter().map(|p| crate::pipeline::inputs::file_input(p)).collect();
         let stop = Arc::new(AtomicBool::new(false));

@@ -161,17 +161,17 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     }
     check_output_dir(&args.output)?;
     let (weights, engine) = args.remote.engine(&args.model)?;
+    let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input);
     let cfg = Config {
+        plan: moge::Plan { fit: args.fit.into(), canvas: args.canvas, ..base.plan },
         in_flight: args.remote.in_flight as usize,
-        fit: args.fit.into(),
-        canvas: args.canvas,
         jobs: args.jobs.map(|j| j as usize).unwrap_or_else(run::default_jobs),
         skip_existing: args.skip_existing,
         videos: true,
         frames: args.video.sampling(),
         video_scale: args.video.video_scale.0,
         stats: args.stats,
-        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)
+        ..base
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());

@@ -402,8 +402,8 @@ pub fn pipeline_config(
 ) -> moge::pipeline::run::Config {
     moge::pipeline::run::Config {
         outputs: out.options(),
-        infer: infer.options(),
-        decode: moge::image_io::DecodeOptions { fov: infer.fov_from(), ..input.options() },
+        plan: moge::Plan { infer: infer.options(), fov: infer.fov_from(), ..moge::Plan::default() },
+        decode: input.options(),
         jobs: 1,
         model_id: model.id(),
         weights,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::inputs::Input;
 use super::stages::Plan;
-use crate::fit::{Canvas, FitMode};
+use crate::fit::FitMode;
 use crate::image_io::video::Sampling;
 use crate::image_io::{FovFrom, KnownFov};
 use crate::infer::InferOptions;
@@ -16,9 +16,10 @@ use crate::outputs::OutputOptions;
 pub struct Config {
     pub output: PathBuf,
     pub outputs: OutputOptions,
-    pub infer: InferOptions,
-    pub fit: FitMode,
-    pub canvas: Canvas,
+    /// How each photo meets the network; its `fov` is where each photo's field of view is
+    /// read from (the decoders are told it: `decode.fov` is not read).
+    pub plan: Plan,
+    /// How photos are read.
     pub decode: crate::image_io::DecodeOptions,
     /// Read videos frame by frame (`moge batch`); elsewhere a video is a failed input saying
     /// so (one prediction per path has no place for a video's many).
@@ -50,13 +51,10 @@ impl Config {
     /// stage, the photo's own size, no reports) with [`Plan::default`]'s options, writing under
     /// `output`.
     pub fn new(output: impl Into<PathBuf>) -> Self {
-        let Plan { infer, fit, canvas, fov: _ } = Plan::default();
         Self {
             output: output.into(),
             outputs: OutputOptions::default(),
-            infer,
-            fit,
-            canvas,
+            plan: Plan::default(),
             decode: crate::image_io::DecodeOptions::default(),
             videos: false,
             frames: Sampling::default(),
@@ -73,14 +71,19 @@ impl Config {
 
     /// How each photo meets the network: the maps that no output needs are not made.
     /// A run that keeps its predictions makes every map it was asked for.
-    pub(super) fn plan(&self) -> Plan {
+    pub(super) fn effective_plan(&self) -> Plan {
         let keep = self.keep_predictions;
         let infer = InferOptions {
-            point_map: self.infer.point_map && (keep || self.outputs.needs_points()),
-            normal_map: self.infer.normal_map && (keep || self.outputs.needs_normal_floats()),
-            ..self.infer.clone()
+            point_map: self.plan.infer.point_map && (keep || self.outputs.needs_points()),
+            normal_map: self.plan.infer.normal_map && (keep || self.outputs.needs_normal_floats()),
+            ..self.plan.infer.clone()
         };
-        Plan { infer, fit: self.fit, canvas: self.canvas, fov: self.decode.fov }
+        Plan { infer, ..self.plan.clone() }
+    }
+
+    /// How photos are read, the field of view's source being the plan's.
+    pub(super) fn decode_options(&self) -> crate::image_io::DecodeOptions {
+        crate::image_io::DecodeOptions { fov: self.plan.fov, ..self.decode.clone() }
     }
 
     /// What a sidecar says of how a photo met the network: where it ran (`device`, the
@@ -98,11 +101,11 @@ impl Config {
             device,
             num_tokens,
             grid,
-            fit: self.fit.name().into(),
-            canvas: (self.fit != FitMode::Exact).then_some((self.canvas.width, self.canvas.height)),
+            fit: self.plan.fit.name().into(),
+            canvas: (self.plan.fit != FitMode::Exact).then_some((self.plan.canvas.width, self.plan.canvas.height)),
             exif_orientation: self.decode.apply_exif,
-            fov_x_given: known.map(|f| f.degrees).or(self.infer.fov_x),
-            fov_x_source: match (known, self.infer.fov_x, self.decode.fov) {
+            fov_x_given: known.map(|f| f.degrees).or(self.plan.infer.fov_x),
+            fov_x_source: match (known, self.plan.infer.fov_x, self.plan.fov) {
                 (Some(f), _, FovFrom::Exif) => format!("exif: {}", f.from),
                 (Some(f), _, _) => f.from.clone(),
                 (None, Some(_), _) => "given".into(),

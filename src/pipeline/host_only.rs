@@ -18,7 +18,7 @@ use crate::outputs::json::Timings;
 /// of the timed rounds.
 pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, runs: usize) -> Result<Vec<Timings>> {
     let backend = LocalBackend::new(model);
-    let plan = cfg.plan();
+    let plan = cfg.effective_plan();
     let first = decode(&backend, cfg, &plan, input)?;
     let raw = backend.forward(first.payload)?.raw;
     let sha = OnceLock::new();

@@ -66,10 +66,10 @@ pub fn run_observed(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc
     match engine {
         Engine::Local(model) => run_with(Arc::new(LocalBackend::new(model)), inputs, cfg, stop, observer),
         Engine::Remote(client) => {
-            let backend = RemoteBackend::new(client, &cfg.infer, cfg.fit, cfg.in_flight);
+            let backend = RemoteBackend::new(client, &cfg.plan.infer, cfg.plan.fit, cfg.in_flight);
             run_with(Arc::new(backend), inputs, cfg, stop, observer)
         }
-        Engine::Pool(pool) => run_with(Arc::new(PoolBackend::new(pool, &cfg.infer, cfg.fit)), inputs, cfg, stop, observer),
+        Engine::Pool(pool) => run_with(Arc::new(PoolBackend::new(pool, &cfg.plan.infer, cfg.plan.fit)), inputs, cfg, stop, observer),
     }
 }
 
@@ -109,7 +109,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
         notices: Mutex::default(),
         matrix_noted: AtomicBool::new(false),
     });
-    let (plan, sha) = (cfg.plan(), OnceLock::new());
+    let (plan, sha) = (cfg.effective_plan(), OnceLock::new());
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
 
     let (job_tx, job_rx) = bounded::<Input>(jobs);
@@ -234,7 +234,7 @@ fn decode_stage<B: Backend>(
         let staged = guarded(|| decode(backend, cfg, plan, &input));
         if let Ok(item) = &staged {
             let (w, h) = item.photo.size;
-            if let Some(note) = cfg.decode.fov.matrix_note(w as u32, h as u32) {
+            if let Some(note) = cfg.plan.fov.matrix_note(w as u32, h as u32) {
                 if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
                     shared.notice(Notice::Info(note));
                 }
@@ -259,7 +259,7 @@ fn decode_stage<B: Backend>(
 }
 
 pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<Item<B::Staged>> {
-    let s = backend.stage(input, plan, &cfg.decode)?;
+    let s = backend.stage(input, plan, &cfg.decode_options())?;
     // A video's frame was decoded by ffmpeg as the feeder waited for it.
     let read = input.frame.as_ref().map_or(0.0, |f| f.read_ms);
     let timings = Timings { decode: s.decode_ms + read, prepare: s.prepare_ms, ..Default::default() };

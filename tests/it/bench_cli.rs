@@ -292,8 +292,11 @@ fn host_only_rounds_write_new_files_and_leave_nothing() {
     let model = moge::Model::load(&weights, &moge::model::BuildOptions::new(&moge::Device::Cpu, moge::model::Precision::F32).unwrap()).unwrap();
     let cfg = run::Config {
         outputs: moge::outputs::OutputOptions { formats: vec![moge::outputs::Format::Npz, moge::outputs::Format::Png], ..Default::default() },
-        infer: moge::InferOptions { num_tokens: Some(200), ..Default::default() },
-        canvas: fit::Canvas { width: 64, height: 48 },
+        plan: moge::Plan {
+            infer: moge::InferOptions { num_tokens: Some(200), ..Default::default() },
+            canvas: fit::Canvas { width: 64, height: 48 },
+            ..Default::default()
+        },
         jobs: 1,
         model_id: "tiny".into(),
         weights,

@@ -43,8 +43,8 @@ fn a_library_run_prints_nothing_on_stdout_or_stderr() {
         let inputs: Vec<moge::Input> = photos.iter().map(|p| moge::pipeline::inputs::file_input(p)).collect();
         let mut cfg = moge::Config::new(dir.join("out"));
         cfg.outputs.formats = vec![moge::outputs::Format::Npz, moge::outputs::Format::Json];
-        cfg.infer.num_tokens = Some(100);
-        cfg.decode.fov = moge::image_io::FovFrom::Intrinsics { fx: 70.0, fy: 75.0, cx: 10.0, cy: 30.0 };
+        cfg.plan.infer.num_tokens = Some(100);
+        cfg.plan.fov = moge::image_io::FovFrom::Intrinsics { fx: 70.0, fy: 75.0, cx: 10.0, cy: 30.0 };
         cfg.stats = true;
         cfg.jobs = 2;
         let mut records = Vec::new();
