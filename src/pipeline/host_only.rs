@@ -8,7 +8,7 @@ use super::backend::Backend;
 use super::config::Config;
 use super::inputs::Input;
 use super::local::{LocalBackend, LocalForwarded};
-use super::run::{decode, encode, Item};
+use super::run::{decode, encode, InFlight};
 use crate::model::v2::Model;
 use crate::outputs::json::Timings;
 
@@ -20,7 +20,7 @@ pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, 
     let backend = LocalBackend::new(model);
     let plan = cfg.effective_plan();
     let first = decode(&backend, cfg, &plan, input)?;
-    let raw = backend.forward(first.payload)?.raw;
+    let raw = backend.forward(first.work)?.raw;
     let sha = OnceLock::new();
     let mut out = Vec::with_capacity(runs);
     for round in 0..warmup + runs {
@@ -29,8 +29,8 @@ pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, 
         // time their removal too, and on ext4 the flush to disk that a rename over an existing
         // file starts (`auto_da_alloc`; ~45 ms of a 60 MB npz, PERFORMANCE.md "Host stages").
         let cfg = Config { output: cfg.output.join(format!("round-{round}")), ..cfg.clone() };
-        let Item { photo, payload: staged } = decode(&backend, &cfg, &plan, input)?;
-        let item = Item { photo, payload: LocalForwarded { staged, raw: raw.clone() } };
+        let InFlight { photo, work: staged } = decode(&backend, &cfg, &plan, input)?;
+        let item = InFlight { photo, work: LocalForwarded { staged, raw: raw.clone() } };
         let rec = encode(&backend, &cfg, &plan, None, &sha, item)?;
         std::fs::remove_dir_all(&cfg.output).with_context(|| format!("{}: cannot remove", cfg.output.display()))?;
         if round >= warmup {

@@ -74,9 +74,9 @@ pub fn run_observed(engine: Engine, inputs: Vec<Input>, cfg: &Config, stop: &Arc
 }
 
 /// A photo on its way through the stages, with what its stage made of it.
-pub(super) struct Item<T> {
+pub(super) struct InFlight<T> {
     pub(super) photo: Photo,
-    pub(super) payload: T,
+    pub(super) work: T,
 }
 
 /// What the stages after decode keep of a photo.
@@ -113,7 +113,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
 
     let (job_tx, job_rx) = bounded::<Input>(jobs);
-    let (fwd_tx, fwd_rx) = bounded::<Item<B::Forwarded>>(jobs);
+    let (fwd_tx, fwd_rx) = bounded::<InFlight<B::Forwarded>>(jobs);
     let (rec_tx, rec_rx) = if cfg.keep_predictions { bounded::<Record>(jobs) } else { unbounded::<Record>() };
     let middle = spawn_middle(&backend, &shared, fwd_tx, rec_tx.clone());
     std::thread::scope(|s| {
@@ -223,7 +223,7 @@ fn decode_stage<B: Backend>(
     plan: &Plan,
     shared: &Shared<B::Staged>,
     jobs: Receiver<Input>,
-    middle: &Worker<Item<B::Staged>>,
+    middle: &Worker<InFlight<B::Staged>>,
     records: Sender<Record>,
 ) {
     yield_to_device(backend);
@@ -258,7 +258,7 @@ fn decode_stage<B: Backend>(
     }
 }
 
-pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<Item<B::Staged>> {
+pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<InFlight<B::Staged>> {
     let s = backend.stage(input, plan, &cfg.decode_options())?;
     // A video's frame was decoded by ffmpeg as the feeder waited for it.
     let read = input.frame.as_ref().map_or(0.0, |f| f.read_ms);
@@ -266,7 +266,7 @@ pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: 
     let size = (s.photo.width() as usize, s.photo.height() as usize);
     let image = cfg.outputs.needs_image().then_some(s.photo);
     let warning = s.warning.map(|w| format!("{}: {w}", input.name()));
-    Ok(Item { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, payload: s.staged })
+    Ok(InFlight { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, work: s.staged })
 }
 
 /// The middle stage: the backend's lanes over a bounded queue. What is queued once the run
@@ -274,11 +274,11 @@ pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: 
 fn spawn_middle<B: Backend + 'static>(
     backend: &Arc<B>,
     shared: &Arc<Shared<B::Staged>>,
-    forwarded: Sender<Item<B::Forwarded>>,
+    forwarded: Sender<InFlight<B::Forwarded>>,
     records: Sender<Record>,
-) -> Worker<Item<B::Staged>> {
+) -> Worker<InFlight<B::Staged>> {
     let (backend, shared) = (backend.clone(), shared.clone());
-    Worker::spawn("moge-forward", backend.lanes(), backend.queue(), move |Item { mut photo, payload }: Item<B::Staged>| {
+    Worker::spawn("moge-forward", backend.lanes(), backend.queue(), move |InFlight { mut photo, work }: InFlight<B::Staged>| {
         if shared.halted() {
             // Dropped: a later frame already through may wait for this one.
             shared.frame_missing(&photo.input);
@@ -287,11 +287,11 @@ fn spawn_middle<B: Backend + 'static>(
         if let Some(samples) = &shared.samples {
             let mut kept = samples.lock().unwrap_or_else(|e| e.into_inner());
             if kept.len() < STATS_SAMPLES {
-                kept.extend(backend.sample(&payload));
+                kept.extend(backend.sample(&work));
             }
         }
         let t = Instant::now();
-        let result = guarded(|| backend.forward(payload));
+        let result = guarded(|| backend.forward(work));
         // Before the frame goes on: an encode thread may be waiting for this scale.
         shared.smoothing(&photo.input, |s, video, seq| {
             let scale = result.as_ref().ok().and_then(|out| backend.metric_scale(out)).filter(|v| v.is_finite() && *v > 0.0);
@@ -300,7 +300,7 @@ fn spawn_middle<B: Backend + 'static>(
         match result {
             Ok(out) => {
                 photo.timings.forward = ms(t);
-                let _ = forwarded.send(Item { photo, payload: out });
+                let _ = forwarded.send(InFlight { photo, work: out });
             }
             Err(e) => {
                 shared.to_depth_video(&photo.input, None);
@@ -319,7 +319,7 @@ fn encode_stage<B: Backend>(
     plan: &Plan,
     shared: &Shared<B::Staged>,
     sha: &OnceLock<String>,
-    forwarded: Receiver<Item<B::Forwarded>>,
+    forwarded: Receiver<InFlight<B::Forwarded>>,
     records: Sender<Record>,
 ) {
     yield_to_device(backend);
@@ -339,9 +339,9 @@ pub(super) fn encode<B: Backend>(
     plan: &Plan,
     shared: Option<&Shared<B::Staged>>,
     sha: &OnceLock<String>,
-    item: Item<B::Forwarded>,
+    item: InFlight<B::Forwarded>,
 ) -> Result<Record> {
-    let Item { photo, payload } = item;
+    let InFlight { photo, work } = item;
     let mut timings = photo.timings.clone();
     // `--video-scale smooth`: the frame at the running estimate of its video's scale. Every
     // frame before this one is in the middle stage or past it, so the wait ends; after a stop,
@@ -356,7 +356,7 @@ pub(super) fn encode<B: Backend>(
         anyhow::bail!("not written: the run stopped before the frames before it were done, which its smoothed scale needs");
     };
     let t = Instant::now();
-    let mut finished = backend.finish(payload, photo.size, plan)?;
+    let mut finished = backend.finish(work, photo.size, plan)?;
     let mut raw_scale = None;
     if let Some(v) = smoothed {
         raw_scale = Some(finished.pred.metric_scale);
