@@ -39,7 +39,7 @@ pub struct Record {
     pub summary: Option<String>,
     /// What was wrong with an input that was processed all the same (`--allow-truncated`).
     pub warning: Option<String>,
-    /// The prediction itself, when the run keeps them ([`super::run::Config::keep_predictions`]).
+    /// The prediction itself, when the run keeps them ([`super::config::Config::keep_predictions`]).
     pub prediction: Option<Box<Prediction>>,
 }
 

@@ -50,7 +50,7 @@ pub enum Engine {
     /// here.
     Remote(Arc<crate::remote::Client>),
     /// Several such servers, one per device, each photo sent to the least loaded one that is
-    /// up (see [`super::pool`]).
+    /// up (see [`crate::remote::pool`]).
     Pool(Arc<Pool>),
 }
 

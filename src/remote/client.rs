@@ -224,7 +224,7 @@ impl Client {
         keys.iter().find_map(|k| self.info.get(k).and_then(Value::as_str))
     }
 
-    /// The geometry of one image file (`image`: its bytes, see [`image_for_server`]) with the
+    /// The geometry of one image file (`image`: its bytes, see [`image_for_server`](super::image_for_server)) with the
     /// options `req`. Their `output_format` is the client's to choose (see the module's
     /// documentation): what `req` says there is not sent.
     pub fn predict(&self, image: &[u8], req: &PredictOptions) -> Result<Response, RemoteError> {

@@ -18,7 +18,7 @@ pub enum RemoteError {
     /// A 5xx on every attempt.
     #[error("the server at {url} failed with {}{}: {message}", status_text(*status), after(*attempts))]
     Server { url: String, status: u16, message: String, attempts: u32 },
-    /// No whole answer within [`ClientOptions::timeout`] on every attempt.
+    /// No whole answer within [`ClientOptions::timeout`](super::ClientOptions::timeout) on every attempt.
     #[error("no answer from the server at {url} within {:.1} s{}", limit.as_secs_f64(), after(*attempts))]
     Timeout { url: String, limit: Duration, attempts: u32 },
     /// An answer that is not what the API says (a damaged npz, missing metadata, bad JSON).

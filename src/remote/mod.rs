@@ -20,8 +20,8 @@
 //! ```
 
 //!
-//! - [`client`]: one server's connection, retries and answers; [`error`]: why a request failed;
-//! - [`upload`]: what is sent for a photo; [`npz`]: the answer's npz read back;
+//! - `client`: one server's connection, retries and answers; `error`: why a request failed;
+//! - `upload`: what is sent for a photo; `npz`: the answer's npz read back;
 //! - [`pool`]: several servers, one per device, with failover and probing.
 
 mod client;

@@ -13,9 +13,9 @@
 //! stopping; `GET /metrics` is in the Prometheus text format ([`metrics`]).
 
 //!
-//! - [`service`]: the server's state and phases; [`routes`]: the API's handlers;
-//!   [`listen`]: binding and stopping;
-//! - [`request`] and [`response`]: a prediction's way in and out; [`error`]: what a refused
+//! - `service`: the server's state and phases; `routes`: the API's handlers;
+//!   `listen`: binding and stopping;
+//! - [`request`] and [`response`]: a prediction's way in and out; `error`: what a refused
 //!   request says; [`metrics`]: `GET /metrics`.
 
 mod error;
