@@ -231,7 +231,7 @@ fn resample(p: Prediction, w: usize, h: usize, opts: &InferOptions) -> Predictio
             points[3 * o + 2] = d;
         }
     }
-    // `normal_png` is never set here: codes cannot be resampled, so `stages::prepare` keeps the
+    // `normal_png` is never set here: codes cannot be resampled, so `plan::prepare` keeps the
     // float normals for any placement but the exact one.
     Prediction { width: w, height: h, points, depth, normal, mask, ..p }
 }

@@ -29,9 +29,9 @@ use crate::infer::Prediction;
 use crate::loader::LoadOptions;
 use crate::model::Runner;
 use crate::pipeline::guard::guarded;
+use crate::pipeline::plan::{self, Plan};
 use crate::pipeline::remote;
 use crate::pipeline::run::{Config, Engine};
-use crate::pipeline::stages::{self, Plan};
 use crate::remote::{Client, ClientOptions};
 
 /// Where a predictor's forwards run.
@@ -103,9 +103,9 @@ impl Predictor {
         let plan = &*plan.for_pixels(photo.width(), photo.height())?;
         guarded(|| match &self.middle {
             Middle::Local(runner) => {
-                let staged = stages::prepare(runner.model(), photo, plan)?;
-                let raw = runner.forward(&staged.prep).context("forward failed")?;
-                Ok(stages::finish(runner.model(), &staged, &raw, plan))
+                let placed = plan::prepare(runner.model(), photo, plan)?;
+                let raw = runner.forward(&placed.prep).context("forward failed")?;
+                Ok(plan::finish(runner.model(), &placed, &raw, plan))
             }
             Middle::Remote(_) => {
                 let png = crate::remote::png_for_server(photo)?;

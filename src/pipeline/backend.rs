@@ -9,16 +9,17 @@ use anyhow::Result;
 use image::RgbImage;
 
 use super::inputs::Input;
-use super::stages::Plan;
+use super::plan::Plan;
 use crate::image_io::DecodeOptions;
 use crate::infer::Prediction;
 
 /// Where the forwards of a run go.
 pub trait Backend: Send + Sync {
-    /// What a decode thread makes of a photo for the middle stage.
-    type Staged: Send + 'static;
+    /// What a decode thread makes of a photo for the middle stage (the local model's
+    /// [`Placed`](super::plan::Placed), a server's upload).
+    type Job: Send + 'static;
     /// What the middle stage hands on to the encode threads.
-    type Forwarded: Send + 'static;
+    type Answer: Send + 'static;
 
     /// Threads of the middle stage: one device worker, or the requests kept in flight.
     fn lanes(&self) -> usize;
@@ -27,10 +28,10 @@ pub trait Backend: Send + Sync {
     fn queue(&self) -> usize;
 
     /// On a decode thread: reads the photo and stages it.
-    fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Self::Staged>>;
+    fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staged<Self::Job>>;
 
     /// The middle stage's work on one photo.
-    fn forward(&self, staged: Self::Staged) -> Result<Self::Forwarded>;
+    fn forward(&self, job: Self::Job) -> Result<Self::Answer>;
 
     /// Whether a failure of [`Backend::forward`] would fail every later photo too.
     fn is_fatal(&self, _err: &anyhow::Error) -> bool {
@@ -39,10 +40,10 @@ pub trait Backend: Send + Sync {
 
     /// The metric scale in the middle stage's answer (`--video-scale smooth` follows it from
     /// frame to frame before the encode threads finish the frames).
-    fn metric_scale(&self, forwarded: &Self::Forwarded) -> Option<f32>;
+    fn metric_scale(&self, answer: &Self::Answer) -> Option<f32>;
 
     /// On an encode thread: the prediction at the photo's size, and how it was made.
-    fn finish(&self, forwarded: Self::Forwarded, photo_size: (usize, usize), plan: &Plan) -> Result<Finished>;
+    fn finish(&self, answer: Self::Answer, photo_size: (usize, usize), plan: &Plan) -> Result<Finished>;
 
     /// Whether the model has the normal head (so normal maps are written).
     fn has_normal(&self) -> bool;
@@ -60,24 +61,26 @@ pub trait Backend: Send + Sync {
 
     /// A copy of a staged photo for `--stats`' forward-only comparison; `None` where the
     /// middle stage cannot be timed alone here.
-    fn sample(&self, _staged: &Self::Staged) -> Option<Self::Staged> {
+    fn sample(&self, _job: &Self::Job) -> Option<Self::Job> {
         None
     }
 
     /// Seconds per forward over `samples`, back to back with nothing beside them.
-    fn forward_only(&self, _samples: &[Self::Staged]) -> Option<(f64, usize)> {
+    fn forward_only(&self, _samples: &[Self::Job]) -> Option<(f64, usize)> {
         None
     }
 }
 
-/// A photo through the decode stage.
-pub struct Staging<S> {
+/// A photo through the decode stage: what the middle stage takes of it (its [`Backend::Job`])
+/// and what the stages after keep.
+pub struct Staged<J> {
     pub photo: RgbImage,
     /// What was wrong with the photo that was processed all the same.
     pub warning: Option<String>,
     /// The field of view read from the photo's EXIF and used for it (`--fov-x exif`).
     pub known_fov: Option<crate::image_io::KnownFov>,
-    pub staged: S,
+    /// What the middle stage takes of the photo.
+    pub job: J,
     pub decode_ms: f64,
     pub prepare_ms: f64,
 }

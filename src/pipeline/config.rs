@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::inputs::Input;
-use super::stages::Plan;
+use super::plan::Plan;
 use crate::fit::FitMode;
 use crate::image_io::video::Sampling;
 use crate::image_io::{FovFrom, KnownFov};

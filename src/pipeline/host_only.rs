@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use super::backend::Backend;
 use super::config::Config;
 use super::inputs::Input;
-use super::local::{LocalBackend, LocalForwarded};
+use super::local::{LocalAnswer, LocalBackend};
 use super::run::{decode, encode, InFlight};
 use crate::model::v2::Model;
 use crate::outputs::json::Timings;
@@ -29,8 +29,8 @@ pub fn host_only(model: Arc<Model>, cfg: &Config, input: &Input, warmup: usize, 
         // time their removal too, and on ext4 the flush to disk that a rename over an existing
         // file starts (`auto_da_alloc`; ~45 ms of a 60 MB npz, PERFORMANCE.md "Host stages").
         let cfg = Config { output: cfg.output.join(format!("round-{round}")), ..cfg.clone() };
-        let InFlight { photo, work: staged } = decode(&backend, &cfg, &plan, input)?;
-        let item = InFlight { photo, work: LocalForwarded { staged, raw: raw.clone() } };
+        let InFlight { photo, work: placed } = decode(&backend, &cfg, &plan, input)?;
+        let item = InFlight { photo, work: LocalAnswer { placed, raw: raw.clone() } };
         let rec = encode(&backend, &cfg, &plan, None, &sha, item)?;
         std::fs::remove_dir_all(&cfg.output).with_context(|| format!("{}: cannot remove", cfg.output.display()))?;
         if round >= warmup {

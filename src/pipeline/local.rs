@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::backend::{Backend, Finished, Staging};
+use super::backend::{Backend, Finished, Staged};
 use super::inputs::Input;
-use super::stages::{self, ms, Plan, Staged};
+use super::plan::{self, ms, Placed, Plan};
 use crate::image_io::DecodeOptions;
 use crate::model::v2::Model;
 use crate::model::{Prepared, RawOutput, Runner};
@@ -31,14 +31,14 @@ impl LocalBackend {
 
 /// A prepared photo and the network's outputs on it.
 #[derive(Clone)]
-pub struct LocalForwarded {
-    pub staged: Staged,
+pub struct LocalAnswer {
+    pub placed: Placed,
     pub raw: RawOutput,
 }
 
 impl Backend for LocalBackend {
-    type Staged = Staged;
-    type Forwarded = LocalForwarded;
+    type Job = Placed;
+    type Answer = LocalAnswer;
 
     fn lanes(&self) -> usize {
         1
@@ -49,34 +49,34 @@ impl Backend for LocalBackend {
         2
     }
 
-    fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Staged>> {
+    fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staged<Placed>> {
         let t = Instant::now();
         let crate::image_io::Decoded { image: photo, warning, known_fov } = input.decode(decode)?;
         let decode_ms = ms(t);
-        let staged = stages::prepare(self.model(), &photo, &plan.with_known_fov(known_fov.as_ref()))?;
-        let prepare_ms = staged.prepare_ms;
-        Ok(Staging { photo, warning, known_fov, staged, decode_ms, prepare_ms })
+        let job = plan::prepare(self.model(), &photo, &plan.with_known_fov(known_fov.as_ref()))?;
+        let prepare_ms = job.prepare_ms;
+        Ok(Staged { photo, warning, known_fov, job, decode_ms, prepare_ms })
     }
 
-    fn forward(&self, staged: Staged) -> Result<LocalForwarded> {
-        let raw = self.runner.forward(&staged.prep).context("forward failed")?;
-        Ok(LocalForwarded { staged, raw })
+    fn forward(&self, placed: Placed) -> Result<LocalAnswer> {
+        let raw = self.runner.forward(&placed.prep).context("forward failed")?;
+        Ok(LocalAnswer { placed, raw })
     }
 
-    fn finish(&self, f: LocalForwarded, _photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
-        let LocalForwarded { staged, raw } = f;
-        let pred = stages::finish(self.model(), &staged, &raw, plan);
+    fn finish(&self, answer: LocalAnswer, _photo_size: (usize, usize), plan: &Plan) -> Result<Finished> {
+        let LocalAnswer { placed, raw } = answer;
+        let pred = plan::finish(self.model(), &placed, &raw, plan);
         Ok(Finished {
             pred,
             device: crate::device::name_of(&self.model().device),
-            num_tokens: staged.opts.tokens(self.model().config.num_tokens_range),
-            grid: staged.prep.grid,
+            num_tokens: placed.opts.tokens(self.model().config.num_tokens_range),
+            grid: placed.prep.grid,
             server: None,
         })
     }
 
-    fn metric_scale(&self, f: &LocalForwarded) -> Option<f32> {
-        f.raw.metric_scale.map(f32::exp)
+    fn metric_scale(&self, answer: &LocalAnswer) -> Option<f32> {
+        answer.raw.metric_scale.map(f32::exp)
     }
 
     fn has_normal(&self) -> bool {
@@ -95,11 +95,11 @@ impl Backend for LocalBackend {
         self.model().device.is_cpu()
     }
 
-    fn sample(&self, staged: &Staged) -> Option<Staged> {
-        Some(staged.clone())
+    fn sample(&self, placed: &Placed) -> Option<Placed> {
+        Some(placed.clone())
     }
 
-    fn forward_only(&self, samples: &[Staged]) -> Option<(f64, usize)> {
+    fn forward_only(&self, samples: &[Placed]) -> Option<(f64, usize)> {
         let preps: Vec<&Prepared> = samples.iter().map(|s| &s.prep).collect();
         let first = preps.first()?;
         self.runner.forward(first).ok()?;

@@ -1,7 +1,8 @@
 //! The streaming pipeline (decode threads → the middle stage → encode threads).
 //!
 //! - [`inputs`]: discovery (recursive, sorted, hidden skipped), lists, `--shard`.
-//! - [`stages`]: each stage's work on one photo with the local model, whatever its source and sink.
+//! - [`plan`]: how a photo meets the network, and each stage's work on it with the local
+//!   model, whatever its source and sink.
 //! - [`backend`]: the middle stage's interface, implemented by [`local`] (the model here) and
 //!   [`remote`] (a MoGe-2 HTTP server) and [`pool`] (several, with failover).
 //! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
@@ -19,12 +20,12 @@ pub mod guard;
 pub mod host_only;
 pub mod inputs;
 pub mod local;
+pub mod plan;
 pub mod pool;
 pub mod record;
 pub mod remote;
 pub mod report;
 pub mod run;
 mod shared;
-pub mod stages;
 pub mod video;
 pub mod worker;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use super::backend::{Backend, Finished, Staging};
+use super::backend::{Backend, Finished, Staged};
 use super::inputs::Input;
+use super::plan::Plan;
 use super::remote;
-use super::stages::Plan;
 use crate::fit::FitMode;
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
@@ -34,8 +34,8 @@ impl PoolBackend {
 }
 
 impl Backend for PoolBackend {
-    type Staged = remote::Upload;
-    type Forwarded = Answer;
+    type Job = remote::Upload;
+    type Answer = Answer;
 
     fn lanes(&self) -> usize {
         self.pool.capacity()
@@ -45,7 +45,7 @@ impl Backend for PoolBackend {
         self.lanes()
     }
 
-    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<remote::Upload>> {
+    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staged<remote::Upload>> {
         remote::stage(input, decode)
     }
 

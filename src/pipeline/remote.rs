@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::backend::{Backend, Finished, Staging};
+use super::backend::{Backend, Finished, Staged};
 use super::inputs::Input;
-use super::stages::{ms, Plan};
+use super::plan::{ms, Plan};
 use crate::fit::FitMode;
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
@@ -69,7 +69,7 @@ impl Upload {
 
 /// On a decode thread: the photo read here (a damaged one fails here, with its reason) and the
 /// file to send for it.
-pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Upload>> {
+pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staged<Upload>> {
     let t = Instant::now();
     let (d, file) = match input.frame {
         Some(_) => (input.decode(decode)?, None),
@@ -86,8 +86,8 @@ pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staging<Upload>> {
         None => crate::remote::png_for_server(&d.image),
     }
     .with_context(|| format!("{}: cannot encode the photo for the server", input.name()))?;
-    let staged = Upload { bytes: send, fov_x: d.known_fov.as_ref().map(|f| f.degrees) };
-    Ok(Staging { photo: d.image, warning: d.warning, known_fov: d.known_fov, staged, decode_ms, prepare_ms: ms(t) })
+    let job = Upload { bytes: send, fov_x: d.known_fov.as_ref().map(|f| f.degrees) };
+    Ok(Staged { photo: d.image, warning: d.warning, known_fov: d.known_fov, job, decode_ms, prepare_ms: ms(t) })
 }
 
 /// `client`'s answer `r` for a photo of `photo_size`, and what the sidecar says of the server.
@@ -111,8 +111,8 @@ pub fn weights_digest(client: &Client) -> String {
 }
 
 impl Backend for RemoteBackend {
-    type Staged = Upload;
-    type Forwarded = Response;
+    type Job = Upload;
+    type Answer = Response;
 
     fn lanes(&self) -> usize {
         self.in_flight
@@ -122,7 +122,7 @@ impl Backend for RemoteBackend {
         self.in_flight
     }
 
-    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staging<Upload>> {
+    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staged<Upload>> {
         stage(input, decode)
     }
 

@@ -24,12 +24,12 @@ use super::backend::Backend;
 use super::guard::{guarded, install_panic_hook};
 use super::inputs::Input;
 use super::local::LocalBackend;
+use super::plan::{ms, Plan};
 use super::pool::PoolBackend;
 use super::record::{Observer, OnRecord, Record, Status};
 use super::remote::RemoteBackend;
 use super::report::Summary;
 use super::shared::Shared;
-use super::stages::{ms, Plan};
 use super::video::depth::DepthVideos;
 use super::video::feed::{done_depth, feed_video};
 use super::video::scale::{Raw, ScaleSmoother};
@@ -113,9 +113,9 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
     let mut summary = Summary { total: inputs.len(), ..Default::default() };
 
     let (job_tx, job_rx) = bounded::<Input>(jobs);
-    let (fwd_tx, fwd_rx) = bounded::<InFlight<B::Forwarded>>(jobs);
+    let (answers_tx, answers_rx) = bounded::<InFlight<B::Answer>>(jobs);
     let (rec_tx, rec_rx) = if cfg.keep_predictions { bounded::<Record>(jobs) } else { unbounded::<Record>() };
-    let middle = spawn_middle(&backend, &shared, fwd_tx, rec_tx.clone());
+    let middle = spawn_middle(&backend, &shared, answers_tx, rec_tx.clone());
     std::thread::scope(|s| {
         let (backend, shared, plan, sha, middle) = (&*backend, &*shared, &plan, &sha, &middle);
         // The digest of a large checkpoint takes seconds: start it at once, off the path.
@@ -142,10 +142,10 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
             middle.close();
         });
         for _ in 0..jobs {
-            let (forwarded, rec) = (fwd_rx.clone(), rec_tx.clone());
-            s.spawn(move || encode_stage(backend, cfg, plan, shared, sha, forwarded, rec));
+            let (answers, rec) = (answers_rx.clone(), rec_tx.clone());
+            s.spawn(move || encode_stage(backend, cfg, plan, shared, sha, answers, rec));
         }
-        drop((fwd_rx, rec_tx));
+        drop((answers_rx, rec_tx));
         collect(&mut summary, rec_rx, shared, observer);
     });
     summary.interrupted = stop.load(Ordering::Relaxed);
@@ -175,7 +175,7 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
 
 /// Hands the inputs to the decoders, answering at once for those that need no work; a video's
 /// frames are handed on one by one as ffmpeg decodes them.
-fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Staged>, inputs: Vec<Input>, jobs: Sender<Input>, records: Sender<Record>) {
+fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Job>, inputs: Vec<Input>, jobs: Sender<Input>, records: Sender<Record>) {
     let has_normal = backend.has_normal();
     // False once the decoders are gone.
     let hand_on = |input: Input| -> bool {
@@ -221,9 +221,9 @@ fn decode_stage<B: Backend>(
     backend: &B,
     cfg: &Config,
     plan: &Plan,
-    shared: &Shared<B::Staged>,
+    shared: &Shared<B::Job>,
     jobs: Receiver<Input>,
-    middle: &Worker<InFlight<B::Staged>>,
+    middle: &Worker<InFlight<B::Job>>,
     records: Sender<Record>,
 ) {
     yield_to_device(backend);
@@ -231,8 +231,8 @@ fn decode_stage<B: Backend>(
         if shared.halted() {
             continue; // drain: dropped, never started
         }
-        let staged = guarded(|| decode(backend, cfg, plan, &input));
-        if let Ok(item) = &staged {
+        let decoded = guarded(|| decode(backend, cfg, plan, &input));
+        if let Ok(item) = &decoded {
             let (w, h) = item.photo.size;
             if let Some(note) = cfg.plan.fov.matrix_note(w as u32, h as u32) {
                 if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
@@ -243,7 +243,7 @@ fn decode_stage<B: Backend>(
         // A video's frames go to the middle stage in their order where their scales are smoothed.
         let mut turn = true;
         shared.smoothing(&input, |s, video, seq| turn = s.wait_turn(video, seq, &|| shared.halted()));
-        let submitted = match staged {
+        let submitted = match decoded {
             Ok(item) => turn && middle.submit(item).is_ok(),
             Err(e) => {
                 shared.frame_missing(&input);
@@ -258,7 +258,7 @@ fn decode_stage<B: Backend>(
     }
 }
 
-pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<InFlight<B::Staged>> {
+pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<InFlight<B::Job>> {
     let s = backend.stage(input, plan, &cfg.decode_options())?;
     // A video's frame was decoded by ffmpeg as the feeder waited for it.
     let read = input.frame.as_ref().map_or(0.0, |f| f.read_ms);
@@ -266,19 +266,19 @@ pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: 
     let size = (s.photo.width() as usize, s.photo.height() as usize);
     let image = cfg.outputs.needs_image().then_some(s.photo);
     let warning = s.warning.map(|w| format!("{}: {w}", input.name()));
-    Ok(InFlight { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, work: s.staged })
+    Ok(InFlight { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, work: s.job })
 }
 
 /// The middle stage: the backend's lanes over a bounded queue. What is queued once the run
 /// has halted is dropped ("not started").
 fn spawn_middle<B: Backend + 'static>(
     backend: &Arc<B>,
-    shared: &Arc<Shared<B::Staged>>,
-    forwarded: Sender<InFlight<B::Forwarded>>,
+    shared: &Arc<Shared<B::Job>>,
+    answers: Sender<InFlight<B::Answer>>,
     records: Sender<Record>,
-) -> Worker<InFlight<B::Staged>> {
+) -> Worker<InFlight<B::Job>> {
     let (backend, shared) = (backend.clone(), shared.clone());
-    Worker::spawn("moge-forward", backend.lanes(), backend.queue(), move |InFlight { mut photo, work }: InFlight<B::Staged>| {
+    Worker::spawn("moge-forward", backend.lanes(), backend.queue(), move |InFlight { mut photo, work }: InFlight<B::Job>| {
         if shared.halted() {
             // Dropped: a later frame already through may wait for this one.
             shared.frame_missing(&photo.input);
@@ -300,7 +300,7 @@ fn spawn_middle<B: Backend + 'static>(
         match result {
             Ok(out) => {
                 photo.timings.forward = ms(t);
-                let _ = forwarded.send(InFlight { photo, work: out });
+                let _ = answers.send(InFlight { photo, work: out });
             }
             Err(e) => {
                 shared.to_depth_video(&photo.input, None);
@@ -317,13 +317,13 @@ fn encode_stage<B: Backend>(
     backend: &B,
     cfg: &Config,
     plan: &Plan,
-    shared: &Shared<B::Staged>,
+    shared: &Shared<B::Job>,
     sha: &OnceLock<String>,
-    forwarded: Receiver<InFlight<B::Forwarded>>,
+    answers: Receiver<InFlight<B::Answer>>,
     records: Sender<Record>,
 ) {
     yield_to_device(backend);
-    for item in forwarded {
+    for item in answers {
         let (input, timings) = (item.photo.input.clone(), item.photo.timings.clone());
         let rec = guarded(|| encode(backend, cfg, plan, Some(shared), sha, item)).unwrap_or_else(|e| {
             shared.to_depth_video(&input, None);
@@ -337,9 +337,9 @@ pub(super) fn encode<B: Backend>(
     backend: &B,
     cfg: &Config,
     plan: &Plan,
-    shared: Option<&Shared<B::Staged>>,
+    shared: Option<&Shared<B::Job>>,
     sha: &OnceLock<String>,
-    item: InFlight<B::Forwarded>,
+    item: InFlight<B::Answer>,
 ) -> Result<Record> {
     let InFlight { photo, work } = item;
     let mut timings = photo.timings.clone();

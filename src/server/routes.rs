@@ -19,7 +19,7 @@ use super::service::{DeviceJob, Phase, Service, Shared};
 use super::{metrics, request, response};
 use crate::outputs::json::DepthStats;
 use crate::pipeline::guard::catch;
-use crate::pipeline::stages::{self, ms, Plan};
+use crate::pipeline::plan::{self, ms, Plan};
 use crate::pipeline::worker::Refused;
 use crate::protocol::OutputFormat;
 
@@ -138,7 +138,7 @@ async fn predict_inner(
 
     // Decode and prepare on a host thread.
     let plan = Plan { infer: req.infer.clone(), fit: req.fit, canvas: st.cfg.canvas, ..Plan::default() };
-    let (staged, decode_ms, warning) = {
+    let (placed, decode_ms, warning) = {
         let _slot = st.decoders.clone().acquire_owned().await.map_err(|_| ApiError::internal("shutting down"))?;
         let (st2, req2, plan2) = (st.clone(), req.clone(), plan.clone());
         host(move || {
@@ -153,8 +153,8 @@ async fn predict_inner(
                     format!("output_format json is for images up to 512x512 pixels; this one is {w}x{h} (use npz, npz_binary or png)"),
                 ));
             }
-            let staged = stages::prepare(&st2.model, &d.image, &plan2).map_err(|e| ApiError::bad_request(format!("image: {e:#}")))?;
-            Ok((staged, decode_ms, d.warning))
+            let placed = plan::prepare(&st2.model, &d.image, &plan2).map_err(|e| ApiError::bad_request(format!("image: {e:#}")))?;
+            Ok((placed, decode_ms, d.warning))
         })
         .await?
     };
@@ -163,12 +163,12 @@ async fn predict_inner(
     let queued = Instant::now();
     let (tx, rx) = oneshot::channel();
     let at_device = metrics.at_device();
-    match st.worker.try_submit(DeviceJob { staged, reply: tx }) {
+    match st.worker.try_submit(DeviceJob { placed, reply: tx }) {
         Ok(()) => {}
         Err(Refused::Busy(_)) => return Err(ApiError::busy("busy: the device queue is full")),
         Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
     }
-    let (staged, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
+    let (placed, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
     drop(at_device);
     let (raw, device_ms) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
     metrics.forward(device_ms / 1e3);
@@ -180,16 +180,16 @@ async fn predict_inner(
     let fit = req.fit.name();
     let response = host(move || {
         let t = Instant::now();
-        let pred = stages::finish(&st2.model, &staged, &raw, &plan);
+        let pred = plan::finish(&st2.model, &placed, &raw, &plan);
         drop(raw);
         let stats = DepthStats::of(&pred);
         let postprocess_ms = ms(t);
-        let mut meta = Meta::new(&pred, &stats, staged.opts.tokens(st2.model.config.num_tokens_range), fit, warning);
+        let mut meta = Meta::new(&pred, &stats, placed.opts.tokens(st2.model.config.num_tokens_range), fit, warning);
         let t = Instant::now();
         let body = response::encode(&pred, &req, &mut meta, st2.cfg.depth_png_scale, st2.cfg.npz_compression)?;
         meta.timing_ms = response::Timing {
             decode: decode_ms,
-            prepare: staged.prepare_ms,
+            prepare: placed.prepare_ms,
             queue: queue_ms,
             device: device_ms,
             postprocess: postprocess_ms,

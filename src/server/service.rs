@@ -15,7 +15,7 @@ use crate::image_io::DecodeOptions;
 use crate::model::v2::Model;
 use crate::model::{RawOutput, Runner};
 use crate::outputs::npz::Compression;
-use crate::pipeline::stages::{self, ms, Plan, Staged};
+use crate::pipeline::plan::{self, ms, Placed, Plan};
 use crate::pipeline::worker::{self, Worker};
 use crate::protocol::PredictOptions;
 
@@ -43,8 +43,8 @@ pub struct Config {
 
 /// A request on its way through the device worker; the answer goes back on `reply`.
 pub(super) struct DeviceJob {
-    pub(super) staged: Staged,
-    pub(super) reply: oneshot::Sender<(Staged, anyhow::Result<(RawOutput, f64)>)>,
+    pub(super) placed: Placed,
+    pub(super) reply: oneshot::Sender<(Placed, anyhow::Result<(RawOutput, f64)>)>,
 }
 
 pub struct Shared {
@@ -66,9 +66,9 @@ impl Shared {
         let worker = {
             let runner = Runner::new(model.clone());
             Worker::spawn("moge-device", 1, queue, move |job: DeviceJob| {
-                let out = worker::forward(&runner, &job.staged.prep);
+                let out = worker::forward(&runner, &job.placed.prep);
                 // The client may have gone: then nobody waits for the answer.
-                let _ = job.reply.send((job.staged, out));
+                let _ = job.reply.send((job.placed, out));
             })
         };
         let sha = Arc::new(OnceLock::new());
@@ -165,12 +165,12 @@ impl Service {
         let (w, h) = (st.cfg.canvas.width, st.cfg.canvas.height);
         let photo = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, 128]));
         let t = Instant::now();
-        let staged = stages::prepare(&st.model, &photo, &plan)?;
+        let placed = plan::prepare(&st.model, &photo, &plan)?;
         let (tx, rx) = oneshot::channel();
-        st.worker.submit(DeviceJob { staged, reply: tx }).map_err(|_| anyhow::anyhow!("the device worker stopped"))?;
-        let (staged, out) = rx.blocking_recv().context("the device worker stopped")?;
+        st.worker.submit(DeviceJob { placed, reply: tx }).map_err(|_| anyhow::anyhow!("the device worker stopped"))?;
+        let (placed, out) = rx.blocking_recv().context("the device worker stopped")?;
         let (raw, _) = out?;
-        let _ = stages::finish(&st.model, &staged, &raw, &plan);
+        let _ = plan::finish(&st.model, &placed, &raw, &plan);
         Ok(ms(t))
     }
 

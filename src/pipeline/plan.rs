@@ -71,7 +71,7 @@ impl Plan {
 
 /// A photo made ready for the forward, and what is needed to bring the outputs back to it.
 #[derive(Debug, Clone)]
-pub struct Staged {
+pub struct Placed {
     pub photo_size: (usize, usize),
     pub placement: Placement,
     /// The options on the work image (a padded image has a wider field of view).
@@ -81,7 +81,7 @@ pub struct Staged {
 }
 
 /// Places the photo (`--fit`) and prepares the network input.
-pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Staged> {
+pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Placed> {
     let t = Instant::now();
     let photo_size = (photo.width() as usize, photo.height() as usize);
     let (work, placement) = fit::place(photo, plan.fit, plan.canvas)?;
@@ -92,11 +92,11 @@ pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Staged> {
     let img = work.as_ref().unwrap_or(photo);
     let tokens = opts.tokens(model.config.num_tokens_range);
     let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens);
-    Ok(Staged { photo_size, placement, opts, prep, prepare_ms: ms(t) })
+    Ok(Placed { photo_size, placement, opts, prep, prepare_ms: ms(t) })
 }
 
 /// Upstream `infer()`'s post-processing of one forward, at the photo's size.
-pub fn finish(model: &Model, s: &Staged, raw: &RawOutput, plan: &Plan) -> Prediction {
+pub fn finish(model: &Model, s: &Placed, raw: &RawOutput, plan: &Plan) -> Prediction {
     let work = model.postprocess(raw, (s.prep.width, s.prep.height, s.prep.grid), &s.opts);
     fit::restore(work, s.placement, s.photo_size.0, s.photo_size.1, &plan.infer)
 }
