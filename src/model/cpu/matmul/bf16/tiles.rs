@@ -29,10 +29,26 @@ pub(super) const B_BLOCK_BYTES: usize = 1024 * 1024;
 #[repr(C, align(64))]
 struct Edge([f32; TM * NR]);
 
+/// A group whose tiles were stored to an edge buffer and whose epilogue (the copy to C, with
+/// the bias and GELU) is still to run: `mv` × `nv` of C at (`i`, `j`), from edge `edge`.
+#[derive(Clone, Copy)]
+struct Pending {
+    edge: usize,
+    i: usize,
+    j: usize,
+    mv: usize,
+    nv: usize,
+}
+
 /// All groups of C (`c`) for one k block: A (`a`) its rows' k pairs, B (`b`) one row per NR
 /// columns of C, its panel's k pairs (NR words each); A, B and C on cache lines where they can
 /// be (C's misaligned groups go through a copy). `epilogue`: the bias (one per column of `c`)
 /// and GELU added as the groups leave the tiles (the last k block's).
+///
+/// The groups that go through an edge buffer are pipelined: a group's epilogue (vector code)
+/// runs a few rows per k step inside the next group's tile loop, so that the vector units work
+/// while the tiles multiply (fc1's exact GELU on its own took a quarter of the product's time,
+/// an Intel Xeon with AMX, 2026-12-04). Two edge buffers take turns.
 ///
 /// # Safety
 /// `a.cols()` is a multiple of 16; A is readable for `c.rows()` rounded up to 16 rows of
@@ -41,68 +57,100 @@ struct Edge([f32; TM * NR]);
 pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool, epilogue: Option<Epilogue>) {
     let (rows, cols) = (c.rows(), c.cols());
     debug_assert!(a.cols().is_multiple_of(ROWS));
-    let mut edge = Edge([0.0; TM * NR]);
+    let mut edges = [Edge([0.0; TM * NR]), Edge([0.0; TM * NR])];
+    // Raw pointers: the tiles write one buffer while the other is read by the epilogue.
+    let edge_ptrs = [edges[0].0.as_mut_ptr(), edges[1].0.as_mut_ptr()];
+    let mut pending: Option<Pending> = None;
+    let mut turn = 0;
+    // Rows `r` of a pending group's epilogue: C's rows = the edge's [+ bias [then GELU]].
+    let finish = |p: Pending, r: std::ops::Range<usize>| {
+        if r.is_empty() {
+            return;
+        }
+        // SAFETY: edge `p.edge` is a whole group that the tiles no longer write (they write the
+        // other one meanwhile); rows `r` ≤ p.mv of C's group at (p.i, p.j) are the caller's.
+        unsafe {
+            let edge = std::slice::from_raw_parts(edge_ptrs[p.edge] as *const f32, TM * NR);
+            #[cfg(target_arch = "x86_64")]
+            if U::AVX512 {
+                // SAFETY: `U::AVX512`: this CPU has AVX-512F.
+                super::avx512bf16::edge_out(
+                    &edge[r.start * NR..],
+                    r.len(),
+                    p.nv,
+                    epilogue.map(|e| &e.bias[p.j..p.j + p.nv]),
+                    epilogue.is_some_and(|e| e.gelu.is_some()),
+                    c.at(p.i + r.start, p.j),
+                    c.stride(),
+                );
+                return;
+            }
+            let mut row = [0f32; NR];
+            for rr in r {
+                row.copy_from_slice(&edge[rr * NR..(rr + 1) * NR]);
+                if let Some(e) = &epilogue {
+                    row[..p.nv].iter_mut().zip(&e.bias[p.j..p.j + p.nv]).for_each(|(v, b)| *v += b);
+                    if let Some(level) = e.gelu {
+                        crate::simd::math::gelu_in_place(level, &mut row);
+                    }
+                }
+                std::ptr::copy_nonoverlapping(row.as_ptr(), c.at(p.i + rr, p.j), p.nv);
+            }
+        }
+    };
     // Row groups outer: a group's A is read by every panel of the block while it is in L1/L2.
     for i in (0..rows).step_by(TM) {
         let mv = (rows - i).min(TM);
         for (jp, j) in (0..cols).step_by(NR).enumerate() {
             let nv = (cols - j).min(NR);
             // C's own rows only where they start on cache lines: a tile load that straddles
-            // lines runs 6x slower (`examples/amx_peak.rs`), so others go through `edge`.
-            // With an epilogue every group goes through `edge`, where it is applied in L1.
+            // lines runs 6x slower (`examples/amx_peak.rs`), so others go through an edge.
+            // With an epilogue every group goes through one, where it is applied in L1.
             let full = mv == TM && nv == NR && (c.at(i, j) as usize).is_multiple_of(64) && (c.stride() * 4).is_multiple_of(64) && epilogue.is_none();
             let at = MatRef::from_ptr(a.row(i), mv, a.cols(), a.stride());
+            // The pending group's rows, spread over this group's k steps.
+            let mut done = 0;
+            let mut hook = |step: usize, steps: usize| {
+                if let Some(p) = pending {
+                    let upto = p.mv * (step + 1) / steps;
+                    finish(p, done..upto);
+                    done = upto;
+                }
+            };
             // SAFETY: the caller's promise, for rows i..i + mv of A and C (A readable to the
-            // next 16), panel jp of B and its nv columns of C; `edge` is a whole 32 × 32 group.
+            // next 16), panel jp of B and its nv columns of C; an edge is a whole 32 × 32 group.
             unsafe {
                 if full {
-                    group::<U, true, true>(u, at, b.row(jp), c.at(i, j), c.stride(), load_c);
+                    group::<U, true, true>(u, at, b.row(jp), c.at(i, j), c.stride(), load_c, &mut hook);
                 } else {
-                    // The edge: C's part copied into the group and back after. What lies past
-                    // it in `edge` is left as it is: each element of C depends on itself alone,
-                    // and those are not copied back.
+                    // The edge: C's part copied into the group and copied back by its epilogue.
+                    // What lies past it in the edge is left as it is: each element of C depends
+                    // on itself alone, and those are not copied back.
+                    let e = edge_ptrs[turn];
                     if load_c {
                         for r in 0..mv {
-                            std::ptr::copy_nonoverlapping(c.at(i + r, j) as *const f32, edge.0.as_mut_ptr().add(r * NR), nv);
+                            std::ptr::copy_nonoverlapping(c.at(i + r, j) as *const f32, e.add(r * NR), nv);
                         }
                     }
-                    let e = edge.0.as_mut_ptr();
                     match (mv > ROWS, nv > ROWS) {
-                        (true, true) => group::<U, true, true>(u, at, b.row(jp), e, NR, load_c),
-                        (true, false) => group::<U, true, false>(u, at, b.row(jp), e, NR, load_c),
-                        (false, true) => group::<U, false, true>(u, at, b.row(jp), e, NR, load_c),
-                        (false, false) => group::<U, false, false>(u, at, b.row(jp), e, NR, load_c),
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    if U::AVX512 {
-                        // SAFETY: `U::AVX512`: this CPU has AVX-512F; C's group (mv × nv at
-                        // (i, j)) is the caller's to write, `edge` a whole group.
-                        super::avx512bf16::edge_out(
-                            &edge.0,
-                            mv,
-                            nv,
-                            epilogue.map(|e| &e.bias[j..j + nv]),
-                            epilogue.is_some_and(|e| e.gelu.is_some()),
-                            c.at(i, j),
-                            c.stride(),
-                        );
-                        continue;
-                    }
-                    if let Some(e) = &epilogue {
-                        let bias = &e.bias[j..j + nv];
-                        for row in edge.0.chunks_exact_mut(NR).take(mv) {
-                            row[..nv].iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-                        }
-                        if let Some(level) = e.gelu {
-                            crate::simd::math::gelu_in_place(level, &mut edge.0[..mv * NR]);
-                        }
-                    }
-                    for r in 0..mv {
-                        std::ptr::copy_nonoverlapping(edge.0.as_ptr().add(r * NR), c.at(i + r, j), nv);
+                        (true, true) => group::<U, true, true>(u, at, b.row(jp), e, NR, load_c, &mut hook),
+                        (true, false) => group::<U, true, false>(u, at, b.row(jp), e, NR, load_c, &mut hook),
+                        (false, true) => group::<U, false, true>(u, at, b.row(jp), e, NR, load_c, &mut hook),
+                        (false, false) => group::<U, false, false>(u, at, b.row(jp), e, NR, load_c, &mut hook),
                     }
                 }
             }
+            if let Some(p) = pending.take() {
+                finish(p, done..p.mv);
+            }
+            if !full {
+                pending = Some(Pending { edge: turn, i, j, mv, nv });
+                turn ^= 1;
+            }
         }
+    }
+    if let Some(p) = pending {
+        finish(p, 0..p.mv);
     }
 }
 
@@ -111,9 +159,9 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
 ///
 /// # Safety
 /// As [`block`], for A's rows from `a.ptr()` (16 of them, 32 with `R2`), one B panel at `b`,
-/// and 32 × 32 floats of C at `c`.
+/// and 32 × 32 floats of C at `c`. `hook(step, steps)` runs after each of the k loop's steps.
 #[inline(always)]
-unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(u: &mut U, a: MatRef<u32>, b: *const u32, c: *mut f32, ldc: usize, load_c: bool) {
+unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(u: &mut U, a: MatRef<u32>, b: *const u32, c: *mut f32, ldc: usize, load_c: bool, hook: &mut impl FnMut(usize, usize)) {
     let (lda, ldc) = (a.stride() * 4, ldc * 4);
     let c = c as *mut u8;
     let (c01, c10, c11) = (c.wrapping_add(64), c.wrapping_add(ROWS * ldc), c.wrapping_add(ROWS * ldc + 64));
@@ -131,7 +179,8 @@ unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(u: &mut U, a: MatRe
             u.zero::<3>();
         }
         let (a0, a1) = (a.ptr() as *const u8, a.row(ROWS) as *const u8);
-        for kk in (0..a.cols()).step_by(ROWS) {
+        let steps = a.cols() / ROWS;
+        for (step, kk) in (0..a.cols()).step_by(ROWS).enumerate() {
             let bk = b.wrapping_add(kk * NR) as *const u8;
             u.load::<6>(bk, NR * 4);
             if C2 {
@@ -149,6 +198,8 @@ unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(u: &mut U, a: MatRe
                     u.dp_bf16::<3, 5, 7>();
                 }
             }
+            // Vector work beside the tiles' (the previous group's epilogue).
+            hook(step, steps);
         }
         u.store::<0>(c, ldc);
         u.store::<1>(c01, ldc);
