@@ -161,7 +161,15 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
 /// As [`block`], for A's rows from `a.ptr()` (16 of them, 32 with `R2`), one B panel at `b`,
 /// and 32 × 32 floats of C at `c`. `hook(step, steps)` runs after each of the k loop's steps.
 #[inline(always)]
-unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(u: &mut U, a: MatRef<u32>, b: *const u32, c: *mut f32, ldc: usize, load_c: bool, hook: &mut impl FnMut(usize, usize)) {
+unsafe fn group<U: TileUnit, const R2: bool, const C2: bool>(
+    u: &mut U,
+    a: MatRef<u32>,
+    b: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    load_c: bool,
+    hook: &mut impl FnMut(usize, usize),
+) {
     let (lda, ldc) = (a.stride() * 4, ldc * 4);
     let c = c as *mut u8;
     let (c01, c10, c11) = (c.wrapping_add(64), c.wrapping_add(ROWS * ldc), c.wrapping_add(ROWS * ldc + 64));

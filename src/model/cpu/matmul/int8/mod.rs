@@ -391,45 +391,41 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
         let r1 = (r0 + mc).min(n);
         // Tiles of equal height (≤ MR): 20 rows as 10 + 10, not 12 + 8.
         let tiles = (r1 - r0).div_ceil(mr);
-        #[cfg(target_arch = "x86_64")]
-        let mut amx = if route == Route::Amx { Some(crate::simd::amx::Amx::new().expect("int8 tiles on a CPU without usable AMX")) } else { None };
-        for p in p0..(p0 + pc).min(panels) {
+        let tile_at = |p: usize, t: usize| {
             let (j, nv) = (p * nr, (d_out - p * nr).min(nr));
-            let panel = &words[p * kq * nr..(p + 1) * kq * nr];
-            for t in 0..tiles {
-                let (t0, t1) = (r0 + (r1 - r0) * t / tiles, r0 + (r1 - r0) * (t + 1) / tiles);
-                let tile = Tile {
-                    a: &a.bytes()[t0 * a.stride..],
-                    lda: a.stride,
-                    kq,
-                    b: panel,
-                    scale_a: &a.scale[t0..t1],
-                    zero_a: &a.zero[t0..t1],
-                    scale_b: &b.scale[j..j + nr],
-                    colsum: &colsum[j..j + nr],
-                    bias: &bias_padded[j..j + nr],
-                    gelu: gelu.is_some(),
-                    c: shared.0.block(t0, j, t1 - t0, nv),
-                };
-                // SAFETY: the panels were packed for this route, which the CPU has (`route`);
-                // the tile's slices hold what `Tile` promises (its rows of A, whole quads; one
-                // panel; NR scales, sums and biases), and its block of C is inside C and this
-                // task's alone.
-                unsafe {
-                    match route {
-                        // Also: A's rows are 64-byte multiples on a cache line with 32 rows of
-                        // zeros after the last, the panels whole tiles' quads on cache lines
-                        // (`quantise_activations`, `QuantB::for_route`).
-                        #[cfg(target_arch = "x86_64")]
-                        Route::Amx => tiles::group(amx.as_mut().expect("made for this route"), &tile, true),
-                        Route::AmxEmulated => tiles::group(&mut crate::simd::tiles::Emulated::default(), &tile, false),
-                        #[cfg(target_arch = "x86_64")]
-                        Route::Avx512Vnni => avx512vnni::kernel(&tile),
-                        #[cfg(target_arch = "x86_64")]
-                        Route::AvxVnni => avxvnni::kernel(&tile),
-                        _ => unreachable!("int8: panels on the emulated route"),
-                    }
-                }
+            let (t0, t1) = (r0 + (r1 - r0) * t / tiles, r0 + (r1 - r0) * (t + 1) / tiles);
+            Tile {
+                a: &a.bytes()[t0 * a.stride..],
+                lda: a.stride,
+                kq,
+                b: &words[p * kq * nr..(p + 1) * kq * nr],
+                scale_a: &a.scale[t0..t1],
+                zero_a: &a.zero[t0..t1],
+                scale_b: &b.scale[j..j + nr],
+                colsum: &colsum[j..j + nr],
+                bias: &bias_padded[j..j + nr],
+                gelu: gelu.is_some(),
+                c: shared.0.block(t0, j, t1 - t0, nv),
+            }
+        };
+        // The block's tiles, panel by panel (a panel stays in L1 while the rows pass).
+        let block = (p0..(p0 + pc).min(panels)).flat_map(|p| (0..tiles).map(move |t| (p, t))).map(|(p, t)| tile_at(p, t));
+        // SAFETY: the panels were packed for this route, which the CPU has (`route`); the tiles'
+        // slices hold what `Tile` promises (their rows of A, whole quads; one panel; NR scales,
+        // sums and biases), and their blocks of C are inside C and this task's alone.
+        unsafe {
+            match route {
+                // Also: A's rows are 64-byte multiples on a cache line with 32 rows of zeros
+                // after the last, the panels whole tiles' quads on cache lines
+                // (`quantise_activations`, `QuantB::for_route`).
+                #[cfg(target_arch = "x86_64")]
+                Route::Amx => tiles::run(&mut crate::simd::amx::Amx::new().expect("int8 tiles on a CPU without usable AMX"), block, true),
+                Route::AmxEmulated => tiles::run(&mut crate::simd::tiles::Emulated::default(), block, false),
+                #[cfg(target_arch = "x86_64")]
+                Route::Avx512Vnni => block.for_each(|t| avx512vnni::kernel(&t)),
+                #[cfg(target_arch = "x86_64")]
+                Route::AvxVnni => block.for_each(|t| avxvnni::kernel(&t)),
+                _ => unreachable!("int8: panels on the emulated route"),
             }
         }
     });

@@ -23,24 +23,75 @@ pub(super) const MR: usize = 2 * ROWS;
 #[repr(C, align(64))]
 struct Acc([i32; MR * NR]);
 
-/// One group: `t.c` (≤ 32 rows × ≤ 32 columns) from its quantised rows and one panel.
+/// The groups `tiles` in turn, pipelined: a group's epilogue (vector code, and its stores to
+/// C) runs a few rows per k step inside the next group's tile loop, so that it runs beside the
+/// tile products instead of after them (as the bf16 tiles do: `bf16::tiles::block`). Two
+/// accumulator buffers take turns.
+///
+/// # Safety
+/// As [`group`], for every tile.
+pub(super) unsafe fn run<'a, U: TileUnit>(u: &mut U, tiles: impl Iterator<Item = Tile<'a>>, fast: bool) {
+    let mut accs = [Acc([0; MR * NR]), Acc([0; MR * NR])];
+    // Raw pointers: the tiles write one buffer while the other's epilogue reads it.
+    let ptrs = [accs[0].0.as_mut_ptr(), accs[1].0.as_mut_ptr()];
+    let mut pending: Option<(Tile<'a>, usize)> = None;
+    let mut turn = 0;
+    let finish = |t: &Tile, which: usize, rows: std::ops::Range<usize>| {
+        // SAFETY: accumulator buffer `which` holds the pending group's stored tiles, and the
+        // tiles write the other one meanwhile; the caller's promise for `t`.
+        let acc = unsafe { &*(ptrs[which] as *const Acc) };
+        if fast {
+            // SAFETY: the caller's promise (AVX-512F and FMA: every CPU with AMX has them).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                epilogue_avx512(t, acc, rows)
+            };
+        } else {
+            epilogue(t, acc, rows);
+        }
+    };
+    for t in tiles {
+        let mut done = 0;
+        let mut hook = |step: usize, steps: usize| {
+            if let Some((p, which)) = &pending {
+                let upto = p.c.rows() * (step + 1) / steps;
+                finish(p, *which, done..upto);
+                done = upto;
+            }
+        };
+        // SAFETY: the caller's promise; `ptrs[turn]` is a whole accumulator buffer that no
+        // pending epilogue reads.
+        unsafe { group(u, &t, ptrs[turn], &mut hook) };
+        if let Some((p, which)) = pending.take() {
+            finish(&p, which, done..p.c.rows());
+        }
+        pending = Some((t, turn));
+        turn ^= 1;
+    }
+    if let Some((p, which)) = pending {
+        finish(&p, which, 0..p.c.rows());
+    }
+}
+
+/// One group's products: `t.c`'s (≤ 32 rows × ≤ 32 columns) accumulators from its quantised
+/// rows and one panel, stored to `out` (an [`Acc`]); `hook(step, steps)` after each k step.
 ///
 /// # Safety
 /// `t.holds(NR)`, `t.kq` is a multiple of 16, `t.lda` of 64, A and the panel start on cache
-/// lines, and A is readable for 32 rows of `t.lda` bytes from `t.a`; with `fast`, the CPU has
-/// AVX-512F and FMA.
-pub(super) unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, fast: bool) {
+/// lines, and A is readable for 32 rows of `t.lda` bytes from `t.a`; `out` is a whole [`Acc`].
+#[inline(always)]
+unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, out: *mut i32, hook: &mut impl FnMut(usize, usize)) {
     let mv = t.c.rows();
     debug_assert!(t.holds(NR) && mv <= MR && t.kq.is_multiple_of(ROWS));
-    let mut acc = Acc([0; MR * NR]);
-    let out = acc.0.as_mut_ptr() as *mut u8;
+    let out = out as *mut u8;
     let (a0, a1, lda) = (t.a.as_ptr(), t.a.as_ptr().wrapping_add(ROWS * t.lda), t.lda);
     let two_rows = mv > ROWS;
     u.zero::<0>();
     u.zero::<1>();
     u.zero::<2>();
     u.zero::<3>();
-    for kk in (0..t.kq).step_by(ROWS) {
+    let steps = t.kq / ROWS;
+    for (step, kk) in (0..t.kq).step_by(ROWS).enumerate() {
         let b = t.b.as_ptr().wrapping_add(kk * NR) as *const u8;
         // SAFETY: the caller's promise: 16 quads of the panel (16 rows of 128 bytes, two tiles
         // side by side) and 16 (32) rows of A's 16 quads at `lda`.
@@ -56,22 +107,15 @@ pub(super) unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, fast: bool) {
                 u.dp_u8s8::<3, 5, 7>();
             }
         }
+        // Vector work beside the tiles' (the previous group's epilogue).
+        hook(step, steps);
     }
-    // SAFETY: `acc` is 32 rows of 128 bytes: each tile is 16 of them, 64 bytes wide.
+    // SAFETY: `out` is 32 rows of 128 bytes: each tile is 16 of them, 64 bytes wide.
     unsafe {
         u.store::<0>(out, NR * 4);
         u.store::<1>(out.wrapping_add(64), NR * 4);
         u.store::<2>(out.wrapping_add(ROWS * NR * 4), NR * 4);
         u.store::<3>(out.wrapping_add(ROWS * NR * 4 + 64), NR * 4);
-    }
-    if fast {
-        // SAFETY: the caller's promise (AVX-512F and FMA: every CPU with AMX has them).
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            epilogue_avx512(t, &acc)
-        };
-    } else {
-        epilogue(t, &acc);
     }
 }
 
@@ -82,12 +126,12 @@ pub(super) unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, fast: bool) {
 /// The CPU has AVX-512F and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-unsafe fn epilogue_avx512(t: &Tile, acc: &Acc) {
+unsafe fn epilogue_avx512(t: &Tile, acc: &Acc, rows: std::ops::Range<usize>) {
     use core::arch::x86_64::_mm512_mask_storeu_ps;
     let (m0, m1) = crate::simd::avx512::masks(t.c.cols());
     // Each row stored by two masked stores (a `memcpy` call per row of 32 floats cost as much as
     // a sixth of the product at ViT-L's fc1).
-    epilogue_rows(t, acc, |r, y| {
+    epilogue_rows(t, acc, rows, |r, y| {
         // SAFETY: row r's first nv columns are in C and this tile's (`Tile::c`); the masks keep
         // the stores to them, and masked-off lanes never fault.
         unsafe {
@@ -99,21 +143,20 @@ unsafe fn epilogue_avx512(t: &Tile, acc: &Acc) {
 
 /// C's tile from the group's accumulators: the VNNI route's epilogue, element by element.
 #[inline(always)]
-fn epilogue(t: &Tile, acc: &Acc) {
+fn epilogue(t: &Tile, acc: &Acc, rows: std::ops::Range<usize>) {
     let nv = t.c.cols();
     // SAFETY: row r's first nv columns are in C and this tile's (`Tile::c`).
-    epilogue_rows(t, acc, |r, y| unsafe { std::ptr::copy_nonoverlapping(y.as_ptr(), t.c.row(r), nv) })
+    epilogue_rows(t, acc, rows, |r, y| unsafe { std::ptr::copy_nonoverlapping(y.as_ptr(), t.c.row(r), nv) })
 }
 
 /// The epilogue's rows, each handed to `store` as NR floats (its first nv are C's).
 #[inline(always)]
-fn epilogue_rows(t: &Tile, acc: &Acc, mut store: impl FnMut(usize, &[f32; NR])) {
-    let mv = t.c.rows();
+fn epilogue_rows(t: &Tile, acc: &Acc, rows: std::ops::Range<usize>, mut store: impl FnMut(usize, &[f32; NR])) {
     // The panel's NR columns as fixed-size arrays, so that the loop below is whole vectors
     // with no bounds checks (the sliced loop cost as much as the tiles' products).
     let (cs, sw, bias): (&[i32; NR], &[f32; NR], &[f32; NR]) = (fixed(t.colsum), fixed(t.scale_b), fixed(t.bias));
     let mut y = [0f32; NR];
-    for r in 0..mv {
+    for r in rows {
         let (z, s) = (t.zero_a[r], t.scale_a[r]);
         let row: &[i32; NR] = fixed(&acc.0[r * NR..]);
         for j in 0..NR {
