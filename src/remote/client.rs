@@ -2,7 +2,6 @@
 //! in either format.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -11,8 +10,9 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::answer::parse_prediction;
 use super::error::{error_message, status_text, RemoteError};
-use super::npz::read_prediction;
+use super::slots::Slots;
 use crate::infer::Prediction;
 use crate::protocol::{NormalDtype, OutputFormat, PredictOptions};
 
@@ -62,7 +62,7 @@ impl Default for ClientOptions {
 /// A prediction from the server.
 #[derive(Debug, Clone)]
 pub struct Response {
-    /// `focal`, `shift` and `grid` are not known from the server (see [`read_prediction`]).
+    /// `focal`, `shift` and `grid` are not known from the server (see [`read_prediction`](super::read_prediction)).
     pub pred: Prediction,
     /// The server's metadata (size, fov, depth statistics, timings, ...), without the npz.
     pub meta: Value,
@@ -265,7 +265,11 @@ impl Client {
         let again = Again { unreachable: self.opts.retry_no_answer, timeout: self.opts.retry_no_answer, limit: None };
         let (reply, attempts) = self.call("/predict", Some(&body), self.opts.retries, again);
         let url = self.endpoint("/predict");
-        let (pred, meta) = parse_prediction(reply?).map_err(|message| RemoteError::Protocol { url, message })?;
+        let (pred, meta) = {
+            let reply = reply?;
+            parse_prediction(reply.body, &reply.headers)
+        }
+        .map_err(|message| RemoteError::Protocol { url, message })?;
         let timing = |k: &str| meta.get("timing_ms").and_then(|t| t.get(k)).and_then(Value::as_f64);
         Ok(Response { device_ms: timing("device"), total_ms: timing("total"), pred, meta, attempts })
     }
@@ -398,28 +402,6 @@ fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
     Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
-/// The prediction and metadata of a 2xx answer to `/predict`, in either format.
-fn parse_prediction(reply: Reply) -> Result<(Prediction, Value), String> {
-    if reply.body.first() == Some(&b'{') {
-        let mut meta: serde_json::Map<String, Value> = serde_json::from_slice(&reply.body).map_err(|e| format!("the JSON answer does not parse ({e})"))?;
-        drop(reply.body);
-        let npz = match meta.remove("outputs") {
-            Some(Value::Object(mut o)) => match o.remove("npz") {
-                Some(Value::String(s)) => s,
-                _ => return Err("the JSON answer has no outputs.npz".into()),
-            },
-            _ => return Err("the JSON answer has no outputs.npz".into()),
-        };
-        let npz = BASE64.decode(npz.trim()).map_err(|e| format!("outputs.npz is not base64 ({e})"))?;
-        let pred = read_prediction(&npz).map_err(|e| format!("{e:#}"))?;
-        return Ok((pred, Value::Object(meta)));
-    }
-    let meta = reply.headers.get("x-moge-meta").ok_or("the npz answer has no X-MoGe-Meta header")?;
-    let meta = serde_json::from_slice(meta.as_bytes()).map_err(|e| format!("the X-MoGe-Meta header is not JSON ({e})"))?;
-    let pred = read_prediction(&reply.body).map_err(|e| format!("{e:#}"))?;
-    Ok((pred, meta))
-}
-
 /// `http://host:port/prefix` from what a person types: the scheme defaults to http, trailing
 /// slashes go.
 fn normalise_url(url: &str) -> Result<String> {
@@ -440,34 +422,4 @@ fn normalise_url(url: &str) -> Result<String> {
         bail!("`{url}` is not a server URL: it has a query (`?...`)");
     }
     Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// A counting semaphore: [`ClientOptions::in_flight`].
-struct Slots {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-struct Turn<'a>(&'a Slots);
-
-impl Slots {
-    fn new(n: usize) -> Self {
-        Slots { free: Mutex::new(n), freed: Condvar::new() }
-    }
-
-    fn take(&self) -> Turn<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-        *free -= 1;
-        Turn(self)
-    }
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.0.freed.notify_one();
-    }
 }

@@ -21,13 +21,16 @@
 
 //!
 //! - `client`: one server's connection, retries and answers; `error`: why a request failed;
-//! - `upload`: what is sent for a photo; `npz`: the answer's npz read back;
+//! - `upload`: what is sent for a photo; `answer`: a prediction's answer read back, its npz by
+//!   `npz`; `slots`: how many requests a client has open at once;
 //! - [`pool`]: several servers, one per device, with failover and probing.
 
+mod answer;
 mod client;
 mod error;
 mod npz;
 pub mod pool;
+mod slots;
 mod upload;
 
 pub use client::{Client, ClientOptions, Response};
