@@ -65,13 +65,11 @@ pub struct Conv3x3Op {
 }
 
 /// conv3x3(upsample_bilinear_2x(x)) on AMX tiles as [`UpWinograd`] does it: one tile
-/// convolution of x to the four phases' 4·cout channels, then the pixel shuffle. Before, candle
-/// upsampled the map on one thread (0.5 s of a 3 s ViT-L forward in bf16) and the tiles then
-/// converted the 4x larger map to bf16.
+/// convolution of x to the four phases' 4·cout channels, whose epilogue interleaves them
+/// ([`tiles::TileConv::new_upsampling`]). Before, candle upsampled the map on one thread (0.5 s
+/// of a 3 s ViT-L forward in bf16) and the tiles then converted the 4x larger map to bf16.
 struct UpTiles {
     conv: tiles::TileConv,
-    /// The bias once per phase.
-    bias4: Vec<f32>,
 }
 
 /// conv3x3(upsample_bilinear_2x(x)) as one Winograd convolution of x itself, to 4·cout
@@ -248,7 +246,7 @@ impl Conv3x3Op {
         // An upsampling op's calls are all upsampled: its phases' weights alone.
         let amx = bf16 && level == Isa::Amx;
         let up_tiles = if amx && upsampling {
-            Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new(&phased_weights(w, cin, cout), cin, 4 * cout, false), bias4: bias.repeat(4) })?)
+            Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new_upsampling(w, cin, cout, false) })?)
         } else {
             None
         };
@@ -296,7 +294,7 @@ impl Conv3x3Op {
         }
         if let (Some(up), true) = (&self.up_tiles, upsample2x) {
             let (h2, w2) = (h / 2, w / 2);
-            return Ok(interleave_phases(&up.conv.run(x, (h2, w2), false, &up.bias4, None), h2, w2, self.cout, residual));
+            return Ok(up.conv.run_upsampled(x, (h2, w2), &self.bias, residual));
         }
         // (With the Winograd route, `direct` is None: an upsampling call fails below.)
         if let Some(d) = &self.direct {

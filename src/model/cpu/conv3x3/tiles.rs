@@ -48,6 +48,30 @@ pub struct TileConv {
     words: Lines<u32>,
     /// Run on the tiles' emulation (tests) instead of the hardware.
     emulated: bool,
+    /// For the convolution after a 2x bilinear upsample ([`TileConv::new_upsampling`]): its
+    /// own output channels (the tiles' are its four phases').
+    phases_of: Option<usize>,
+}
+
+/// The tiles' output channel n of an upsampling op with `nb` blocks of 16 output channels:
+/// (py, px, o). Groups of 32 hold one output row's phases px = 0 (rows 0..16) and px = 1 (rows
+/// 16..32) of the same 16 channels, so that a group's epilogue interleaves them into whole
+/// output rows.
+fn phase_channel(n: usize, nb: usize) -> (usize, usize, usize) {
+    let (q, within) = (n / G, n % G);
+    (q / nb, within / ROWS, (q % nb) * ROWS + within % ROWS)
+}
+
+/// A group whose tiles were stored to an accumulator buffer and whose epilogue is still to
+/// run: output row `y`, pixels from `x0` (nv of them), tile channels from `o0` (mv).
+#[derive(Clone, Copy)]
+struct Pending {
+    acc: usize,
+    y: usize,
+    x0: usize,
+    nv: usize,
+    o0: usize,
+    mv: usize,
 }
 
 impl TileConv {
@@ -65,10 +89,37 @@ impl TileConv {
                 }
             }
         }
-        TileConv { cin, cout, cps, coutp, words, emulated }
+        TileConv { cin, cout, cps, coutp, words, emulated, phases_of: None }
     }
 
-    /// out (cout, h, w) = bias + W * relu?(x) [+ residual], x (cin, h, w), edges replicated.
+    /// For conv3x3(upsample_bilinear_2x(x)) from the (cout, cin, 3, 3) weight of the
+    /// convolution after the upsample: the four phases' kernels (`super::phased_weights`) as
+    /// 4 · cout rounded up to 16 channels in [`phase_channel`]'s order (zeros past cout).
+    pub fn new_upsampling(w: &[f32], cin: usize, cout: usize, emulated: bool) -> Self {
+        let phased = super::phased_weights(w, cin, cout);
+        let nb = cout.div_ceil(ROWS);
+        let k = cin * 9;
+        let mut ordered = vec![0f32; 4 * nb * ROWS * k];
+        for (n, dst) in ordered.chunks_exact_mut(k.max(1)).enumerate() {
+            let (py, px, o) = phase_channel(n, nb);
+            if o < cout {
+                dst.copy_from_slice(&phased[((py * 2 + px) * cout + o) * k..][..k]);
+            }
+        }
+        let mut conv = TileConv::new(&ordered, cin, 4 * nb * ROWS, emulated);
+        conv.phases_of = Some(cout);
+        conv
+    }
+
+    /// [`TileConv::new_upsampling`]'s op: out (cout, 2h, 2w) = bias + conv3x3(upsample(x))
+    /// [+ residual (cout, 2h, 2w)], x (cin, h, w).
+    pub fn run_upsampled(&self, x: &[f32], (h, w): (usize, usize), bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+        assert!(self.phases_of.is_some(), "conv3x3 tiles: an upsampled call of a plain op");
+        self.run(x, (h, w), false, bias, residual)
+    }
+
+    /// out (cout, h, w) = bias + W * relu?(x) [+ residual], x (cin, h, w), edges replicated
+    /// (an upsampling op's: [`TileConv::run_upsampled`]).
     pub fn run(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let wp = w.next_multiple_of(G);
         let rows = (SLAB_WORDS / (3 * self.cps * wp)).saturating_sub(2).clamp(1, h.max(1));
@@ -77,10 +128,16 @@ impl TileConv {
 
     /// [`TileConv::run`] in bands of `band` output rows (tests: bands of every size).
     fn run_bands(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>, band: usize) -> Vec<f32> {
-        let (cin, cout, hw) = (self.cin, self.cout, h * w);
-        assert!(x.len() >= cin * hw && bias.len() >= cout && residual.is_none_or(|r| r.len() >= cout * hw), "conv3x3 tiles: shapes");
+        let (cin, hw) = (self.cin, h * w);
+        // The output's channels and pixels: an upsampling op's are its own, at 4x the pixels.
+        let (cout, ohw) = match self.phases_of {
+            Some(c) => (c, 4 * hw),
+            None => (self.cout, hw),
+        };
+        let nbias = self.phases_of.unwrap_or(self.cout);
+        assert!(x.len() >= cin * hw && bias.len() >= nbias && residual.is_none_or(|r| r.len() >= cout * ohw), "conv3x3 tiles: shapes");
         // Not zeroed: the bands write every element (`band`), on both threads.
-        let mut out: Vec<f32> = Vec::with_capacity(cout * hw);
+        let mut out: Vec<f32> = Vec::with_capacity(cout * ohw);
         if hw == 0 || cout == 0 {
             return out;
         }
@@ -96,8 +153,9 @@ impl TileConv {
                 }
                 let slab = &mut slab[..len];
                 self.build_slab(x, (h, w), (y0, y1), relu, slab);
-                // SAFETY: rows y0..y1 of every output plane are this band's alone.
-                let out = MatMut::from_mut_ptr(out_ptr.get(), cout, hw, hw);
+                // SAFETY: rows y0..y1 of every output plane (2y0..2y1 of an upsampling op's)
+                // are this band's alone.
+                let out = MatMut::from_mut_ptr(out_ptr.get(), cout, ohw, ohw);
                 #[cfg(target_arch = "x86_64")]
                 if !self.emulated {
                     let mut unit = crate::simd::amx::Amx::new().expect("conv3x3 tiles on a CPU without usable AMX");
@@ -111,8 +169,9 @@ impl TileConv {
             })
         });
         // SAFETY: the bands cover rows 0..h, and `band` writes each of their rows' pixels of
-        // every output plane: all cout · hw floats of the capacity.
-        unsafe { out.set_len(cout * hw) };
+        // every output plane (both output rows of each, every column, upsampled): all
+        // cout · ohw floats of the capacity.
+        unsafe { out.set_len(cout * ohw) };
         out
     }
 
@@ -148,11 +207,17 @@ impl TileConv {
         }
     }
 
-    /// Output rows y0..y1 from the band's slab.
+    /// Output rows y0..y1 from the band's slab (of an upsampling op: output rows 2y0..2y1).
+    ///
+    /// The groups are pipelined as the linears' (`matmul::bf16::tiles::block`): a group's
+    /// epilogue (bias, residual, the stores to the planes) runs a few rows per k step inside
+    /// the next group's tile loop, two accumulator buffers taking turns, so that the vector
+    /// units and the memory work while the tiles multiply.
     ///
     /// # Safety
     /// `slab` is [`TileConv::build_slab`]'s for this band; rows y0..y1 of every plane of `out`
-    /// (cout × h·w) are writable and this caller's alone.
+    /// (cout × h·w; of an upsampling op rows 2y0..2y1 of cout × 4·h·w) are writable and this
+    /// caller's alone.
     #[allow(clippy::too_many_arguments)]
     unsafe fn band<U: TileUnit>(&self, u: &mut U, slab: &[u32], w: usize, (y0, y1): (usize, usize), bias: &[f32], residual: Option<&[f32]>, out: MatMut<f32>) {
         let (cps, coutp, cout) = (self.cps, self.coutp, self.cout);
@@ -161,8 +226,71 @@ impl TileConv {
         debug_assert!(slab.len() >= 3 * cps * ps && self.words.len() >= 9 * coutp * cps);
         let plane = ps * 4; // bytes between a slab row's consecutive channel pairs
         let lda = cps * 4;
-        let mut acc = Acc([0.0; G * G]);
-        let accp = acc.0.as_mut_ptr() as *mut u8;
+        let mut accs = [Acc([0.0; G * G]), Acc([0.0; G * G])];
+        // Raw pointers: the tiles write one buffer while the epilogue reads the other.
+        let acc_ptrs = [accs[0].0.as_mut_ptr(), accs[1].0.as_mut_ptr()];
+        let ldo = out.cols();
+        // The epilogue of a pending group, in `units`: rows of a planar group, pairs of rows
+        // (phase px = 0 and 1 of a channel) of an upsampling op's.
+        let units = |p: &Pending| if self.phases_of.is_some() { ROWS } else { p.mv };
+        let finish = |p: Pending, r: std::ops::Range<usize>| {
+            if r.is_empty() {
+                return;
+            }
+            // SAFETY: buffer `p.acc` holds the whole group, which the tiles no longer write
+            // (they write the other one meanwhile).
+            let acc = unsafe { std::slice::from_raw_parts(acc_ptrs[p.acc] as *const f32, G * G) };
+            if let Some(oc) = self.phases_of {
+                let (py, _, first) = phase_channel(p.o0, oc.div_ceil(ROWS));
+                let (ow, oy) = (2 * w, 2 * p.y + py);
+                for i in r {
+                    let o = first + i;
+                    if o >= oc {
+                        break;
+                    }
+                    let at = oy * ow + 2 * p.x0;
+                    let (even, odd) = (&acc[i * G..][..p.nv], &acc[(i + ROWS) * G..][..p.nv]);
+                    let res = residual.map(|res| &res[o * ldo + at..][..2 * p.nv]);
+                    #[cfg(target_arch = "x86_64")]
+                    if U::AVX512 {
+                        // SAFETY: `U::AVX512`: this CPU has AVX-512F; output row oy of plane
+                        // o, columns 2x0.. 2x0 + 2nv, is this band's (the caller's promise).
+                        unsafe { super::avx512::phase_row_out(even, odd, p.nv, bias[o], res.map(|r| r.as_ptr()), out.at(o, at)) };
+                        continue;
+                    }
+                    // SAFETY: as above.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(out.at(o, at), 2 * p.nv) };
+                    for (k, d) in dst.iter_mut().enumerate() {
+                        *d = bias[o] + if k % 2 == 0 { even[k / 2] } else { odd[k / 2] } + res.map_or(0.0, |r| r[k]);
+                    }
+                }
+                return;
+            }
+            let at = p.y * w + p.x0;
+            let (o0, rows) = (p.o0 + r.start, r.len());
+            #[cfg(target_arch = "x86_64")]
+            if U::AVX512 {
+                let res = residual.map(|res| res[o0 * ldo + at..].as_ptr());
+                // SAFETY: `U::AVX512`: this CPU has AVX-512F; rows o0.. o0 + rows of the
+                // planes, pixels at..at + nv, are this band's (the caller's promise) and inside
+                // the residual (checked by `run_bands`).
+                unsafe { super::avx512::tile_out(&acc[r.start * G..], G, rows, p.nv, &bias[o0..o0 + rows], res, out.at(o0, at), ldo) };
+                return;
+            }
+            for o in r {
+                let oc = p.o0 + o;
+                // SAFETY: row y's pixels x0..x0 + nv of plane oc: this band's (caller).
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.at(oc, at), p.nv) };
+                let src = &acc[o * G..o * G + p.nv];
+                let res = residual.map(|res| &res[oc * ldo + at..][..p.nv]);
+                for i in 0..p.nv {
+                    dst[i] = bias[oc] + src[i] + res.map_or(0.0, |r| r[i]);
+                }
+            }
+        };
+        let mut pending: Option<Pending> = None;
+        let mut turn = 0;
+        let steps = 9 * cps / ROWS;
         for y in y0..y1 {
             for x0 in (0..w).step_by(G) {
                 let nv = (w - x0).min(G);
@@ -172,6 +300,8 @@ impl TileConv {
                     u.zero::<1>();
                     u.zero::<2>();
                     u.zero::<3>();
+                    let mut done = 0;
+                    let mut step = 0;
                     for t in 0..9 {
                         let (ky, kx) = (t / 3, t % 3);
                         let a = self.words[(t * coutp + o0) * cps..].as_ptr() as *const u8;
@@ -197,47 +327,34 @@ impl TileConv {
                                     }
                                 }
                             }
+                            // Vector work beside the tiles': the previous group's epilogue.
+                            if let Some(p) = pending {
+                                let upto = units(&p) * (step + 1) / steps;
+                                finish(p, done..upto);
+                                done = upto;
+                            }
+                            step += 1;
                         }
                     }
-                    // SAFETY: `acc` is 32 rows of 128 bytes; each tile 16 of them, 64 wide.
+                    if let Some(p) = pending.take() {
+                        finish(p, done..units(&p));
+                    }
+                    let accp = acc_ptrs[turn] as *mut u8;
+                    // SAFETY: buffer `turn` is 32 rows of 128 bytes, which the pending
+                    // epilogue (finished above) no longer reads; each tile 16 rows, 64 wide.
                     unsafe {
                         u.store::<0>(accp, G * 4);
                         u.store::<1>(accp.add(64), G * 4);
                         u.store::<2>(accp.add(ROWS * G * 4), G * 4);
                         u.store::<3>(accp.add(ROWS * G * 4 + 64), G * 4);
                     }
-                    #[cfg(target_arch = "x86_64")]
-                    if U::AVX512 {
-                        let at = y * w + x0;
-                        let res = residual.map(|r| r[o0 * out.cols() + at..].as_ptr());
-                        // SAFETY: `U::AVX512`: this CPU has AVX-512F; rows o0..o0 + mv of the
-                        // planes, pixels at..at + nv, are this band's (the caller's promise) and
-                        // inside the residual (checked by `run_bands`).
-                        unsafe { super::avx512::tile_out(&acc.0, G, mv, nv, &bias[o0..o0 + mv], res, out.at(o0, at), out.cols()) };
-                        continue;
-                    }
-                    for o in 0..mv {
-                        let (oc, at) = (o0 + o, y * w + x0);
-                        // SAFETY: row y's pixels x0..x0 + nv of plane oc: this band's (caller).
-                        let dst = unsafe { std::slice::from_raw_parts_mut(out.at(oc, at), nv) };
-                        let src = &acc.0[o * G..o * G + nv];
-                        let bo = bias[oc];
-                        match residual {
-                            Some(res) => {
-                                let res = &res[oc * out.cols() + at..][..nv];
-                                for i in 0..nv {
-                                    dst[i] = res[i] + bo + src[i];
-                                }
-                            }
-                            None => {
-                                for i in 0..nv {
-                                    dst[i] = bo + src[i];
-                                }
-                            }
-                        }
-                    }
+                    pending = Some(Pending { acc: turn, y, x0, nv, o0, mv });
+                    turn ^= 1;
                 }
             }
+        }
+        if let Some(p) = pending {
+            finish(p, 0..units(&p));
         }
     }
 }
@@ -304,6 +421,39 @@ mod tests {
                         let got = op.run_bands(&x, (h, w), relu, &bias, residual, band);
                         let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r).abs())) / scale;
                         assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} relu={relu} emulated={emulated} band={band}: rel err {e:e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The upsampling op (phases interleaved by the epilogue) against the plain reference of
+    /// its four phases' convolution, interleaved afterwards: output channels not multiples of
+    /// 16, odd widths, one row and bands of every height, with and without the residual.
+    #[test]
+    fn upsampled_tiles_match_the_phases_reference() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let hardware = cfg!(target_arch = "x86_64") && crate::simd::isa::max() == Isa::Amx;
+        for &(cin, cout, h, w) in &[(1usize, 1usize, 1usize, 1usize), (3, 5, 2, 7), (16, 17, 3, 33), (64, 32, 4, 40), (8, 33, 5, 17)] {
+            let x = crate::simd::test_values(&mut seed, cin * h * w);
+            let wt = crate::simd::test_values(&mut seed, cout * cin * 9);
+            let bias = crate::simd::test_values(&mut seed, cout);
+            let res = crate::simd::test_values(&mut seed, cout * 4 * h * w);
+            let phased = super::super::phased_weights(&wt, cin, cout);
+            let plain: Vec<f32> = reference(&x, &phased, &bias.repeat(4), None, cin, 4 * cout, h, w, false).iter().map(|&v| v as f32).collect();
+            for residual in [None, Some(&res[..])] {
+                let want = super::super::interleave_phases(&plain, h, w, cout, residual);
+                let scale = want.iter().fold(1e-6f32, |s, v| s.max(v.abs())) as f64;
+                for emulated in [true, false] {
+                    if !emulated && !hardware {
+                        continue;
+                    }
+                    let op = TileConv::new_upsampling(&wt, cin, cout, emulated);
+                    for band in [1, 2, h] {
+                        let got = op.run_bands(&x, (h, w), false, &bias, residual, band);
+                        assert_eq!(got.len(), want.len());
+                        let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r as f64).abs())) / scale;
+                        assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} residual={} emulated={emulated} band={band}: rel err {e:e}", residual.is_some());
                     }
                 }
             }
