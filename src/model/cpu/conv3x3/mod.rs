@@ -245,11 +245,8 @@ impl Conv3x3Op {
         // weight.
         // An upsampling op's calls are all upsampled: its phases' weights alone.
         let amx = bf16 && level == Isa::Amx;
-        let up_tiles = if amx && upsampling {
-            Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new_upsampling(w, cin, cout, false) })?)
-        } else {
-            None
-        };
+        let up_tiles =
+            if amx && upsampling { Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new_upsampling(w, cin, cout, false) })?) } else { None };
         let tiles = if amx && up_tiles.is_none() { Some(with_f32(&weight, |w| tiles::TileConv::new(w, cin, cout, false))?) } else { None };
         let packed = if bf16 && direct.is_none() && tiles.is_none() && up_tiles.is_none() {
             Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?))
