@@ -134,8 +134,7 @@ impl TileConv {
             Some(c) => (c, 4 * hw),
             None => (self.cout, hw),
         };
-        let nbias = self.phases_of.unwrap_or(self.cout);
-        assert!(x.len() >= cin * hw && bias.len() >= nbias && residual.is_none_or(|r| r.len() >= cout * ohw), "conv3x3 tiles: shapes");
+        assert!(x.len() >= cin * hw && bias.len() >= cout && residual.is_none_or(|r| r.len() >= cout * ohw), "conv3x3 tiles: shapes");
         // Not zeroed: the bands write every element (`band`), on both threads.
         let mut out: Vec<f32> = Vec::with_capacity(cout * ohw);
         if hw == 0 || cout == 0 {

@@ -268,18 +268,25 @@ pub(super) fn pack_cols_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
     }
 }
 
-/// 2^t, t ≤ 0 (or small): t = n + f, |f| ≤ ½, 2^f by a degree-6 polynomial (Taylor's in f ln 2,
-/// relative error < 2e-7 there, well under bf16's 2^-9), 2^n by `vscalefps`, which also takes n
-/// far below the exponent range to 0 without a clamp.
+/// 2^f, |f| ≤ ½, by a degree-6 polynomial (Taylor's in f ln 2, relative error < 2e-7 there,
+/// well under bf16's 2^-9): the GELU's, whose f32 results are kept.
+const POW2_FULL: [f32; 7] = [1.0, std::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
+/// The same by degree 4, coefficients fitted to the relative error (< 3e-6 there: a hundredth
+/// of bf16's 2^-9), two multiply-adds fewer per 16 values: for softmax's probabilities, which are
+/// rounded to bf16 next.
+const POW2_SHORT: [f32; 5] = [0.999_999_2, 0.693_122, 0.240_249_75, 0.055_917_07, 0.009_560_765];
+
+/// 2^t, t ≤ 0 (or small): t = n + f, |f| ≤ ½, 2^f by the polynomial `c` (lowest degree first,
+/// [`POW2_FULL`] or [`POW2_SHORT`]), 2^n by `vscalefps`, which also takes n far below the
+/// exponent range to 0 without a clamp.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn pow2(t: __m512) -> __m512 {
-    const C: [f32; 7] = [1.0, std::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
+fn pow2<const D: usize>(t: __m512, c: &[f32; D]) -> __m512 {
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
     let f = _mm512_sub_ps(t, n);
-    let mut q = _mm512_set1_ps(C[6]);
-    for &c in C[..6].iter().rev() {
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(c));
+    let mut q = _mm512_set1_ps(c[D - 1]);
+    for &ci in c[..D - 1].iter().rev() {
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(ci));
     }
     _mm512_scalef_ps(q, n)
 }
@@ -301,7 +308,7 @@ fn gelu16(x: __m512) -> __m512 {
         p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
     }
     // erfc(|x|/√2) = t · e^(p − z²); Φ = erfc/2 below 0, 1 − erfc/2 above.
-    let e = _mm512_mul_ps(t, pow2(_mm512_mul_ps(_mm512_fnmadd_ps(z, z, p), _mm512_set1_ps(std::f32::consts::LOG2_E))));
+    let e = _mm512_mul_ps(t, pow2(_mm512_mul_ps(_mm512_fnmadd_ps(z, z, p), _mm512_set1_ps(std::f32::consts::LOG2_E)), &POW2_FULL));
     let half = _mm512_mul_ps(e, _mm512_set1_ps(0.5));
     let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
     let phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0), half), half);
@@ -341,24 +348,8 @@ pub(super) unsafe fn edge_out(edge: &[f32], mv: usize, nv: usize, bias: Option<&
     }
 }
 
-/// 2^t, t ≤ 0, for probabilities that are rounded to bf16 next: as [`pow2`] with a degree-4
-/// polynomial for 2^f, |f| ≤ ½ (coefficients fitted to the relative error, < 3e-6 there:
-/// a hundredth of bf16's 2^-9), two multiply-adds fewer per 16 values.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn pow2_short(t: __m512) -> __m512 {
-    const C: [f32; 5] = [0.999_999_2, 0.693_122, 0.240_249_75, 0.055_917_07, 0.009_560_765];
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
-    let f = _mm512_sub_ps(t, n);
-    let mut q = _mm512_set1_ps(C[4]);
-    for &c in C[..4].iter().rev() {
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(c));
-    }
-    _mm512_scalef_ps(q, n)
-}
-
 /// See `super::exp_pairs`: e^(scale · (x − max)) of each of `row`'s values, written as bf16
-/// pairs into `dst` (zero past them), the sum of the f32 exps returned, by [`pow2_short`].
+/// pairs into `dst` (zero past them), the sum of the f32 exps returned, by [`pow2`] with [`POW2_SHORT`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) fn exp_pairs(row: &[f32], scale: f32, dst: &mut [u32]) -> f32 {
     let k = row.len();
@@ -389,7 +380,7 @@ pub(super) fn exp_pairs(row: &[f32], scale: f32, dst: &mut [u32]) -> f32 {
     let max = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
     let s = scale * std::f32::consts::LOG2_E;
     let (vs, vb) = (_mm512_set1_ps(s), _mm512_set1_ps(-max * s));
-    let exp16 = |x: __m512| -> __m512 { pow2_short(_mm512_fmadd_ps(x, vs, vb)) };
+    let exp16 = |x: __m512| -> __m512 { pow2(_mm512_fmadd_ps(x, vs, vb), &POW2_SHORT) };
     let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let d = dst.as_mut_ptr();
     let mut kk = 0;
