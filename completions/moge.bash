@@ -100,7 +100,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -123,7 +123,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -151,6 +151,10 @@ _moge() {
                     return 0
                     ;;
                 --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --refine-steps)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -234,7 +238,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -257,7 +261,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -285,6 +289,10 @@ _moge() {
                     return 0
                     ;;
                 --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --refine-steps)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -361,7 +369,7 @@ _moge() {
             fi
             case "${prev}" in
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -562,7 +570,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
+            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -581,7 +589,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -609,6 +617,10 @@ _moge() {
                     return 0
                     ;;
                 --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --refine-steps)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -671,7 +683,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -705,7 +717,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
                     return 0
                     ;;
                 --revision)

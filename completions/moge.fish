@@ -42,7 +42,8 @@ complete -c moge -n "__fish_moge_using_subcommand predict" -l weights -d 'A loca
 complete -c moge -n "__fish_moge_using_subcommand predict" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
-vitl\t''"
+vitl\t''
+moge3-vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -53,6 +54,7 @@ complete -c moge -n "__fish_moge_using_subcommand predict" -l num-tokens -d 'Bas
 complete -c moge -n "__fish_moge_using_subcommand predict" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l refine-steps -d 'MoGe-3\'s refinement passes over the depth (default 3; 0 gives the MoGe-2 output of the same network, about 1.5x faster). MoGe-2 models have none' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
 png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
 json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
@@ -85,7 +87,8 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l weights -d 'A local 
 complete -c moge -n "__fish_moge_using_subcommand batch" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
-vitl\t''"
+vitl\t''
+moge3-vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -96,6 +99,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l num-tokens -d 'Base 
 complete -c moge -n "__fish_moge_using_subcommand batch" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l refine-steps -d 'MoGe-3\'s refinement passes over the depth (default 3; 0 gives the MoGe-2 output of the same network, about 1.5x faster). MoGe-2 models have none' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
 png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
 json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
@@ -139,7 +143,8 @@ complete -c moge -n "__fish_moge_using_subcommand serve" -l weights -d 'A local 
 complete -c moge -n "__fish_moge_using_subcommand serve" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
-vitl\t''"
+vitl\t''
+moge3-vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand serve" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -169,7 +174,8 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l weights -d 'A local 
 complete -c moge -n "__fish_moge_using_subcommand bench" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
-vitl\t''"
+vitl\t''
+moge3-vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -180,6 +186,7 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l num-tokens -d 'Base 
 complete -c moge -n "__fish_moge_using_subcommand bench" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l refine-steps -d 'MoGe-3\'s refinement passes over the depth (default 3; 0 gives the MoGe-2 output of the same network, about 1.5x faster). MoGe-2 models have none' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
 png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
 json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
@@ -213,14 +220,16 @@ complete -c moge -n "__fish_moge_using_subcommand quantize" -l weights -d 'A loc
 complete -c moge -n "__fish_moge_using_subcommand quantize" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
-vitl\t''"
+vitl\t''
+moge3-vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand quantize" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand quantize" -s o -l output -d 'The int8 checkpoint to write (.safetensors; its config is written beside it as .json)' -r -F
 complete -c moge -n "__fish_moge_using_subcommand quantize" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand download" -l model -d 'A published model to fetch; repeat for several [default: vitl-normal]' -r -f -a "vits-normal\t''
 vitb-normal\t''
 vitl-normal\t''
-vitl\t''"
+vitl\t''
+moge3-vitl\t''"
 complete -c moge -n "__fish_moge_using_subcommand download" -l revision -d 'Branch, tag or commit of the model repos' -r
 complete -c moge -n "__fish_moge_using_subcommand download" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand info" -l revision -d 'Branch, tag or commit to look up in the cache' -r

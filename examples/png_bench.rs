@@ -86,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             metric_scale: 1.0,
             focal: 0.8,
             shift: 0.0,
+            per_step: Vec::new(),
             grid: (1, 1),
         };
         let (codes, _) = png::encode_depth(&p, 0.001);

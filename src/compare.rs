@@ -176,6 +176,7 @@ mod tests {
             metric_scale: scale,
             focal: 1.0,
             shift: 0.0,
+            per_step: Vec::new(),
             grid: (0, 0),
         }
     }

@@ -112,12 +112,17 @@ pub fn work_options(opts: &InferOptions, placement: Placement, photo_width: usiz
 }
 
 /// The prediction on the work image cut back to the photo's `width` x `height`.
-pub fn restore(pred: Prediction, placement: Placement, width: usize, height: usize, opts: &InferOptions) -> Prediction {
-    match placement {
-        Placement::Exact => pred,
-        Placement::Pad { x, y, .. } => crop(pred, x, y, width, height),
-        Placement::Stretch { .. } => resample(pred, width, height, opts),
-    }
+pub fn restore(mut pred: Prediction, placement: Placement, width: usize, height: usize, opts: &InferOptions) -> Prediction {
+    // MoGe-3's maps of each step, the same way.
+    let steps = std::mem::take(&mut pred.per_step);
+    let one = |p: Prediction| match placement {
+        Placement::Exact => p,
+        Placement::Pad { x, y, .. } => crop(p, x, y, width, height),
+        Placement::Stretch { .. } => resample(p, width, height, opts),
+    };
+    let mut pred = one(pred);
+    pred.per_step = steps.into_iter().map(one).collect();
+    pred
 }
 
 fn crop(p: Prediction, ox: usize, oy: usize, w: usize, h: usize) -> Prediction {
@@ -262,6 +267,7 @@ mod tests {
             metric_scale: 1.0,
             focal: 1.0,
             shift: 0.0,
+            per_step: Vec::new(),
             grid: (2, 3),
         }
     }

@@ -6,6 +6,7 @@ use crate::geometry::focal_shift::recover_focal_shift_sampled;
 use crate::geometry::resize::{bilinear_at, bilinear_axis, BilinearRows, ColumnTaps};
 use crate::geometry::uv::linspace;
 use crate::model::config::RemapOutput;
+use crate::model::v3::MAX_REFINE_STEPS;
 use crate::model::{Model, RawOutput};
 
 /// Base ViT tokens when none are asked for: `moge predict`/`batch`, `moge serve` and the
@@ -19,6 +20,9 @@ pub const NUM_TOKENS: Bounds = Bounds { min: 1, max: 100_000 };
 /// Resolution levels: upstream's 0..=9 span the checkpoint's `num_tokens_range`, and the
 /// levels above extrapolate it.
 pub const RESOLUTION_LEVELS: Bounds = Bounds { min: 0, max: 30 };
+
+/// MoGe-3's refine steps a call may ask for.
+pub const REFINE_STEPS: Bounds = Bounds { min: 0, max: MAX_REFINE_STEPS as u32 };
 
 /// A known horizontal field of view lies strictly between these, in degrees.
 pub const FOV_X_DEGREES: (f32, f32) = (0.0, 180.0);
@@ -83,11 +87,26 @@ pub struct InferOptions {
     /// cache, in `Prediction::normal_png` instead of `Prediction::normal`: 12 bytes per pixel
     /// neither stored nor read back. The codes are those of `geometry::codes::encode_normal`.
     pub normal_map: bool,
+    /// MoGe-3's refine steps: `None` runs the model's default (upstream's 3; MoGe-2 has none),
+    /// 0 gives the MoGe-2 output of the same network.
+    pub refine_steps: Option<u32>,
+    /// Keep every step's maps (upstream's `return_per_step`): `Prediction::per_step`.
+    pub per_step: bool,
 }
 
 impl Default for InferOptions {
     fn default() -> Self {
-        Self { num_tokens: None, resolution_level: 9, fov_x: None, force_projection: true, apply_mask: true, point_map: true, normal_map: true }
+        Self {
+            num_tokens: None,
+            resolution_level: 9,
+            fov_x: None,
+            force_projection: true,
+            apply_mask: true,
+            point_map: true,
+            normal_map: true,
+            refine_steps: None,
+            per_step: false,
+        }
     }
 }
 
@@ -103,6 +122,9 @@ impl InferOptions {
         }
         if let Some(f) = self.fov_x {
             check_fov_x(f).map_err(|why| format!("fov_x {why}"))?;
+        }
+        if let Some(n) = self.refine_steps.filter(|&n| !REFINE_STEPS.contains(n.into())) {
+            return Err(format!("refine_steps {n} is outside {REFINE_STEPS}"));
         }
         Ok(())
     }
@@ -143,6 +165,9 @@ pub struct Prediction {
     /// The recovered focal (relative to the half diagonal) and z-shift.
     pub focal: f32,
     pub shift: f32,
+    /// MoGe-3 with `per_step`: every step's maps, step 0 (unrefined) first and the final step
+    /// last (upstream's `*_per_step`), each masked by its own mask; without normals.
+    pub per_step: Vec<Prediction>,
     /// Tokens actually used: (rows, cols) of the ViT grid.
     pub grid: (usize, usize),
 }
@@ -358,13 +383,35 @@ impl Model {
     /// [`Prediction`].
     pub fn postprocess(&self, raw: &RawOutput, prep_meta: (usize, usize, (usize, usize)), opts: &InferOptions) -> Prediction {
         let (width, height, grid) = prep_meta;
-        postprocess_raw(raw, self.config.remap_output, width, height, grid, opts)
+        let mut pred = postprocess_raw(raw, self.config.remap_output, width, height, grid, opts);
+        if !raw.points_per_step.is_empty() {
+            // Each step solved for its own focal and shift (v3's `infer`), the last one again
+            // without its normals.
+            let step = |points: &Vec<f32>| {
+                let view = RawOutput {
+                    size: raw.size,
+                    points: points.clone(),
+                    normal: None,
+                    mask: raw.mask.clone(),
+                    metric_scale: raw.metric_scale,
+                    ..RawOutput::default()
+                };
+                postprocess_raw(&view, self.config.remap_output, width, height, grid, opts)
+            };
+            pred.per_step = raw.points_per_step.iter().chain([&raw.points]).map(step).collect();
+        }
+        pred
+    }
+
+    /// The refine steps `opts` asks of this model.
+    pub fn refine_steps(&self, opts: &InferOptions) -> usize {
+        opts.refine_steps.map_or(self.default_refine_steps(), |n| n as usize)
     }
 
     /// `infer()` on one 8-bit RGB image: prepare, forward, post-process.
     pub fn infer(&self, image: &image::RgbImage, opts: &InferOptions) -> anyhow::Result<Prediction> {
         let (w, h) = (image.width() as usize, image.height() as usize);
-        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range));
+        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range)).refined(Some(self.refine_steps(opts)), opts.per_step);
         let raw = self.forward(&prep)?;
         Ok(self.postprocess(&raw, (w, h, prep.grid), opts))
     }
@@ -554,6 +601,7 @@ crate::simd::dispatch! {
             metric_scale: metric_scale.unwrap_or(1.0),
             focal: fs.focal,
             shift: fs.shift,
+            per_step: Vec::new(),
             grid,
         }
     }

@@ -129,13 +129,18 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     let opts = args.infer.options();
     let tokens = opts.tokens(model.config.num_tokens_range);
 
-    let stage_names = ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "postprocess", "write npz"];
+    let stage_names =
+        ["decode", "preprocess", "encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "refiner", "postprocess", "write npz"];
     let mut per_stage: Vec<Vec<Duration>> = vec![vec![]; stage_names.len()];
     let out_opts = args.out.options();
     let mut totals = Vec::new();
     let mut calls = Vec::new();
     let mut size = (0, 0);
     let mut grid = (0, 0);
+    let refine_steps = model.refine_steps(&opts);
+    // MoGe-3: each refine step's time per run, and what the last run's steps did.
+    let mut step_times: Vec<Vec<Duration>> = vec![vec![]; refine_steps];
+    let mut step_stats = Vec::new();
     for run in 0..args.warmup + args.runs {
         let mut laps: Vec<(&'static str, Duration)> = Vec::new();
         let start = Instant::now();
@@ -151,10 +156,21 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         let prep = model.prepare(img.as_raw(), w, h, tokens);
         lap("preprocess", &mut laps);
         let mut fwd_laps = Vec::new();
-        let inter = model.forward_intermediates(&prep, Some(&mut fwd_laps))?;
+        let mut raw = model.forward_intermediates(&prep, Some(&mut fwd_laps))?.raw;
         laps.extend(fwd_laps);
+        if refine_steps > 0 {
+            let t = Instant::now();
+            model.refine(&mut raw, refine_steps, false)?;
+            laps.push(("refiner", t.elapsed()));
+            if run >= args.warmup {
+                for (times, s) in step_times.iter_mut().zip(&raw.refiner) {
+                    times.push(s.total);
+                }
+            }
+            step_stats = std::mem::take(&mut raw.refiner);
+        }
         t = Instant::now();
-        let pred = model.postprocess(&inter.raw, (w, h, prep.grid), &opts);
+        let pred = model.postprocess(&raw, (w, h, prep.grid), &opts);
         let mut lap2 = |name: &'static str, laps: &mut Vec<(&'static str, Duration)>| {
             let now = Instant::now();
             laps.push((name, now - t));
@@ -209,10 +225,24 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         "cpu": cpu_name(),
         "cpu_route": model.device.is_cpu().then(|| moge::model::cpu::route(model.precision)),
         "cuda_graphs": runner.cuda_graphs(),
+        "refine_steps": refine_steps,
         "runs": args.runs,
         "warmup": args.warmup,
         "version": env!("CARGO_PKG_VERSION"),
     });
+    // Each refine step: its median time, its share of the model call, its voxels and work.
+    let steps: Vec<serde_json::Value> = step_times
+        .into_iter()
+        .zip(&step_stats)
+        .map(|(t, s)| {
+            let t = Samples(t);
+            json!({
+                "median_s": t.median(), "min_s": t.min(), "share_of_model_call": t.median() / calls.median(),
+                "convolutions_s": s.convolutions.as_secs_f64(), "structure_s": s.structure.as_secs_f64(),
+                "voxels_per_level": s.voxels, "pairs_per_level": s.pairs, "gmac": s.macs as f64 / 1e9, "conv_gmac": s.conv_macs as f64 / 1e9,
+            })
+        })
+        .collect();
     let stages: Vec<(&str, Samples)> = stage_names.iter().zip(per_stage).filter(|(_, v)| !v.is_empty()).map(|(n, v)| (*n, Samples(v))).collect();
     if args.json {
         let st: serde_json::Map<String, serde_json::Value> =
@@ -223,6 +253,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             "per_image_s": {"median": totals.median(), "p90": totals.p90(), "min": totals.min(), "all": totals.0.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()},
             "model_call_s": {"median": calls.median(), "p90": calls.p90(), "min": calls.min()},
             "stages": st,
+            "refiner_steps": steps,
             "peak_rss_bytes": peak,
         });
         moge::outln!("{}", serde_json::to_string_pretty(&out)?);
@@ -264,14 +295,26 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     for (name, s) in &stages {
         moge::outln!("{:<24} {:>10.4} {:>10.4} {:>6.1}%", name, s.median(), s.min(), 100.0 * s.median() / sum);
     }
+    for (i, s) in steps.iter().enumerate() {
+        moge::outln!(
+            "refine step {}: median {:.4} s, {:.1}% of the model call; {} voxels at full resolution, {:.1} GMAC ({:.1} in sparse convolutions at {:.0} GMAC/s)",
+            i + 1,
+            s["median_s"].as_f64().unwrap_or(0.0),
+            100.0 * s["share_of_model_call"].as_f64().unwrap_or(0.0),
+            s["voxels_per_level"][0],
+            s["gmac"].as_f64().unwrap_or(0.0),
+            s["conv_gmac"].as_f64().unwrap_or(0.0),
+            s["conv_gmac"].as_f64().unwrap_or(0.0) / s["convolutions_s"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
     if let Some(p) = peak {
         moge::outln!("peak memory (RSS high-water mark): {:.0} MiB", p as f64 / (1024.0 * 1024.0));
     }
     Ok(EXIT_OK)
 }
 
-/// The laps of [`moge::Model::forward_intermediates`].
-const NETWORK: [&str; 6] = ["encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head"];
+/// The laps of [`moge::Model::forward_intermediates`], and MoGe-3's refine steps after it.
+const NETWORK: [&str; 7] = ["encoder", "neck", "points_head", "normal_head", "mask_head", "scale_head", "refiner"];
 
 /// A scratch folder deleted when dropped, so that a bench which fails half-way leaves nothing behind.
 fn tempdir() -> Result<tempfile::TempDir> {

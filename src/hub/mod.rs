@@ -25,11 +25,13 @@ pub const MODELS: &[(&str, &str)] = &[
     ("vitb-normal", "Ruicheng/moge-2-vitb-normal"),
     ("vitl-normal", "Ruicheng/moge-2-vitl-normal"),
     ("vitl", "Ruicheng/moge-2-vitl"),
+    // MoGe-3: MoGe-2's ViT-L network and the sparse refiner (`moge/model/v3.py`).
+    ("moge3-vitl", "Ruicheng/moge-3-vitl"),
 ];
 
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "vitl-normal";
-/// The file every MoGe-2 repo publishes.
+/// The file every MoGe-2 and MoGe-3 repo publishes.
 pub const FILENAME: &str = "model.pt";
 /// The branch used when no revision is given.
 pub const DEFAULT_REVISION: &str = "main";

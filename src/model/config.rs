@@ -20,6 +20,86 @@ pub struct ModelConfig {
     pub remap_output: RemapOutput,
     #[serde(default = "default_num_tokens_range")]
     pub num_tokens_range: [u32; 2],
+    /// MoGe-3 (`moge/model/v3.py`): the sparse 3D U-Net that refines log-depth. Its presence is
+    /// what makes a checkpoint MoGe-3; v3 fixes `remap_output` to `exp` (its config has none).
+    #[serde(default)]
+    pub refiner: Option<RefinerConfig>,
+    /// Voxels per unit of log-depth (v3: 256).
+    #[serde(default = "default_depth_resolution")]
+    pub refiner_depth_resolution: f64,
+}
+
+fn default_depth_resolution() -> f64 {
+    256.0
+}
+
+/// `Sparse3DUNet(**refiner)` (`moge/model/modules/sparse_unet.py`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefinerConfig {
+    #[serde(default = "default_three")]
+    pub in_channels: usize,
+    #[serde(default = "default_one")]
+    pub out_channels: usize,
+    pub encoder_channels: usize,
+    pub model_channels: Vec<usize>,
+    #[serde(default = "default_blocks")]
+    pub encoder_blocks_per_level: PerLevel<usize>,
+    #[serde(default = "default_blocks")]
+    pub decoder_blocks_per_level: PerLevel<usize>,
+    #[serde(default = "default_one")]
+    pub bottleneck_blocks: usize,
+    #[serde(default)]
+    pub downsample_factors: Option<Vec<usize>>,
+    #[serde(default = "default_encoder_downsample")]
+    pub encoder_downsample: usize,
+}
+
+fn default_three() -> usize {
+    3
+}
+fn default_blocks() -> PerLevel<usize> {
+    PerLevel::All(1)
+}
+fn default_encoder_downsample() -> usize {
+    16
+}
+
+impl RefinerConfig {
+    /// The checks upstream's constructor makes, plus what this port supports: factors of 2 (the
+    /// released models'), one block count per level, and sizes no published model exceeds (a
+    /// damaged config must not ask for unbounded memory).
+    pub fn validate(&self) -> Result<(), String> {
+        let levels = self.model_channels.len();
+        if !(2..=8).contains(&levels) {
+            return Err(format!("refiner.model_channels has {levels} levels (2 to 8 supported)"));
+        }
+        if let Some(c) = self.model_channels.iter().chain([&self.in_channels, &self.out_channels, &self.encoder_channels]).find(|&&c| c == 0 || c > 8192) {
+            return Err(format!("refiner channel count {c} is outside 1..=8192"));
+        }
+        let factors = self.downsample_factors.clone().unwrap_or_else(|| vec![2; levels - 1]);
+        if factors.len() != levels - 1 || factors.iter().any(|&f| f != 2) {
+            return Err(format!("refiner.downsample_factors {factors:?}: this port runs factors of 2, one per level transition ({} here)", levels - 1));
+        }
+        if self.encoder_downsample != 1 << (levels - 1) {
+            return Err(format!("refiner.encoder_downsample {} is not the product of its downsample factors ({})", self.encoder_downsample, 1 << (levels - 1)));
+        }
+        for (name, blocks, n) in
+            [("encoder_blocks_per_level", &self.encoder_blocks_per_level, levels), ("decoder_blocks_per_level", &self.decoder_blocks_per_level, levels - 1)]
+        {
+            if let PerLevel::Each(v) = blocks {
+                if v.len() != n {
+                    return Err(format!("refiner.{name} has {} entries for {n} levels", v.len()));
+                }
+            }
+            if (0..n).any(|i| blocks.get(i).is_none_or(|b| b > 16)) {
+                return Err(format!("refiner.{name}: at most 16 blocks per level"));
+            }
+        }
+        if self.bottleneck_blocks > 16 {
+            return Err("refiner.bottleneck_blocks: at most 16".into());
+        }
+        Ok(())
+    }
 }
 
 fn default_remap() -> RemapOutput {

@@ -13,7 +13,10 @@ pub mod modules;
 pub mod pickle;
 pub mod quantize;
 pub mod runner;
+pub mod sparse_unet;
 pub mod v2;
+pub mod v3;
+pub mod voxels;
 pub mod weights;
 
 pub use build::{BuildOptions, Ops};

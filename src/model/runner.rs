@@ -30,9 +30,12 @@ impl Runner {
 
     /// The network on one prepared image: replayed where the device has a graph of its grid.
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
+        // MoGe-3's refiner runs on the host between device work: its forwards run op by op.
         #[cfg(feature = "cuda")]
-        if let Some(raw) = self.graphs.forward(&self.model, prep)? {
-            return Ok(raw);
+        if !self.model.has_refiner() {
+            if let Some(raw) = self.graphs.forward(&self.model, prep)? {
+                return Ok(raw);
+            }
         }
         self.model.forward(prep)
     }

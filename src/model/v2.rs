@@ -12,9 +12,10 @@ use lru::LruCache;
 
 use super::build::BuildOptions;
 use super::checkpoint::Checkpoint;
-use super::config::{BackboneSpec, ConvStackConfig, ModelConfig};
+use super::config::{BackboneSpec, ConvStackConfig, ModelConfig, RemapOutput};
 use super::dinov2::{PATCH_SIZE, POS_GRID};
 use super::modules::{ConvStack, Dinov2Encoder, EncoderOutput, Mlp};
+use super::sparse_unet::{RefinerStats, Sparse3DUNet};
 use super::token_grid;
 use super::weights::Weights;
 use super::Precision;
@@ -41,6 +42,8 @@ pub struct Model {
     normal_head: Option<ConvStack>,
     mask_head: Option<ConvStack>,
     scale_head: Option<Mlp>,
+    /// MoGe-3's sparse U-Net (`refiner.*`), on the host.
+    pub(super) refiner: Option<Sparse3DUNet>,
     /// Interpolated position embeddings of the last token grids used, on the device.
     pos_cache: Mutex<LruCache<(usize, usize), Tensor>>,
     /// Host copy of the 37x37 embedding as (D, 37, 37) planes, for the bicubic resize.
@@ -56,6 +59,7 @@ struct Parts {
     normal_head: Option<ConvStack>,
     mask_head: Option<ConvStack>,
     scale_head: Option<Mlp>,
+    refiner: Option<Sparse3DUNet>,
 }
 
 impl Parts {
@@ -76,7 +80,18 @@ impl Parts {
             normal_head: head(w, "normal_head", &config.normal_head)?,
             mask_head: head(w, "mask_head", &config.mask_head)?,
             scale_head: config.scale_head.as_ref().map(|c| Mlp::load(w, "scale_head", &c.dims)).transpose()?,
+            refiner: config.refiner.as_ref().map(|c| Sparse3DUNet::load(w, "refiner", c, refiner_bf16(w.build()))).transpose()?,
         })
+    }
+}
+
+/// Whether the refiner's products run in bf16: in a bf16 model, and in an int8 one where the CPU
+/// has bf16 products (the refiner has no int8 route yet; emulated bf16 would be slower than f32).
+fn refiner_bf16(opts: &BuildOptions) -> bool {
+    match opts.precision() {
+        Precision::F32 => false,
+        Precision::Bf16 => true,
+        Precision::Int8 => super::cpu::matmul::bf16::native(),
     }
 }
 
@@ -89,10 +104,22 @@ pub struct Prepared {
     pub grid: (usize, usize),
     /// Normalised (3, 14·rows, 14·cols) input.
     pub input: Vec<f32>,
+    /// MoGe-3's refine steps ([`Model::default_refine_steps`] unless set), and whether the
+    /// maps before each step are kept.
+    pub refine_steps: usize,
+    pub per_step: bool,
+}
+
+impl Prepared {
+    /// With `steps` refine steps (`None`: the model's default) and, with `per_step`, the maps
+    /// of every step kept.
+    pub fn refined(self, steps: Option<usize>, per_step: bool) -> Self {
+        Self { refine_steps: steps.unwrap_or(self.refine_steps), per_step, ..self }
+    }
 }
 
 /// Head outputs before the resize to the input size, planar on the host.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RawOutput {
     /// (16·rows, 16·cols) for the MoGe-2 heads.
     pub size: (usize, usize),
@@ -101,11 +128,22 @@ pub struct RawOutput {
     pub mask: Option<Vec<f32>>,
     /// Scale head output before `exp`.
     pub metric_scale: Option<f32>,
+    /// The token grid (rows, cols).
+    pub grid: (usize, usize),
+    /// MoGe-3: the neck's level-0 input (encoder features and UV, planar at the token grid),
+    /// which the refiner samples; `None` for MoGe-2.
+    pub encoder_map: Option<Vec<f32>>,
+    /// MoGe-3 with `per_step`: `points` before each refine step (step 0 first).
+    pub points_per_step: Vec<Vec<f32>>,
+    /// MoGe-3: what each refine step did.
+    pub refiner: Vec<RefinerStats>,
 }
 
 /// What [`Model::network`] leaves on the device.
 pub(crate) struct Network {
     pub enc: EncoderOutput,
+    /// The neck's level-0 input, kept for MoGe-3's refiner.
+    pub level0: Option<Tensor>,
     pub neck: Vec<Tensor>,
     pub heads: Vec<(&'static str, Vec<Tensor>)>,
     /// The scale head's (1, 1) output, before `exp`.
@@ -116,7 +154,13 @@ impl Network {
     /// The tensors the host needs: each head's last map and the scale.
     pub fn outputs(&self) -> Outputs {
         let head = |name: &str| self.heads.iter().find(|(n, _)| *n == name).and_then(|(_, outs)| outs.last().cloned());
-        Outputs { points: head("points_head"), normal: head("normal_head"), mask: head("mask_head"), scale: self.scale.clone() }
+        Outputs {
+            points: head("points_head"),
+            normal: head("normal_head"),
+            mask: head("mask_head"),
+            scale: self.scale.clone(),
+            encoder_map: self.level0.clone(),
+        }
     }
 
     pub fn read_back(&self) -> Result<RawOutput> {
@@ -130,6 +174,7 @@ pub(crate) struct Outputs {
     pub normal: Option<Tensor>,
     pub mask: Option<Tensor>,
     pub scale: Option<Tensor>,
+    pub encoder_map: Option<Tensor>,
 }
 
 impl Outputs {
@@ -141,7 +186,20 @@ impl Outputs {
         let points_t = self.points.as_ref().context("the model has no points head")?;
         let size = (points_t.dim(1)?, points_t.dim(2)?);
         let points = host(&self.points)?.unwrap_or_default();
-        Ok(RawOutput { size, points, normal: host(&self.normal)?, mask: host(&self.mask)?, metric_scale: host(&self.scale)?.map(|v| v[0]) })
+        let grid = match &self.encoder_map {
+            Some(m) => (m.dim(1)?, m.dim(2)?),
+            None => (0, 0),
+        };
+        Ok(RawOutput {
+            size,
+            points,
+            normal: host(&self.normal)?,
+            mask: host(&self.mask)?,
+            metric_scale: host(&self.scale)?.map(|v| v[0]),
+            grid,
+            encoder_map: host(&self.encoder_map)?,
+            ..RawOutput::default()
+        })
     }
 }
 
@@ -166,7 +224,11 @@ impl Model {
     }
 
     /// Binds a state dict to the network of `config`, each layer taking its route from `opts`.
-    pub fn build(config: ModelConfig, tensors: HashMap<String, Tensor>, opts: &BuildOptions) -> Result<Self> {
+    pub fn build(mut config: ModelConfig, tensors: HashMap<String, Tensor>, opts: &BuildOptions) -> Result<Self> {
+        // v3 passes `remap_output='exp'` to v2 itself; its configs carry none.
+        if config.refiner.is_some() {
+            config.remap_output = RemapOutput::Exp;
+        }
         let mut w = Weights::new(tensors, opts);
         // The ops that read the level themselves while they pack read the options' level.
         let parts = match opts.cpu_level() {
@@ -174,7 +236,7 @@ impl Model {
             None => Parts::bind(&config, &mut w)?,
         };
         w.finish()?;
-        let Parts { encoder, neck, points_head, normal_head, mask_head, scale_head } = parts;
+        let Parts { encoder, neck, points_head, normal_head, mask_head, scale_head, refiner } = parts;
         if points_head.is_none() {
             bail!("the model has no points head");
         }
@@ -192,6 +254,7 @@ impl Model {
             normal_head,
             mask_head,
             scale_head,
+            refiner,
             pos_cache: Mutex::new(LruCache::new(GRIDS_CACHED)),
             pos_planes,
             pos_cls,
@@ -235,7 +298,7 @@ impl Model {
             let (m, s) = (self.encoder.image_mean[c], self.encoder.image_std[c]);
             input[c * plane..(c + 1) * plane].iter_mut().for_each(|v| *v = (*v - m) / s);
         }
-        Prepared { width, height, grid, input }
+        Prepared { width, height, grid, input, refine_steps: self.default_refine_steps(), per_step: false }
     }
 
     /// `interpolate_pos_encoding`: the 37x37 table as is for a 37x37 grid, else bicubic with
@@ -267,7 +330,9 @@ impl Model {
     /// The network on one prepared image, op by op ([`super::Runner`] replays captured
     /// forwards where the device has them).
     pub fn forward(&self, prep: &Prepared) -> Result<RawOutput> {
-        Ok(self.forward_intermediates(prep, None)?.raw)
+        let mut raw = self.forward_intermediates(prep, None)?.raw;
+        self.refine(&mut raw, prep.refine_steps, prep.per_step)?;
+        Ok(raw)
     }
 
     /// The network, keeping every intermediate; with `timings`, the wall time of each part
@@ -344,6 +409,7 @@ impl Model {
         }
         let scale = self.scale_head.as_ref().map(|m| m.forward(&enc.cls_token)).transpose()?;
         lap("scale_head", &mut timings);
-        Ok(Network { enc, neck, heads, scale })
+        let level0 = self.refiner.is_some().then_some(level0);
+        Ok(Network { enc, level0, neck, heads, scale })
     }
 }

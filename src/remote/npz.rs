@@ -58,6 +58,7 @@ pub fn read_prediction(bytes: &[u8]) -> Result<Prediction> {
         metric_scale,
         focal,
         shift: 0.0,
+        per_step: Vec::new(),
         grid: (0, 0),
     })
 }

@@ -40,7 +40,7 @@ fn raw(rng: &mut Rng, (h, w): (usize, usize), normal: bool, mask: bool, scale: b
         let edge = [0.0, -0.0, 1e-8, -1e-8, 2.4e-7, 3e-7, 6e-8, 1.0, -1.0, 0.9999999, -0.9999999];
         (0..n).map(|i| if i % 5 == 0 { edge[rng.below(edge.len())] } else { 4.0 * rng.unit() + 0.5 }).collect()
     });
-    RawOutput { size: (h, w), points, normal, mask, metric_scale: scale.then(|| 0.3 * rng.unit()) }
+    RawOutput { size: (h, w), points, normal, mask, metric_scale: scale.then(|| 0.3 * rng.unit()), ..RawOutput::default() }
 }
 
 fn same(name: &str, a: &[f32], b: &[f32]) {
@@ -187,6 +187,7 @@ fn prediction_of(depth: Vec<f32>, mask: Vec<bool>) -> Prediction {
         metric_scale: 1.0,
         focal: 1.0,
         shift: 0.0,
+        per_step: Vec::new(),
         grid: (1, 1),
     }
 }

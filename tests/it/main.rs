@@ -23,6 +23,7 @@ mod host_paths;
 mod hub;
 mod int8;
 mod layers;
+mod moge3;
 mod numerics;
 mod parity;
 mod pool;

@@ -69,6 +69,7 @@ fn synthetic(height: usize, width: usize, with_normal: bool) -> Prediction {
         metric_scale: 3.75,
         focal,
         shift: 0.25,
+        per_step: Vec::new(),
         grid: (4, 6),
     }
 }

@@ -302,6 +302,7 @@ fn save_npz(
         metric_scale,
         focal: 0.0,
         shift: 0.0,
+        per_step: Vec::new(),
         grid: (0, 0),
     };
     let out = moge::outputs::OutputOptions::default();

@@ -18,6 +18,7 @@ pub mod layer_norm;
 pub mod linear;
 pub mod matmul;
 pub mod route;
+pub mod sparse_conv;
 pub mod tensor;
 
 // What the model and the command line ask of the kernels, at the top.

@@ -29,6 +29,12 @@ impl Npz {
     pub fn i64(&mut self, key: &str) -> ArrayD<i64> {
         self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
     }
+    pub fn i32(&mut self, key: &str) -> ArrayD<i32> {
+        self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
+    }
+    pub fn f64(&mut self, key: &str) -> ArrayD<f64> {
+        self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
+    }
     pub fn u8(&mut self, key: &str) -> ArrayD<u8> {
         self.inner.by_name(key).unwrap_or_else(|e| panic!("{}: {key}: {e}", self.path.display()))
     }

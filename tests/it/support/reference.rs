@@ -258,6 +258,7 @@ pub fn fixture_case(name: &str) -> (serde_json::Value, InferOptions) {
         apply_mask: c["apply_mask"].as_bool().unwrap(),
         point_map: true,
         normal_map: true,
+        ..InferOptions::default()
     };
     (c, opts)
 }

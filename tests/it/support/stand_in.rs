@@ -117,6 +117,7 @@ fn made_up(width: usize, height: usize) -> Prediction {
         metric_scale: 1.0,
         focal: 2.0 * fx * height as f32 / (width as f32).hypot(height as f32),
         shift: 0.0,
+        per_step: Vec::new(),
         grid: (1, 1),
     }
 }

@@ -108,6 +108,7 @@ pub fn postprocess(fwd: ForwardMaps, width: usize, height: usize, grid: (usize, 
         metric_scale: metric_scale.unwrap_or(1.0),
         focal,
         shift: fs.shift,
+        per_step: Vec::new(),
         grid,
     }
 }

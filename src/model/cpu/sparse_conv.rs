@@ -1,0 +1,273 @@
+//! The submanifold 3x3x3 convolution of MoGe-3's refiner (upstream's `SparseConv3d` on
+//! FlexGEMM, `moge/model/modules/flex_sparse_blocks.py`): outputs at the active voxels only,
+//! inputs from active voxels only (a dense padded Conv3d evaluated at the active sites with the
+//! inactive ones zero), the bias always added.
+//!
+//! Gather-GEMM-scatter per tap, output-stationary: the voxels are cut into chunks whose
+//! outputs stay in cache; for each tap, the inputs of the chunk's voxels that have that
+//! neighbour are gathered into a dense block, multiplied by the tap's (Ci × Co) weight on the
+//! project's products (the `gemm` crate in f32, `matmul::bf16` in bf16), and added into their
+//! rows. Absent taps cost nothing: a voxel of a surface has 6-14 of its 27 neighbours, so a
+//! dense 27-tap im2col would do 2-4x the multiply-adds. The centre tap is every voxel itself:
+//! its product reads the chunk's inputs in place and accumulates straight into the outputs.
+
+use rayon::prelude::*;
+
+use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::matmul::gemm::{Gemm, Strided};
+use crate::simd::isa::{self, Isa};
+use crate::simd::Mat;
+
+/// Offsets of a 3x3x3 kernel.
+pub const TAPS: usize = 27;
+/// Offset (0, 0, 0): the voxel itself.
+pub const CENTRE: usize = 13;
+/// No active voxel at that offset.
+pub const ABSENT: u32 = u32::MAX;
+
+/// For each voxel, the index of the active voxel at each of the 27 offsets, or [`ABSENT`]
+/// (FlexGEMM's neighbour cache, built once per level and shared by every convolution there).
+/// Tap t = 9a + 3b + c is offset (a − 1, b − 1, c − 1) over (i, j, z), the order of upstream's
+/// weight (Co, 3, 3, 3, Ci).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbours {
+    map: Vec<u32>,
+}
+
+impl Neighbours {
+    /// From 27 indices per voxel, each below the voxel count or [`ABSENT`], the centre the voxel
+    /// itself. Panics otherwise (the voxel set builds it; a wrong map would read out of bounds).
+    pub fn from_map(map: Vec<u32>) -> Self {
+        assert!(map.len().is_multiple_of(TAPS), "neighbour map: {} entries, not 27 per voxel", map.len());
+        let n = map.len() / TAPS;
+        assert!(n < ABSENT as usize, "neighbour map: {n} voxels");
+        for (v, taps) in map.chunks_exact(TAPS).enumerate() {
+            assert!(taps[CENTRE] as usize == v, "neighbour map: voxel {v} is not its own centre");
+            assert!(taps.iter().all(|&t| t == ABSENT || (t as usize) < n), "neighbour map: voxel {v} names a voxel beyond {n}");
+        }
+        Self { map }
+    }
+
+    /// Voxels.
+    pub fn len(&self) -> usize {
+        self.map.len() / TAPS
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The 27 neighbours of voxel `v`.
+    pub fn of(&self, v: usize) -> &[u32] {
+        &self.map[v * TAPS..(v + 1) * TAPS]
+    }
+
+    /// (voxel, neighbour) pairs present, the centre included: the convolution's multiply-adds
+    /// are `pairs · Ci · Co`.
+    pub fn pairs(&self) -> usize {
+        self.map.iter().filter(|&&t| t != ABSENT).count()
+    }
+}
+
+/// A tap's weight, (Ci × Co), in the product's form.
+enum TapWeights {
+    /// (27, Ci, Co) row-major.
+    F32(Vec<f32>),
+    /// One packed B per tap.
+    Bf16(Vec<PackedB>),
+}
+
+/// `SparseConv3d(ci, co, 3)` as a submanifold convolution.
+pub struct SubmConv3d {
+    ci: usize,
+    co: usize,
+    bias: Vec<f32>,
+    taps: TapWeights,
+    /// The level of the vector loops (the rows' adds).
+    isa: Isa,
+}
+
+impl SubmConv3d {
+    /// From upstream's weight (Co, 3, 3, 3, Ci) and bias (Co); `bf16` rounds both operands of the
+    /// products to bf16 (f32 sums), as the rest of a bf16 model does.
+    pub fn new(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, bf16: bool) -> Self {
+        assert!(weight.len() == co * TAPS * ci && bias.len() == co, "SubmConv3d: weight {} and bias {} for {ci} -> {co}", weight.len(), bias.len());
+        // Tap t's (Ci × Co) block: element (i, o) = weight[o][t][i].
+        let tap = |t: usize| -> Vec<f32> {
+            let mut b = vec![0f32; ci * co];
+            for o in 0..co {
+                let src = &weight[(o * TAPS + t) * ci..][..ci];
+                for (i, &v) in src.iter().enumerate() {
+                    b[i * co + o] = v;
+                }
+            }
+            b
+        };
+        let taps = if bf16 {
+            TapWeights::Bf16((0..TAPS).map(|t| PackedB::from_f32_kn(&tap(t), ci, co)).collect())
+        } else {
+            TapWeights::F32((0..TAPS).flat_map(tap).collect())
+        };
+        Self { ci, co, bias, taps, isa: isa::current() }
+    }
+
+    pub fn channels(&self) -> (usize, usize) {
+        (self.ci, self.co)
+    }
+
+    /// Multiply-adds of one call on `nb`.
+    pub fn macs(&self, nb: &Neighbours) -> u64 {
+        nb.pairs() as u64 * (self.ci * self.co) as u64
+    }
+
+    /// y (M × Co) at every voxel of `nb` from x (M × Ci), rows in the voxels' order.
+    pub fn forward(&self, x: &[f32], nb: &Neighbours) -> Vec<f32> {
+        let (ci, co, m) = (self.ci, self.co, nb.len());
+        assert_eq!(x.len(), m * ci, "SubmConv3d: {} inputs for {m} voxels of {ci} channels", x.len());
+        let mut y = vec![0f32; m * co];
+        if m == 0 {
+            return y;
+        }
+        // Outputs and one tap's products of a chunk in ~128 KiB (L2), at most 1024 voxels.
+        let chunk = (16384 / co).clamp(16, 1024);
+        y.par_chunks_mut(chunk * co).enumerate().for_each(|(c, out)| {
+            let v0 = c * chunk;
+            let n = out.len() / co;
+            for r in out.chunks_exact_mut(co) {
+                r.copy_from_slice(&self.bias);
+            }
+            let mut rows: Vec<u32> = Vec::with_capacity(n);
+            let mut gathered = vec![0f32; n * ci];
+            let mut products = vec![0f32; n * co];
+            for t in 0..TAPS {
+                if t == CENTRE {
+                    self.product(t, &x[v0 * ci..(v0 + n) * ci], n, out, true);
+                    continue;
+                }
+                rows.clear();
+                let mut k = 0;
+                for r in 0..n {
+                    let src = nb.map[(v0 + r) * TAPS + t];
+                    if src != ABSENT {
+                        rows.push(r as u32);
+                        let s = src as usize * ci;
+                        gathered[k * ci..(k + 1) * ci].copy_from_slice(&x[s..s + ci]);
+                        k += 1;
+                    }
+                }
+                if k == 0 {
+                    continue;
+                }
+                self.product(t, &gathered[..k * ci], k, &mut products[..k * co], false);
+                add_rows(self.isa, out, &products[..k * co], &rows, co);
+            }
+        });
+        y
+    }
+
+    /// `dst (n × Co) = [dst +] a (n × Ci) · W_t` on this thread.
+    fn product(&self, t: usize, a: &[f32], n: usize, dst: &mut [f32], accumulate: bool) {
+        let (ci, co) = (self.ci, self.co);
+        match &self.taps {
+            TapWeights::F32(w) => {
+                let w = &w[t * ci * co..(t + 1) * ci * co];
+                // SAFETY: dst holds n rows of co, a n rows of ci, w ci rows of co (sliced above);
+                // dst is this task's own.
+                unsafe {
+                    Gemm::new(n, co, ci).accumulate(accumulate).run(
+                        Strided::rows(dst.as_mut_ptr(), co),
+                        Strided::rows(a.as_ptr(), ci),
+                        Strided::rows(w.as_ptr(), co),
+                    )
+                }
+            }
+            TapWeights::Bf16(p) => gemm_bf16(Mat::from_slice(a, n, ci, ci), &p[t], Mat::from_slice_mut(dst, n, co, co), accumulate, 1),
+        }
+    }
+}
+
+crate::simd::dispatch! {
+    /// Row k of `products` (rows of `co`) added into row `rows[k]` of `out`.
+    fn add_rows / add_rows_baseline(out: &mut [f32], products: &[f32], rows: &[u32], co: usize) {
+        for (p, &r) in products.chunks_exact(co).zip(rows) {
+            let o = &mut out[r as usize * co..][..co];
+            o.iter_mut().zip(p).for_each(|(o, p)| *o += p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A random voxel set on a small grid, its neighbour map by brute force.
+    fn random_voxels(seed: &mut u64, dims: (i32, i32, i32), keep: f32) -> (Vec<[i32; 3]>, Neighbours) {
+        let mut rnd = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            (*seed >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let mut vox = vec![];
+        for i in 0..dims.0 {
+            for j in 0..dims.1 {
+                for z in 0..dims.2 {
+                    if rnd() < keep {
+                        vox.push([i, j, z]);
+                    }
+                }
+            }
+        }
+        let mut map = vec![];
+        for (v, p) in vox.iter().enumerate() {
+            for t in 0..TAPS as i32 {
+                let q = [p[0] + t / 9 - 1, p[1] + (t / 3) % 3 - 1, p[2] + t % 3 - 1];
+                map.push(vox.iter().position(|&o| o == q).map_or(ABSENT, |u| u as u32));
+            }
+            assert_eq!(map[v * TAPS + CENTRE], v as u32);
+        }
+        (vox, Neighbours::from_map(map))
+    }
+
+    /// The convolution against an f64 evaluation of the dense definition at the active sites,
+    /// for channel counts off every tile and chunk boundary, in f32 and bf16.
+    #[test]
+    fn submanifold_conv_matches_the_dense_definition() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for (ci, co, dims, keep) in [(3, 5, (5, 6, 4), 0.5), (8, 16, (9, 7, 5), 0.35), (33, 17, (6, 6, 6), 0.6), (16, 1030 / 10, (4, 40, 3), 0.8)] {
+            let (vox, nb) = random_voxels(&mut seed, dims, keep);
+            let m = vox.len();
+            let x = crate::simd::test_values(&mut seed, m * ci);
+            let w = crate::simd::test_values(&mut seed, co * TAPS * ci);
+            let bias = crate::simd::test_values(&mut seed, co);
+            let mut want = vec![0f64; m * co];
+            for (v, p) in vox.iter().enumerate() {
+                for o in 0..co {
+                    let mut s = bias[o] as f64;
+                    for t in 0..TAPS {
+                        let q = [p[0] + t as i32 / 9 - 1, p[1] + (t as i32 / 3) % 3 - 1, p[2] + t as i32 % 3 - 1];
+                        if let Some(u) = vox.iter().position(|&o| o == q) {
+                            s += (0..ci).map(|i| w[(o * TAPS + t) * ci + i] as f64 * x[u * ci + i] as f64).sum::<f64>();
+                        }
+                    }
+                    want[v * co + o] = s;
+                }
+            }
+            let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+            for bf16 in [false, true] {
+                let got = SubmConv3d::new(&w, bias.clone(), ci, co, bf16).forward(&x, &nb);
+                let err = got.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
+                let tol = if bf16 { 2e-2 } else { 1e-5 };
+                assert!(err <= tol * scale, "{ci}->{co} on {m} voxels (bf16 {bf16}): max error {err} of {scale}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_map_that_is_not_its_own_centre_is_refused() {
+        let mut map = vec![ABSENT; TAPS];
+        assert!(std::panic::catch_unwind(|| Neighbours::from_map(map.clone())).is_err());
+        map[CENTRE] = 0;
+        assert_eq!(Neighbours::from_map(map).pairs(), 1);
+    }
+}

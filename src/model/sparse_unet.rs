@@ -1,0 +1,290 @@
+//! `Sparse3DUNet` (`moge/model/modules/sparse_unet.py`) and its blocks
+//! (`flex_sparse_blocks.py`: `SparseResBlock3d`, `PoolDown`, `NearestUp`), on the host: the
+//! refiner of MoGe-3. Names map to the state-dict keys under `refiner.`. Features are rows of
+//! voxels ([`Voxels`] order); the submanifold convolutions run on the CPU kernels in f32 or bf16,
+//! the linears in f32 always: they are a few per cent of the work, and bf16 would round the
+//! input features (x/z, y/z, log z) by up to a depth bin (2^-8 relative against bins of 1/256).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use rayon::prelude::*;
+
+use super::config::RefinerConfig;
+use super::cpu::layer_norm::LayerNormOp;
+use super::cpu::matmul::gemm::{Gemm, Strided};
+use super::cpu::sparse_conv::{Neighbours, SubmConv3d};
+use super::voxels::{mean_pool, upsample_add, Voxels};
+use super::weights::Weights;
+use crate::simd::isa::{self, Isa};
+use crate::simd::math::silu_in_place;
+
+/// A tensor of the state dict on the host.
+fn host(w: &mut Weights, key: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    Ok(w.get(key, shape)?.to_device(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// `nn.Linear` on rows, in f32.
+pub struct Linear {
+    d_in: usize,
+    d_out: usize,
+    /// PyTorch's (out, in).
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl Linear {
+    pub fn load(w: &mut Weights, p: &str, d_in: usize, d_out: usize) -> Result<Self> {
+        let weight = host(w, &format!("{p}.weight"), &[d_out, d_in])?;
+        let bias = host(w, &format!("{p}.bias"), &[d_out])?;
+        Ok(Self { d_in, d_out, weight, bias })
+    }
+
+    /// y (n × out) = x (n × in) · Wᵀ + b.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let n = x.len() / self.d_in.max(1);
+        assert_eq!(x.len(), n * self.d_in, "refiner linear: {} inputs of width {}", x.len(), self.d_in);
+        let threads = rayon::current_num_threads().max(1);
+        let mut y = vec![0f32; n * self.d_out];
+        if n == 0 {
+            return y;
+        }
+        y.par_chunks_mut(self.d_out).for_each(|r| r.copy_from_slice(&self.bias));
+        // SAFETY: y holds n rows of d_out, x n rows of d_in (asserted), the weight d_out rows
+        // of d_in read transposed.
+        unsafe {
+            Gemm::new(n, self.d_out, self.d_in).accumulate(true).on_rayon(threads).run(
+                Strided::rows(y.as_mut_ptr(), self.d_out),
+                Strided::rows(x.as_ptr(), self.d_in),
+                Strided::cols(self.weight.as_ptr(), self.d_in),
+            )
+        };
+        y
+    }
+
+    pub fn macs(&self, rows: usize) -> u64 {
+        (rows * self.d_in * self.d_out) as u64
+    }
+}
+
+/// SiLU over every element, in parallel.
+fn silu(level: Isa, mut x: Vec<f32>) -> Vec<f32> {
+    x.par_chunks_mut(4096).for_each(|c| silu_in_place(level, c));
+    x
+}
+
+/// `SparseResBlock3d(c)`: x + conv2(SiLU(conv1(SiLU(norm1(x))))).
+pub struct SparseResBlock3d {
+    norm1: LayerNormOp,
+    conv1: SubmConv3d,
+    conv2: SubmConv3d,
+    isa: Isa,
+}
+
+impl SparseResBlock3d {
+    pub fn load(w: &mut Weights, p: &str, c: usize, bf16: bool) -> Result<Self> {
+        let norm1 = LayerNormOp {
+            weight: host(w, &format!("{p}.norm1.weight"), &[c])?,
+            bias: host(w, &format!("{p}.norm1.bias"), &[c])?,
+            eps: 1e-6,
+            isa: isa::current(),
+        };
+        let conv = |w: &mut Weights, name: &str| -> Result<SubmConv3d> {
+            let weight = host(w, &format!("{p}.{name}.weight"), &[c, 3, 3, 3, c])?;
+            Ok(SubmConv3d::new(&weight, host(w, &format!("{p}.{name}.bias"), &[c])?, c, c, bf16))
+        };
+        Ok(Self { norm1, conv1: conv(w, "conv1")?, conv2: conv(w, "conv2")?, isa: isa::current() })
+    }
+
+    pub fn forward(&self, x: &[f32], nb: &Neighbours) -> Vec<f32> {
+        let h = silu(self.isa, self.norm1.run(x));
+        let h = silu(self.isa, self.conv1.forward(&h, nb));
+        let mut h = self.conv2.forward(&h, nb);
+        h.par_chunks_mut(4096).zip(x.par_chunks(4096)).for_each(|(h, x)| h.iter_mut().zip(x).for_each(|(h, x)| *h += x));
+        h
+    }
+
+    pub fn macs(&self, nb: &Neighbours) -> u64 {
+        self.conv1.macs(nb) + self.conv2.macs(nb)
+    }
+}
+
+/// What one refiner call did: voxels, convolution multiply-adds and time, per level.
+#[derive(Debug, Clone, Default)]
+pub struct RefinerStats {
+    pub voxels: Vec<usize>,
+    /// (voxel, neighbour) pairs of each level's submanifold convolutions.
+    pub pairs: Vec<usize>,
+    /// Multiply-adds of the sparse convolutions, and of everything (linears included).
+    pub conv_macs: u64,
+    pub macs: u64,
+    /// Building the voxel sets and neighbour maps, and the whole call.
+    pub structure: Duration,
+    pub convolutions: Duration,
+    pub total: Duration,
+}
+
+/// `Sparse3DUNet`.
+pub struct Sparse3DUNet {
+    channels: Vec<usize>,
+    encoder_channels: usize,
+    input_proj: Linear,
+    encoder_fuse: Linear,
+    /// `fuse_proj.0` and `fuse_proj.2` (a SiLU between them).
+    fuse_proj: (Linear, Linear),
+    down_stages: Vec<Vec<SparseResBlock3d>>,
+    downsample_blocks: Vec<Linear>,
+    bottleneck_stage: Vec<SparseResBlock3d>,
+    upsample_blocks: Vec<Linear>,
+    up_stages: Vec<Vec<SparseResBlock3d>>,
+    out_proj: Linear,
+    isa: Isa,
+}
+
+impl Sparse3DUNet {
+    pub fn load(w: &mut Weights, p: &str, cfg: &RefinerConfig, bf16: bool) -> Result<Self> {
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        if cfg.in_channels != 3 || cfg.out_channels != 1 {
+            bail!("refiner: {} input and {} output channels (MoGe-3 has 3 and 1)", cfg.in_channels, cfg.out_channels);
+        }
+        let ch = cfg.model_channels.clone();
+        let levels = ch.len();
+        let last = ch[levels - 1];
+        let blocks = |w: &mut Weights, name: String, c: usize, n: usize| -> Result<Vec<SparseResBlock3d>> {
+            (0..n).map(|b| SparseResBlock3d::load(w, &format!("{name}.{b}"), c, bf16)).collect()
+        };
+        let input_proj = Linear::load(w, &format!("{p}.input_proj"), cfg.in_channels, ch[0])?;
+        let encoder_fuse = Linear::load(w, &format!("{p}.encoder_fuse"), cfg.encoder_channels, last)?;
+        let fuse_proj = (Linear::load(w, &format!("{p}.fuse_proj.0"), 2 * last, last)?, Linear::load(w, &format!("{p}.fuse_proj.2"), last, last)?);
+        let mut down_stages = vec![];
+        let mut downsample_blocks = vec![];
+        for (k, &c) in ch.iter().enumerate() {
+            down_stages.push(blocks(w, format!("{p}.down_stages.{k}"), c, cfg.encoder_blocks_per_level.get(k).unwrap_or(1))?);
+            if k + 1 < levels {
+                downsample_blocks.push(Linear::load(w, &format!("{p}.downsample_blocks.{k}.linear"), c, ch[k + 1])?);
+            }
+        }
+        let bottleneck_stage = blocks(w, format!("{p}.bottleneck_stage"), last, cfg.bottleneck_blocks)?;
+        let mut upsample_blocks = vec![];
+        let mut up_stages = vec![];
+        for i in 0..levels - 1 {
+            let (src, dst) = (levels - 1 - i, levels - 2 - i);
+            upsample_blocks.push(Linear::load(w, &format!("{p}.upsample_blocks.{i}.linear"), ch[src], ch[dst])?);
+            up_stages.push(blocks(w, format!("{p}.up_stages.{i}"), ch[dst], cfg.decoder_blocks_per_level.get(i).unwrap_or(1))?);
+        }
+        let out_proj = Linear::load(w, &format!("{p}.out_proj"), ch[0], cfg.out_channels)?;
+        Ok(Self {
+            channels: ch,
+            encoder_channels: cfg.encoder_channels,
+            input_proj,
+            encoder_fuse,
+            fuse_proj,
+            down_stages,
+            downsample_blocks,
+            bottleneck_stage,
+            upsample_blocks,
+            up_stages,
+            out_proj,
+            isa: isa::current(),
+        })
+    }
+
+    /// Levels of the U-Net; the map's side must be a multiple of `2^(levels − 1)`.
+    pub fn levels(&self) -> usize {
+        self.channels.len()
+    }
+
+    pub fn encoder_channels(&self) -> usize {
+        self.encoder_channels
+    }
+
+    /// The log-depth correction (one per voxel) of `feats` (M × 3) at `voxels`, conditioned on
+    /// `encoder` (encoder_channels, gh, gw planes), sampled at the deepest level's (i, j).
+    pub fn forward(&self, feats: &[f32], voxels: &Voxels, encoder: &[f32], (gh, gw): (usize, usize)) -> Result<(Vec<f32>, RefinerStats)> {
+        let t0 = Instant::now();
+        let levels = self.levels();
+        let scale = 1usize << (levels - 1);
+        if voxels.height != gh * scale || voxels.width != gw * scale {
+            bail!("refiner: a {}x{} voxel map for a {gw}x{gh} encoder map (expected {} times it)", voxels.width, voxels.height, scale);
+        }
+        if encoder.len() != self.encoder_channels * gh * gw {
+            bail!("refiner: encoder map of {} floats for {} channels of {gw}x{gh}", encoder.len(), self.encoder_channels);
+        }
+        let mut stats = RefinerStats::default();
+        let mut conv_time = Duration::ZERO;
+        let mut structure = Duration::ZERO;
+        let timed = |acc: &mut Duration, f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            f();
+            *acc += t.elapsed();
+        };
+
+        let mut x = self.input_proj.forward(feats);
+        stats.macs += self.input_proj.macs(voxels.len());
+        let mut vox = vec![voxels.clone()];
+        let mut nbs: Vec<Neighbours> = vec![];
+        let mut parents: Vec<Vec<u32>> = vec![];
+        let mut skips: Vec<Vec<f32>> = vec![];
+        for k in 0..levels {
+            let mut nb = None;
+            timed(&mut structure, &mut || nb = Some(vox[k].neighbours()));
+            let nb = nb.expect("built above");
+            stats.voxels.push(vox[k].len());
+            stats.pairs.push(nb.pairs());
+            for b in &self.down_stages[k] {
+                timed(&mut conv_time, &mut || x = b.forward(&x, &nb));
+                stats.conv_macs += b.macs(&nb);
+            }
+            nbs.push(nb);
+            if k + 1 < levels {
+                let mut pooled = None;
+                timed(&mut structure, &mut || pooled = Some(vox[k].pooled()));
+                let (up, parent) = pooled.expect("built above");
+                let m = mean_pool(&x, self.channels[k], &parent, up.len());
+                skips.push(std::mem::take(&mut x));
+                x = self.downsample_blocks[k].forward(&m);
+                stats.macs += self.downsample_blocks[k].macs(up.len());
+                vox.push(up);
+                parents.push(parent);
+            }
+        }
+
+        // The bottleneck: the encoder's features at each deepest voxel's (i, j), fused.
+        let deep = &vox[levels - 1];
+        let (c, last) = (self.encoder_channels, self.channels[levels - 1]);
+        let plane = gh * gw;
+        let cols = deep.columns();
+        let mut gathered = vec![0f32; deep.len() * c];
+        gathered.par_chunks_mut(c).zip(cols.par_iter()).for_each(|(row, &col)| {
+            for (ch, v) in row.iter_mut().enumerate() {
+                *v = encoder[ch * plane + col as usize];
+            }
+        });
+        let e = self.encoder_fuse.forward(&gathered);
+        let cat: Vec<f32> = x.chunks_exact(last).zip(e.chunks_exact(last)).flat_map(|(a, b)| a.iter().chain(b).copied()).collect();
+        let h = silu(self.isa, self.fuse_proj.0.forward(&cat));
+        x = self.fuse_proj.1.forward(&h);
+        stats.macs += self.encoder_fuse.macs(deep.len()) + self.fuse_proj.0.macs(deep.len()) + self.fuse_proj.1.macs(deep.len());
+        for b in &self.bottleneck_stage {
+            timed(&mut conv_time, &mut || x = b.forward(&x, &nbs[levels - 1]));
+            stats.conv_macs += b.macs(&nbs[levels - 1]);
+        }
+
+        for i in 0..levels - 1 {
+            let k = levels - 2 - i;
+            let y = self.upsample_blocks[i].forward(&x);
+            stats.macs += self.upsample_blocks[i].macs(vox[k + 1].len());
+            x = upsample_add(&y, self.channels[k], &parents[k], &skips[k]);
+            for b in &self.up_stages[i] {
+                timed(&mut conv_time, &mut || x = b.forward(&x, &nbs[k]));
+                stats.conv_macs += b.macs(&nbs[k]);
+            }
+        }
+        let out = self.out_proj.forward(&x);
+        stats.macs += stats.conv_macs + self.out_proj.macs(voxels.len());
+        stats.structure = structure;
+        stats.convolutions = conv_time;
+        stats.total = t0.elapsed();
+        Ok((out, stats))
+    }
+}
