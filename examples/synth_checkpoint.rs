@@ -3,6 +3,10 @@
 //! with the weights that `tests/synth_weights.py` makes (seed 7, shaped), as `.safetensors` with
 //! its JSON config beside it.
 //!
+//! `moge3-vitl` is MoGe-3's ViT-L: vitl-normal's network and the released refiner's architecture
+//! (channels 32..512), its `out_proj` scaled by 0.01 so that each step corrects log-depth by a
+//! few bins, as a trained refiner does, and the voxels keep a surface's neighbourhoods.
+//!
 //! ```text
 //! cargo run --profile ci --example synth_checkpoint -- vits-normal /tmp/vits.safetensors
 //! moge bench --weights /tmp/vits.safetensors --precision f32
@@ -16,13 +20,30 @@ use std::path::PathBuf;
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(variant), Some(out)) = (args.next(), args.next().map(PathBuf::from)) else {
-        anyhow::bail!("usage: synth_checkpoint VARIANT OUT.safetensors (VARIANT: vits-normal, vitb-normal, vitl-normal, vitl)");
+        anyhow::bail!("usage: synth_checkpoint VARIANT OUT.safetensors (VARIANT: vits-normal, vitb-normal, vitl-normal, vitl, moge3-vitl)");
     };
     let configs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fullsize/configs.json");
     let configs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(configs)?)?;
-    let config = configs.get(&variant).ok_or_else(|| anyhow::anyhow!("no variant {variant} in {configs}"))?;
+    let moge3 = variant == "moge3-vitl";
+    let mut config = configs.get(if moge3 { "vitl-normal" } else { &variant }).ok_or_else(|| anyhow::anyhow!("no variant {variant} in {configs}"))?.clone();
+    if moge3 {
+        // v3's config: no remap_output (it is exp), the refiner of `Ruicheng/moge-3-vitl`.
+        let c = config.as_object_mut().expect("a config is an object");
+        c.remove("remap_output");
+        c.insert(
+            "refiner".into(),
+            serde_json::json!({"in_channels": 3, "out_channels": 1, "encoder_channels": 1026, "model_channels": [32, 64, 128, 256, 512],
+                               "encoder_blocks_per_level": 1, "decoder_blocks_per_level": 1, "bottleneck_blocks": 1,
+                               "downsample_factors": [2, 2, 2, 2], "encoder_downsample": 16}),
+        );
+        c.insert("refiner_depth_resolution".into(), 256.into());
+    }
     let shapes = moge::Model::state_dict_shapes(&serde_json::from_value(config.clone())?)?;
-    let sd = synth::synth_state_dict(&shapes, 7, true);
+    let mut sd = synth::synth_state_dict(&shapes, 7, true);
+    if let Some((_, w)) = sd.get_mut("refiner.out_proj.weight") {
+        w.iter_mut().for_each(|v| *v *= 0.01);
+    }
+    let config = &config;
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
         sd.into_iter().map(|(k, (shape, v))| (k, shape, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
     let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
