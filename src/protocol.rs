@@ -67,6 +67,10 @@ pub struct PredictOptions {
     /// Default [`DEFAULT_NORMAL_DTYPE`]; `float32` asks for the normals as computed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub npz_normal_dtype: Option<NormalDtype>,
+    /// MoGe-3's refine steps; default the model's (3 for MoGe-3; a MoGe-2 model refuses any
+    /// other than 0). A moge extension: tt-MoGe runs MoGe-2 and does not know it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refine_steps: Option<u32>,
 }
 
 impl PredictOptions {
@@ -80,6 +84,7 @@ impl PredictOptions {
             force_projection: (opts.force_projection != d.force_projection).then_some(opts.force_projection),
             num_tokens: opts.num_tokens,
             resolution_level: (opts.num_tokens.is_none() && opts.resolution_level != d.resolution_level).then_some(opts.resolution_level),
+            refine_steps: opts.refine_steps,
             ..Default::default()
         }
     }
@@ -97,6 +102,7 @@ impl PredictOptions {
             fov_x: self.fov_x,
             force_projection: self.force_projection.unwrap_or(d.force_projection),
             apply_mask: self.apply_mask.unwrap_or(d.apply_mask),
+            refine_steps: self.refine_steps,
             ..d
         };
         infer.validate()?;

@@ -134,6 +134,9 @@ async fn predict_inner(
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let req = request::parse(content_type, query, &bytes, st.cfg.max_tokens)?;
     drop(bytes);
+    if req.infer.refine_steps.is_some_and(|n| n > 0) && !st.model.has_refiner() {
+        return Err(ApiError::bad_request("refine_steps: this server runs a MoGe-2 model, which has no refiner (refine_steps needs MoGe-3)"));
+    }
     let req = Arc::new(req);
 
     // Decode and prepare on a host thread.

@@ -214,6 +214,8 @@ fn bad_requests_get_a_json_error_naming_the_problem() {
         (post_json(&s, &serde_json::json!({"image": b64(&photo_png(64, 48)), "output_format": "exr"})), 400, "exr"),
         (post_json(&s, &serde_json::json!({"image": b64(&photo_png(64, 48)), "fov": 60})), 400, "unknown field `fov`"),
         (post_json(&s, &serde_json::json!({"image": b64(&photo_png(64, 48)), "num_tokens": 20000})), 400, "limit"),
+        (post_json(&s, &serde_json::json!({"image": b64(&photo_png(64, 48)), "refine_steps": 2})), 400, "no refiner"),
+        (post_json(&s, &serde_json::json!({"image": b64(&photo_png(64, 48)), "refine_steps": 17})), 400, "refine_steps 17"),
         (post(&url, "image/png", b"these bytes are no image"), 400, "not an image"),
         (post(&url, "image/jpeg", &photo_jpeg(64, 48)[..400]), 400, "truncated JPEG"),
         (post(&format!("{url}?output_format=json"), "image/png", &photo_png(600, 500)), 422, "512x512"),
@@ -572,4 +574,44 @@ fn health_is_503_until_the_model_is_loaded_and_warm() {
     let _ = stop.send(());
     rt.block_on(serving).unwrap();
     service.close();
+}
+
+/// A MoGe-3 server: `refine_steps` in the JSON and in the query string, each answer the
+/// library's numbers for the same photo and steps, and a `moge predict --server` client asking
+/// for steps gets the same depth as the library.
+#[test]
+fn a_moge3_server_takes_refine_steps() {
+    let weights = fixtures().join("moge3/tiny_moge3.pt");
+    let s = Server::start_with(&weights, &[]);
+    let photo = photo_png(64, 48);
+    let model = moge::Model::load(&weights, &moge::model::BuildOptions::default()).unwrap();
+    let rgb = moge::image_io::decode_bytes(&photo, &Default::default()).unwrap().image;
+    let mut depths = vec![];
+    for steps in [0u32, 1, 3] {
+        let r = post(&format!("{}/predict?num_tokens=60&refine_steps={steps}", s.url), "image/png", &photo);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let (_d, mut z) = npz(&unb64(&r.json()["outputs"]["npz"]));
+        let want = model.infer(&rgb, &moge::InferOptions { num_tokens: Some(60), refine_steps: Some(steps), ..Default::default() }).unwrap();
+        assert!(same_f32(&z.vec_f32("depth"), &want.depth), "refine_steps {steps}: the server's depth is not the library's");
+        depths.push(want.depth);
+    }
+    assert!(depths[0] != depths[1] && depths[1] != depths[2], "each step changes the depth");
+    // The default is upstream's 3 steps.
+    let r = post_json(&s, &serde_json::json!({"image": b64(&photo), "num_tokens": 60}));
+    let (_d, mut z) = npz(&unb64(&r.json()["outputs"]["npz"]));
+    assert!(same_f32(&z.vec_f32("depth"), &depths[2]), "the default is 3 steps");
+
+    // A client of the server sends its --refine-steps.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("p.png");
+    std::fs::write(&input, &photo).unwrap();
+    let out = crate::support::cli::moge()
+        .args(["predict", "--server", &s.url, "--num-tokens", "60", "--refine-steps", "1", "--format", "npz", "-o"])
+        .arg(dir.path().join("out"))
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut z = Npz::open(&dir.path().join("out/p.npz"));
+    assert!(same_f32(&z.vec_f32("depth"), &depths[1]), "the client's answer is one step's");
 }

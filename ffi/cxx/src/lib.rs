@@ -38,8 +38,9 @@ mod ffi {
     /// `fov_x` in degrees (0: estimated), `fov_x_exif` (`infer_file` only: each photo's own
     /// from its EXIF focal length, estimated where it has none), `apply_mask`,
     /// `force_projection`, `fit` `exact` |
-    /// `pad` | `stretch` onto the canvas (0 x 0: 1920 x 1080), and for `infer_rgb` whether the
-    /// buffer is BGR (OpenCV's order) rather than RGB.
+    /// `pad` | `stretch` onto the canvas (0 x 0: 1920 x 1080), for `infer_rgb` whether the
+    /// buffer is BGR (OpenCV's order) rather than RGB, and MoGe-3's `refine_steps` (-1: the
+    /// model's default, 3 for MoGe-3; 0: the unrefined MoGe-2 output of the same network).
     struct Options {
         num_tokens: u32,
         resolution_level: i32,
@@ -51,6 +52,7 @@ mod ffi {
         canvas_width: u32,
         canvas_height: u32,
         bgr: bool,
+        refine_steps: i32,
     }
 
     /// A pinhole camera: focal lengths and principal point.
@@ -175,6 +177,7 @@ fn default_options() -> ffi::Options {
         canvas_width: 0,
         canvas_height: 0,
         bgr: false,
+        refine_steps: -1,
     }
 }
 
@@ -205,7 +208,12 @@ fn plan(o: &ffi::Options) -> anyhow::Result<Plan> {
         -1 => None,
         l => Some(u32::try_from(l).map_err(|_| anyhow::anyhow!("resolution_level {l} is not 0..=9 (or -1: not given)"))?),
     };
+    let refine_steps = match o.refine_steps {
+        -1 => None,
+        n => Some(u32::try_from(n).map_err(|_| anyhow::anyhow!("refine_steps {n} is not 0 or more (or -1: the model's default)"))?),
+    };
     let request = PredictOptions {
+        refine_steps,
         fit: Some(fit),
         fov_x: (o.fov_x != 0.0).then_some(o.fov_x),
         apply_mask: Some(o.apply_mask),

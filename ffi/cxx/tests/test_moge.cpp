@@ -200,6 +200,28 @@ int main() {
   check(from_rgb->points().size() == size_t(w) * h * 3 && from_rgb->mask().size() == size_t(w) * h, "sizes");
   check(std::fabs(from_rgb->fov_x() - 55.0f) < 1e-3f, "fov_x as given");
 
+  // MoGe-3 (its fixture has no normal head): refine steps as the command line's --refine-steps,
+  // the CLI's depth and mask bit for bit; 0 steps differ; a MoGe-2 model refuses steps.
+  {
+    const std::string w3 = fixtures + "/moge3/tiny_moge3.pt";
+    std::string cli3 = std::string(MOGE_CLI) + " predict photo.bmp -o cli3 --weights " + w3 +
+                       " --precision f32 --device cpu --num-tokens 60 --refine-steps 2 --npz-compression none > cli3.txt";
+    check(std::system(cli3.c_str()) == 0, cli3);
+    auto npz3 = read_npz("cli3/photo.npz");
+    auto m3 = moge::load(w3, load);
+    auto o3 = moge::default_options();
+    o3.num_tokens = 60;
+    o3.refine_steps = 2;
+    auto refined = m3->infer_file("photo.bmp", o3);
+    check(same_bits(refined->depth(), npz3["depth"]) && same_bits(refined->mask(), npz3["mask"]), "MoGe-3, 2 refine steps: the CLI's depth and mask");
+    o3.refine_steps = 0;
+    check(!same_bits(m3->infer_file("photo.bmp", o3)->depth(), npz3["depth"]), "MoGe-3, 0 refine steps: not the 2 steps' depth");
+    auto bad3 = moge::default_options();
+    bad3.refine_steps = 1;
+    auto e3 = thrown([&] { model->infer_file("photo.bmp", bad3); });
+    check(contains(e3, "no refiner"), "MoGe-2 asked for refine steps: " + e3);
+  }
+
   // int8 products: close to f32's depth, not equal to it.
   auto load8 = load;
   load8.precision = "int8";

@@ -45,7 +45,8 @@ struct Options {
 #[pymethods]
 impl Options {
     #[new]
-    #[pyo3(signature = (*, fit="exact", fov_x=None, apply_mask=true, force_projection=true, num_tokens=None, resolution_level=None, canvas=None))]
+    #[pyo3(signature = (*, fit="exact", fov_x=None, apply_mask=true, force_projection=true, num_tokens=None, resolution_level=None, canvas=None, refine_steps=None, return_per_step=false))]
+    #[allow(clippy::too_many_arguments)] // the keywords of `model(image, ...)`
     fn new(
         fit: &str,
         fov_x: Option<&Bound<'_, PyAny>>,
@@ -54,6 +55,8 @@ impl Options {
         num_tokens: Option<u32>,
         resolution_level: Option<u32>,
         canvas: Option<(u32, u32)>,
+        refine_steps: Option<u32>,
+        return_per_step: bool,
     ) -> PyResult<Self> {
         let fit: FitMode = fit.parse().map_err(|e: moge::names::UnknownName| PyValueError::new_err(e.to_string()))?;
         // Degrees for every image, or "exif": each photo file's own, from its EXIF focal length.
@@ -72,13 +75,15 @@ impl Options {
             force_projection: Some(force_projection),
             num_tokens,
             resolution_level,
+            refine_steps,
             ..Default::default()
         };
         let canvas = match canvas {
             Some((width, height)) => format!("{width}x{height}").parse::<Canvas>().map_err(PyValueError::new_err)?,
             None => Canvas::FULL_HD,
         };
-        let plan = Plan { fov, ..Plan::from_request(&request, canvas).map_err(PyValueError::new_err)? };
+        let mut plan = Plan { fov, ..Plan::from_request(&request, canvas).map_err(PyValueError::new_err)? };
+        plan.infer.per_step = return_per_step;
         Ok(Self { plan })
     }
 }
@@ -240,9 +245,25 @@ impl Predictions {
 }
 
 /// A prediction as a dict of numpy arrays that own the prediction's buffers (no copy).
-fn output(py: Python<'_>, p: Prediction) -> PyResult<Bound<'_, PyDict>> {
+fn output(py: Python<'_>, mut p: Prediction) -> PyResult<Bound<'_, PyDict>> {
     let (h, w) = (p.height, p.width);
     let d = PyDict::new(py);
+    // MoGe-3 with return_per_step: each step's maps (step 0 unrefined, the last the final).
+    let steps = std::mem::take(&mut p.per_step);
+    if steps.is_empty() {
+        d.set_item("per_step", py.None())?;
+    } else {
+        let list = pyo3::types::PyList::empty(py);
+        for s in steps {
+            let e = PyDict::new(py);
+            e.set_item("intrinsics", PyArray2::from_owned_array(py, numpy::ndarray::arr2(&s.intrinsics)))?;
+            e.set_item("points", PyArray1::from_vec(py, s.points).reshape([h, w, 3])?)?;
+            e.set_item("depth", PyArray1::from_vec(py, s.depth).reshape([h, w])?)?;
+            e.set_item("mask", PyArray1::from_vec(py, s.mask).reshape([h, w])?)?;
+            list.append(e)?;
+        }
+        d.set_item("per_step", list)?;
+    }
     let (fx, fy) = p.fov_degrees();
     d.set_item("summary", p.summary())?;
     d.set_item("intrinsics", PyArray2::from_owned_array(py, numpy::ndarray::arr2(&p.intrinsics)))?;

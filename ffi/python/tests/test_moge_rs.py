@@ -223,6 +223,43 @@ def pcc(a, b):
     return float(np.corrcoef(a[ok], b[ok])[0, 1])
 
 
+MOGE3 = FIX / "moge3"
+
+
+def test_moge3_infer_per_step_follows_the_reference():
+    """MoGe-3 through upstream's ``infer`` signature (v3: ``refine_steps``, ``return_per_step``)
+    against tests/make_moge3_fixtures.py's reference: every step's depth, and the per-step lists
+    batched as upstream's. Focal is judged against the solve run to convergence (SciPy's stops
+    at ftol 1e-3; the Rust test explains)."""
+    z = np.load(MOGE3 / "m3_rgb_60.npz")
+    steps = int(z["refine_steps"])
+    with MoGeModel.from_pretrained(MOGE3 / "tiny_moge3.pt", precision="f32", device="cpu") as m:
+        img = z["image_u8"].astype(np.float32).transpose(2, 0, 1) / 255.0
+        r = m.infer(img, num_tokens=int(z["num_tokens"]), refine_steps=steps, return_per_step=True)
+        assert len(r["depth_per_step"]) == steps + 1 and len(r["intrinsics_per_step"]) == steps + 1
+        np.testing.assert_array_equal(r["depth_per_step"][-1], r["depth"])
+        for s in range(steps + 1):
+            want = z[f"depth_{s}"] + (z[f"shift_converged_{s}"] - z[f"shift_{s}"]) * z["metric_scale"]
+            got = r["depth_per_step"][s]
+            both = np.isfinite(got) & np.isfinite(want)
+            assert (np.isfinite(got) == np.isfinite(want)).mean() >= 0.999, s
+            assert np.median(np.abs(got[both] - want[both]) / want[both]) <= 1e-4, s
+            fx = r["intrinsics_per_step"][s][0, 0] / z[f"intrinsics_{s}"][0, 0] * z[f"focal_{s}"]
+            assert abs(fx / z[f"focal_converged_{s}"] - 1) <= 1e-4, s
+        # A batch of two: per-step lists of batched arrays.
+        rb = m.infer(np.stack([img, img]), num_tokens=int(z["num_tokens"]), refine_steps=1, return_per_step=True)
+        assert [d.shape for d in rb["depth_per_step"]] == [(2,) + z["depth"].shape] * 2
+        # refine_steps 0 is the MoGe-2 output of the same network, and the default is 3 steps.
+        out0 = m(z["image_u8"], num_tokens=int(z["num_tokens"]), refine_steps=0)
+        np.testing.assert_array_equal(out0.depth, r["depth_per_step"][0])
+        assert out0.per_step is None
+        out = m(z["image_u8"], num_tokens=int(z["num_tokens"]))
+        np.testing.assert_array_equal(out.depth, r["depth"])
+    with MoGeModel.from_pretrained(TINY, precision="f32", device="cpu") as v2:
+        with pytest.raises(MoGeError, match="no refiner"):
+            v2(z["image_u8"], num_tokens=60, refine_steps=1)
+
+
 @pytest.mark.parametrize("case", WELL_POSED, ids=[c["name"] for c in WELL_POSED])
 def test_upstream_parity_on_the_fixture_cases(case):
     """The f32 gates of the Rust parity tests (tests/it/support/reference.rs, STRICT)."""

@@ -16,12 +16,17 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `moge serve` with the tiny fixture model and waits (at most 60 s) for its ready line.
+    /// Starts `moge serve` with the tiny MoGe-2 fixture model and waits (at most 60 s) for its ready line.
     pub fn start(extra: &[&str]) -> Server {
+        Self::start_with(&fixtures().join("tiny_normal.pt"), extra)
+    }
+
+    /// The same with the model of `weights`.
+    pub fn start_with(weights: &std::path::Path, extra: &[&str]) -> Server {
         let port = if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] };
         let mut child = moge()
             .args(["serve", "--precision", "f32", "--weights"])
-            .arg(fixtures().join("tiny_normal.pt"))
+            .arg(weights)
             .args(port)
             .args(extra)
             .stdout(Stdio::piped())

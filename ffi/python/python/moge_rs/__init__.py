@@ -37,9 +37,11 @@ class MoGeOutput:
     normals (zero where masked; None for a model without the normal head); ``mask`` (H, W) bool,
     True = valid; ``intrinsics`` (3, 3) normalised (the image is the unit square);
     ``intrinsics_pixels`` (3, 3); ``metric_scale``; ``fov_x`` and ``fov_y`` in degrees.
+    ``per_step``: with ``return_per_step`` on a MoGe-3 model, each refine step's ``points``,
+    ``depth``, ``mask`` and ``intrinsics`` (step 0 unrefined, the last the final maps), else None.
     """
 
-    __slots__ = FIELDS + ("_summary",)
+    __slots__ = FIELDS + ("per_step", "_summary")
 
     points: np.ndarray
     depth: np.ndarray
@@ -50,10 +52,12 @@ class MoGeOutput:
     metric_scale: float
     fov_x: float
     fov_y: float
+    per_step: Optional[List[Dict[str, np.ndarray]]]
 
     def __init__(self, fields: Dict[str, Any]):
         for k in FIELDS:
             setattr(self, k, fields[k])
+        self.per_step = fields.get("per_step")
         self._summary: str = fields["summary"]
 
     @property
@@ -76,17 +80,21 @@ class MoGeOutput:
         return list(FIELDS)
 
     def to_dict(self) -> Dict[str, np.ndarray]:
-        """Upstream ``MoGeModel.infer``'s keys: points, intrinsics, depth, mask and normal (if any)."""
+        """Upstream ``MoGeModel.infer``'s keys: points, intrinsics, depth, mask and normal (if any);
+        with ``per_step``, MoGe-3's ``points_per_step``, ``depth_per_step`` and ``intrinsics_per_step``."""
         d = {"points": self.points, "intrinsics": self.intrinsics, "depth": self.depth, "mask": self.mask}
         if self.normal is not None:
             d["normal"] = self.normal
+        if self.per_step is not None:
+            for k in ("points", "depth", "intrinsics"):
+                d[f"{k}_per_step"] = [s[k] for s in self.per_step]
         return d
 
     def to_torch(self) -> Dict[str, Any]:
         """``to_dict()`` as torch tensors sharing the arrays' memory (torch is imported only here)."""
         import torch
 
-        return {k: torch.from_numpy(v) for k, v in self.to_dict().items()}
+        return {k: [torch.from_numpy(x) for x in v] if isinstance(v, list) else torch.from_numpy(v) for k, v in self.to_dict().items()}
 
     def save_npz(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes the npz of ``moge predict`` (the same bytes for the same photo and options):
@@ -255,6 +263,8 @@ class MoGeModel:
         num_tokens: Optional[int] = None,
         resolution_level: Optional[int] = None,
         canvas: Optional[Sequence[int]] = None,
+        refine_steps: Optional[int] = None,
+        return_per_step: bool = False,
     ) -> Union[MoGeOutput, List[MoGeOutput]]:
         """The geometry of ``image``: a path, a PIL image, a numpy array (H x W x 3 uint8, or float
         in [0, 1]; also 3 x H x W and grayscale) or a torch tensor. A list gives a list.
@@ -265,8 +275,10 @@ class MoGeModel:
         own, from its EXIF focal length (the model's estimate where it has none; an image in memory
         has no EXIF and is refused). ``num_tokens`` (1800 unless
         ``resolution_level`` 0-9 is given instead) sets the network's resolution, as the
-        command line's."""
-        opts = self._options(fit, fov_x, apply_mask, force_projection, num_tokens, resolution_level, canvas)
+        command line's. ``refine_steps``: MoGe-3's refinement passes (None: 3 for MoGe-3, none for
+        MoGe-2; 0 gives the MoGe-2 output of the same network); ``return_per_step`` keeps every
+        step's maps in ``output.per_step``."""
+        opts = self._options(fit, fov_x, apply_mask, force_projection, num_tokens, resolution_level, canvas, refine_steps, return_per_step)
         if isinstance(image, (list, tuple)):
             return [self._one(x, opts) for x in image]
         return self._one(image, opts)
@@ -295,12 +307,17 @@ class MoGeModel:
         force_projection: bool = True,
         apply_mask: bool = True,
         fov_x: Optional[Union[float, Sequence[float], Any]] = None,
+        refine_steps: Optional[int] = None,
+        return_per_step: bool = False,
         use_fp16: bool = True,
     ) -> Dict[str, Any]:
         """Upstream ``MoGeModel.infer``: ``image`` (3, H, W) or (B, 3, H, W) float in [0, 1] (a torch
         tensor or a numpy array). Returns points, intrinsics, depth, mask and normal (if the model has
         the head), batched as the input; torch tensors on the input's device for a tensor, numpy
-        arrays otherwise. ``use_fp16`` is accepted and ignored: the precision is the model's."""
+        arrays otherwise. MoGe-3 (upstream's ``moge/model/v3.py``): ``refine_steps`` (None: 3; 0:
+        unrefined) and ``return_per_step``, which adds ``points_per_step``, ``depth_per_step`` and
+        ``intrinsics_per_step``, lists of refine_steps + 1 entries. ``use_fp16`` is accepted and
+        ignored: the precision is the model's."""
         del use_fp16
         torch_in = _is_torch(image)
         arr = image.detach().cpu().float().numpy() if torch_in else np.asarray(image, dtype=np.float32)
@@ -314,15 +331,25 @@ class MoGeModel:
         for img, fov in zip(arr, fovs):
             # upstream: an explicit num_tokens decides over resolution_level
             level = None if num_tokens is not None else resolution_level
-            opts = self._options("exact", fov, apply_mask, force_projection, num_tokens, level, None)
+            opts = self._options("exact", fov, apply_mask, force_projection, num_tokens, level, None, refine_steps, return_per_step)
             outs.append(MoGeOutput(self._native.predict_float(_canonical(img), opts)).to_dict())
-        result = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
+
+        def stack(k: str) -> Any:
+            if isinstance(outs[0][k], list):
+                # per step: a list of batched arrays, as upstream
+                return [np.stack([o[k][s] for o in outs]) for s in range(len(outs[0][k]))]
+            return np.stack([o[k] for o in outs])
+
+        result = {k: stack(k) for k in outs[0]}
         if not batched:
-            result = {k: v[0] for k, v in result.items()}
+            result = {k: [x[0] for x in v] if isinstance(v, list) else v[0] for k, v in result.items()}
         if torch_in:
             import torch
 
-            result = {k: torch.from_numpy(np.ascontiguousarray(v)).to(image.device) for k, v in result.items()}
+            def tensor(v: np.ndarray) -> Any:
+                return torch.from_numpy(np.ascontiguousarray(v)).to(image.device)
+
+            result = {k: [tensor(x) for x in v] if isinstance(v, list) else tensor(v) for k, v in result.items()}
         return result
 
     # -- helpers
@@ -347,6 +374,8 @@ class MoGeModel:
         num_tokens: Optional[int] = None,
         resolution_level: Optional[int] = None,
         canvas: Optional[Sequence[int]] = None,
+        refine_steps: Optional[int] = None,
+        return_per_step: bool = False,
     ) -> "_native.Options":
         return _native.Options(
             fit=fit,
@@ -356,6 +385,8 @@ class MoGeModel:
             num_tokens=num_tokens,
             resolution_level=resolution_level,
             canvas=None if canvas is None else (int(canvas[0]), int(canvas[1])),
+            refine_steps=None if refine_steps is None else int(refine_steps),
+            return_per_step=bool(return_per_step),
         )
 
     def _one(self, image: ImageLike, opts: "_native.Options") -> MoGeOutput:

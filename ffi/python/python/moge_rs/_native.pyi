@@ -21,6 +21,8 @@ class Options:
         num_tokens: Optional[int] = None,
         resolution_level: Optional[int] = None,
         canvas: Optional[Tuple[int, int]] = None,
+        refine_steps: Optional[int] = None,
+        return_per_step: bool = False,
     ) -> None: ...
 
 class Predictions(Iterator[Dict[str, Any]]):
