@@ -100,7 +100,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -238,7 +238,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -570,7 +570,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
+            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -77,6 +77,7 @@ complete -c moge -n "__fish_moge_using_subcommand predict" -l server-timeout -d 
 complete -c moge -n "__fish_moge_using_subcommand predict" -l server-retries -d 'Retries of a request that failed for the network\'s or the server\'s sake (no connection, a timeout, 5xx, 503 busy); a refused photo (4xx) is not retried. In a pool, a photo that got no answer goes to another server at once, one that got 5xx once the retries are spent' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand predict" -l per-step -d 'MoGe-3: also keep each refine step\'s maps, in the npz as upstream\'s `points_per_step`, `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
 complete -c moge -n "__fish_moge_using_subcommand predict" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
@@ -131,6 +132,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -s j -l jobs -d 'Host t
 complete -c moge -n "__fish_moge_using_subcommand batch" -l shard -d 'Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash of its output path). auto: the shard of this task of a Slurm job array (SLURM_ARRAY_TASK_ID, _MIN and _COUNT) or a Kubernetes indexed Job (JOB_COMPLETION_INDEX, of N with auto/N, or of JOB_COMPLETIONS)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l per-step -d 'MoGe-3: also keep each refine step\'s maps, in the npz as upstream\'s `points_per_step`, `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
@@ -204,6 +206,7 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-normal-dtype -d 
 float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand bench" -l per-step -d 'MoGe-3: also keep each refine step\'s maps, in the npz as upstream\'s `points_per_step`, `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l json -d 'Print one JSON object instead of the table'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l host-only -d 'Time only the host stages (decode, prepare, postprocess, write --format) with one forward\'s output reused: what the host costs per image next to a fast device'
 complete -c moge -n "__fish_moge_using_subcommand bench" -l no-compress -d 'Same as --npz-compression none'

@@ -160,6 +160,9 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         return Ok(EXIT_OK);
     }
     check_output_dir(&args.output)?;
+    if args.infer.per_step && !args.remote.server.is_empty() {
+        anyhow::bail!("--per-step keeps the refine steps of a model run here: a server answers with the final maps only");
+    }
     let (weights, engine) = args.remote.engine(&args.model)?;
     let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input);
     let cfg = Config {

@@ -290,6 +290,10 @@ pub struct InferArgs {
     /// same network, about 1.5x faster). MoGe-2 models have none.
     #[arg(long, value_name = "N", value_parser = parse_refine_steps)]
     pub refine_steps: Option<u32>,
+    /// MoGe-3: also keep each refine step's maps, in the npz as upstream's `points_per_step`,
+    /// `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined.
+    #[arg(long)]
+    pub per_step: bool,
 }
 
 /// `--fov-x`: degrees, or each photo's own from its EXIF.
@@ -358,7 +362,7 @@ impl InferArgs {
             point_map: true,
             normal_map: true,
             refine_steps: self.refine_steps,
-            per_step: false,
+            per_step: self.per_step,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The npz layout of the Tenstorrent MoGe-2 server (tt-MoGe, its `save_npz`): points f32 (H,W,3), depth f32 (H,W),
 //! normal f32 (H,W,3) when present (or f16, [`NormalDtype`], as tt-MoGe sends it), mask u8
 //! (H,W) 1 = valid, intrinsics f32 (3,3) normalised, intrinsics_pixels f32 (3,3), metric_scale /
-//! fov_x / fov_y f32 scalars (degrees).
+//! fov_x / fov_y f32 scalars (degrees). MoGe-3 with each step's maps kept adds upstream's
+//! `points_per_step` (S+1,H,W,3), `depth_per_step` (S+1,H,W), `intrinsics_per_step` (S+1,3,3)
+//! and `mask_per_step` u8 (S+1,H,W), step 0 unrefined, the last the final maps.
 //!
 //! Each array is serialised as `.npy` by ndarray-npy and stored in the zip here, so that the
 //! compression can be chosen ([`Compression`]); numpy (`np.load`) and any zip reader read every
@@ -93,7 +95,8 @@ fn stored_size_bound(p: &Prediction, normal_dtype: NormalDtype) -> u64 {
         (Some(_), NormalDtype::Float32) => 12 * n,
         (Some(_), NormalDtype::Float16) => 6 * n,
     };
-    12 * n + 4 * n + normal + n + 2 * 36 + 3 * 4 + 9 * (128 + 256) + 1024
+    let steps = p.per_step.len() as u64;
+    12 * n + 4 * n + normal + n + 2 * 36 + 3 * 4 + 9 * (128 + 256) + 1024 + steps * (17 * n + 36) + 4 * (128 + 256)
 }
 
 /// The npz of `p` into `out` (a file, or a `Cursor<Vec<u8>>` for an HTTP response); returns
@@ -128,6 +131,18 @@ pub fn encode<W: Write + Seek>(out: W, p: &Prediction, compression: Compression,
         add("metric_scale", 4, &|z| arr0(p.metric_scale).write_npy(z))?;
         add("fov_x", 4, &|z| arr0(fx).write_npy(z))?;
         add("fov_y", 4, &|z| arr0(fy).write_npy(z))?;
+        if !p.per_step.is_empty() {
+            let s = p.per_step.len();
+            let cat = |f: &dyn Fn(&Prediction) -> &[f32]| -> Vec<f32> { p.per_step.iter().flat_map(|q| f(q).iter().copied()).collect() };
+            let points = cat(&|q| &q.points);
+            add("points_per_step", 12 * s * h * w, &|z| ndarray::ArrayView4::from_shape((s, h, w, 3), &points[..]).expect("steps x H x W x 3").write_npy(z))?;
+            let depth = cat(&|q| &q.depth);
+            add("depth_per_step", 4 * s * h * w, &|z| ArrayView3::from_shape((s, h, w), &depth[..]).expect("steps x H x W").write_npy(z))?;
+            let ks: Vec<f32> = p.per_step.iter().flat_map(|q| q.intrinsics.into_iter().flatten()).collect();
+            add("intrinsics_per_step", 36 * s, &|z| ArrayView3::from_shape((s, 3, 3), &ks[..]).expect("steps x 3 x 3").write_npy(z))?;
+            let masks: Vec<u8> = p.per_step.iter().flat_map(|q| q.mask.iter().map(|&m| m as u8)).collect();
+            add("mask_per_step", s * h * w, &|z| ArrayView3::from_shape((s, h, w), &masks[..]).expect("steps x H x W").write_npy(z))?;
+        }
         Ok(zip.finish()?)
     }
 }

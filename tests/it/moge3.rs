@@ -232,3 +232,99 @@ fn moge3_in_the_fast_precisions() {
         }
     }
 }
+
+fn moge3_weights() -> PathBuf {
+    dir().join("tiny_moge3.pt")
+}
+
+/// `moge predict --refine-steps --per-step` writes upstream's per-step arrays beside the final
+/// maps, the library's numbers; `moge compare` reads a MoGe-2 and a MoGe-3 output of the same
+/// photos (refine steps 0 against 3 of the same network), and the flag is refused with a server.
+#[test]
+fn the_cli_writes_each_step_and_compare_reads_moge2_against_moge3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let photo = fixtures().join("images/rgb_64x48.png");
+    let run = |out: &str, extra: &[&str]| {
+        let o = crate::support::cli::moge()
+            .args(["predict", "--precision", "f32", "--num-tokens", "60", "--weights"])
+            .arg(moge3_weights())
+            .args(extra)
+            .arg("-o")
+            .arg(tmp.path().join(out))
+            .arg(&photo)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run("steps", &["--refine-steps", "2", "--per-step"]);
+    run("moge2", &["--refine-steps", "0"]);
+    run("moge3", &[]);
+    let mut z = Npz::open(&tmp.path().join("steps/rgb_64x48.npz"));
+    let img = moge::image_io::load_rgb(&photo, true).unwrap();
+    let want = model(Precision::F32).infer(&img, &InferOptions { num_tokens: Some(60), refine_steps: Some(2), per_step: true, ..Default::default() }).unwrap();
+    let depth = z.f32("depth_per_step");
+    assert_eq!(depth.shape(), &[3, 48, 64]);
+    assert_eq!(z.f32("points_per_step").shape(), &[3, 48, 64, 3]);
+    assert_eq!(z.f32("intrinsics_per_step").shape(), &[3, 3, 3]);
+    assert_eq!(z.u8("mask_per_step").shape(), &[3, 48, 64]);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (s, step) in want.per_step.iter().enumerate() {
+        let got: Vec<f32> = depth.index_axis(ndarray::Axis(0), s).iter().copied().collect();
+        assert_eq!(bits(&got), bits(&step.depth), "step {s}");
+    }
+    assert_eq!(bits(&z.vec_f32("depth")), bits(&want.depth), "the final depth is the last step's");
+    let mut plain = Npz::open(&tmp.path().join("moge3/rgb_64x48.npz"));
+    assert!(!plain.has("depth_per_step"), "per-step arrays only when asked");
+
+    let o = crate::support::cli::moge().args(["compare", "--json"]).arg(tmp.path().join("moge2")).arg(tmp.path().join("moge3")).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = v.to_string();
+    assert!(text.contains("rgb_64x48") && text.contains("pcc"), "{text}");
+
+    let o = crate::support::cli::moge()
+        .args(["predict", "--server", "http://127.0.0.1:9", "--per-step", "-o"])
+        .arg(tmp.path().join("x"))
+        .arg(&photo)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--per-step"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// What a photo can do to the voxelisation: a 1-pixel-wide image, a flat one, a log-depth
+/// spanning tens of thousands of bins, one that is not finite, an all-invalid mask: a result or
+/// a clear error, never a panic.
+#[test]
+fn degenerate_maps_refine_or_fail_clearly() {
+    let m = model(Precision::F32);
+    for (w, h) in [(1, 40), (40, 1), (1, 1)] {
+        let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 6) as u8, (y * 6) as u8, 90]));
+        let p = m.infer(&img, &InferOptions { num_tokens: Some(60), ..Default::default() }).unwrap();
+        assert_eq!(p.depth.len(), (w * h) as usize, "{w}x{h}");
+    }
+    let flat = image::RgbImage::from_pixel(32, 24, image::Rgb([128, 128, 128]));
+    let p = m.infer(&flat, &InferOptions { num_tokens: Some(60), ..Default::default() }).unwrap();
+    assert!(p.depth.iter().any(|d| d.is_finite()), "a flat photo still has depth");
+
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    let prep = m.prepare(img.as_raw(), 64, 48, 60).refined(Some(0), false);
+    let raw = m.forward(&prep).unwrap();
+    let plane = raw.size.0 * raw.size.1;
+    // A ramp from e^-60 to e^60: 30720 depth bins, each column one voxel, nothing dense in z.
+    let mut steep = raw.clone();
+    for (p, z) in steep.points[2 * plane..].iter_mut().enumerate() {
+        *z = -60.0 + 120.0 * (p % raw.size.1) as f32 / raw.size.1 as f32;
+    }
+    m.refine(&mut steep, 1, false).unwrap();
+    assert!(steep.refiner[0].voxels[0] == plane && steep.points.iter().all(|v| v.is_finite()));
+    let mut bad = raw.clone();
+    bad.points[2 * plane + 7] = f32::NAN;
+    let err = m.refine(&mut bad, 1, false).unwrap_err().to_string();
+    assert!(err.contains("log-depth of NaN"), "{err}");
+    // Every pixel invalid: the refiner runs (it never reads the mask), infer masks everything.
+    let mut none = raw.clone();
+    none.mask.as_mut().unwrap().fill(-20.0);
+    m.refine(&mut none, 2, false).unwrap();
+    let p = m.postprocess(&none, (64, 48, raw.grid), &InferOptions::default());
+    assert!(p.mask.iter().all(|&v| !v) && p.depth.iter().all(|d| d.is_infinite()));
+}
