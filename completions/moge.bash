@@ -123,7 +123,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -261,7 +261,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -369,7 +369,7 @@ _moge() {
             fi
             case "${prev}" in
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -589,7 +589,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -683,7 +683,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
                     return 0
                     ;;
                 --revision)
@@ -717,7 +717,7 @@ _moge() {
                     return 0
                     ;;
                 --model)
-                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
                     return 0
                     ;;
                 --revision)

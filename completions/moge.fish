@@ -43,7 +43,8 @@ complete -c moge -n "__fish_moge_using_subcommand predict" -l model -d 'A publis
 vitb-normal\t''
 vitl-normal\t''
 vitl\t''
-moge3-vitl\t''"
+moge3-vitl\t''
+moge3-vitg\t''"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -89,7 +90,8 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l model -d 'A publishe
 vitb-normal\t''
 vitl-normal\t''
 vitl\t''
-moge3-vitl\t''"
+moge3-vitl\t''
+moge3-vitg\t''"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -146,7 +148,8 @@ complete -c moge -n "__fish_moge_using_subcommand serve" -l model -d 'A publishe
 vitb-normal\t''
 vitl-normal\t''
 vitl\t''
-moge3-vitl\t''"
+moge3-vitl\t''
+moge3-vitg\t''"
 complete -c moge -n "__fish_moge_using_subcommand serve" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand serve" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -177,7 +180,8 @@ complete -c moge -n "__fish_moge_using_subcommand bench" -l model -d 'A publishe
 vitb-normal\t''
 vitl-normal\t''
 vitl\t''
-moge3-vitl\t''"
+moge3-vitl\t''
+moge3-vitg\t''"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
 f32\t'Exact float32, the parity reference'
@@ -224,7 +228,8 @@ complete -c moge -n "__fish_moge_using_subcommand quantize" -l model -d 'A publi
 vitb-normal\t''
 vitl-normal\t''
 vitl\t''
-moge3-vitl\t''"
+moge3-vitl\t''
+moge3-vitg\t''"
 complete -c moge -n "__fish_moge_using_subcommand quantize" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
 complete -c moge -n "__fish_moge_using_subcommand quantize" -s o -l output -d 'The int8 checkpoint to write (.safetensors; its config is written beside it as .json)' -r -F
 complete -c moge -n "__fish_moge_using_subcommand quantize" -s h -l help -d 'Print help'
@@ -232,7 +237,8 @@ complete -c moge -n "__fish_moge_using_subcommand download" -l model -d 'A publi
 vitb-normal\t''
 vitl-normal\t''
 vitl\t''
-moge3-vitl\t''"
+moge3-vitl\t''
+moge3-vitg\t''"
 complete -c moge -n "__fish_moge_using_subcommand download" -l revision -d 'Branch, tag or commit of the model repos' -r
 complete -c moge -n "__fish_moge_using_subcommand download" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand info" -l revision -d 'Branch, tag or commit to look up in the cache' -r

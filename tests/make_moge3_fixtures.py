@@ -55,6 +55,15 @@ What it writes (all CPU, fp32 network, ``model.eval()``, ``torch.set_num_threads
   Case m3_rgb_60 also holds the refiner in isolation for step 0:
     iso_coords (M,4) i32 (b,i,j,z) (the features are raw_coord_0 channel-last), iso_shape (4,) i64 (B,H,W,Z), iso_out (M,) f64
     (refine_f64's output), iso_level_counts (5,) i64.
+* ``fixtures/moge3/tiny_moge3_swiglu.pt``: the same with a SwiGLU FFN in the backbone (what MoGe-3 ViT-g's
+  ``dinov2_vitg14`` has, ``ffn_layer="swiglufused"``): cfg = tiny_moge3's with the backbone renamed
+  ``dinov2_vitt14_swiglu`` (see ``register_swiglu_backbone``); weights = tiny_moge3's (the same refiner) less the
+  blocks' ``mlp.fc1.*`` / ``mlp.fc2.*``, plus ``encoder.backbone.blocks.N.mlp.w12.{weight,bias}`` (2 * 176, 64)
+  and ``...mlp.w3.{weight,bias}`` (64, 176) (hidden = (int(4E * 2 / 3) + 7) // 8 * 8 = 176 for E = 64) from
+  numpy default_rng(SWIGLU_SEED), uniform +-1/sqrt(fan_in) (PyTorch's default Linear init, bias included).
+  Its cases (``SWIGLU_CASES``, prefix m3g_) have the keys above (no iso_*). Without xformers dlr-moge's
+  ``SwiGLUFFNFused`` is the plain ``SwiGLUFFN`` (w3(silu(x1) * x2), x1, x2 = w12(x).chunk(2)); summary.json
+  records the class that ran.
 * ``fixtures/moge3/summary.json``: per case statistics (voxel counts, std of each step's correction, focal,
   mask fraction, ...), sizes and the refiner-vs-MLX figures (kept from an earlier ``--check-mlx`` run only when
   the refiner weights and inputs are unchanged; re-run with the flag otherwise).
@@ -109,6 +118,14 @@ ISO_CASE = "m3_rgb_60"
 # The MoGe-2 part: make_fixtures' smallest checkpoint with shaped geometry (no normal head).
 BASE = "tiny_vitl"
 
+# The SwiGLU variant (tiny_moge3_swiglu.pt): test-only backbone name and the seed of its w12/w3 tensors.
+SWIGLU_BACKBONE = "dinov2_vitt14_swiglu"
+SWIGLU_SEED = 3004
+SWIGLU_CASES = [
+    ("m3g_rgb_60", "rgb_64x48.png", 60, None, 2),
+    ("m3g_rgb_60_steps0", "rgb_64x48.png", 60, None, 0),
+]
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # the focal/shift solve run to convergence
@@ -135,9 +152,11 @@ def converged_solver():
 # ----------------------------------------------------------------------------------------------------------------
 # config and weights
 
-def moge3_config() -> dict:
+def moge3_config(backbone: str = None) -> dict:
     cfg = copy.deepcopy(mf.CHECKPOINTS[BASE]["config"])
     del cfg["remap_output"]
+    if backbone is not None:
+        cfg["encoder"]["backbone"] = backbone
     ref = copy.deepcopy(REFINER_CONFIG)
     ref["encoder_channels"] = cfg["encoder"]["dim_out"] + 2
     cfg["refiner"] = ref
@@ -201,13 +220,99 @@ def refiner_state_dict(rcfg: dict) -> dict:
     return sd
 
 
-def build_v2_model(cfg: dict, sd_np: dict):
-    """dlr-moge's MoGe-2 MoGeModel for the non-refiner part (remap_output='exp', strict load)."""
+def v2_config(cfg: dict) -> dict:
     v2cfg = {k: v for k, v in copy.deepcopy(cfg).items() if k not in ("refiner", "refiner_depth_resolution")}
     v2cfg["remap_output"] = "exp"
+    return v2cfg
+
+
+def build_v2_model(cfg: dict, sd_np: dict):
+    """dlr-moge's MoGe-2 MoGeModel for the non-refiner part (remap_output='exp', strict load)."""
     ck = mf.CHECKPOINTS[BASE]
     mf.register_tiny_backbone(ck["embed_dim"], ck["depth"])
-    return mf.build_model(v2cfg, {k: v for k, v in sd_np.items() if not k.startswith("refiner.")})
+    register_swiglu_backbone(ck["embed_dim"], ck["depth"])
+    return mf.build_model(v2_config(cfg), {k: v for k, v in sd_np.items() if not k.startswith("refiner.")})
+
+
+def register_swiglu_backbone(embed_dim: int, depth: int) -> None:
+    """Define ``moge.model.dinov2.hub.backbones.dinov2_vitt14_swiglu``: make_fixtures' ``dinov2_vitt14`` with the
+    FFN of the published ``dinov2_vitg14`` (``ffn_layer="swiglufused"``)."""
+    from functools import partial
+
+    from moge.model.dinov2.hub import backbones
+    from moge.model.dinov2.layers import MemEffAttention, NestedTensorBlock as Block
+    from moge.model.dinov2.models.vision_transformer import DinoVisionTransformer
+
+    assert embed_dim % 64 == 0
+
+    def dinov2_vitt14_swiglu(pretrained=False, **kw):
+        assert not pretrained
+        return DinoVisionTransformer(
+            img_size=518, patch_size=14, embed_dim=embed_dim, depth=depth, num_heads=embed_dim // 64, mlp_ratio=4,
+            init_values=1.0, ffn_layer="swiglufused", block_chunks=0, num_register_tokens=0,
+            interpolate_antialias=False, interpolate_offset=0.1,
+            block_fn=partial(Block, attn_class=MemEffAttention),  # as vit_giant2
+        )
+
+    setattr(backbones, SWIGLU_BACKBONE, dinov2_vitt14_swiglu)
+
+
+def swiglu_hidden(embed_dim: int) -> int:
+    """SwiGLUFFNFused's hidden width for the block's hidden_features = 4E."""
+    return (int(4 * embed_dim * 2 / 3) + 7) // 8 * 8
+
+
+def swiglu_v2_state_dict(cfg: dict) -> tuple:
+    """The MoGe-2 part of tiny_moge3_swiglu.pt, in MoGeModel state-dict order: tiny_vitl's tensors less the
+    blocks' mlp.fc1/fc2, plus mlp.w12/w3 from default_rng(SWIGLU_SEED). Returns (state dict, new keys)."""
+    from synth_weights import keys_and_shapes
+
+    base = mf.synth_numpy_state_dict(BASE)
+    ck = mf.CHECKPOINTS[BASE]
+    register_swiglu_backbone(ck["embed_dim"], ck["depth"])
+    shapes = keys_and_shapes(v2_config(cfg))
+    hid, e = swiglu_hidden(ck["embed_dim"]), ck["embed_dim"]
+    rng = np.random.default_rng(SWIGLU_SEED)
+    sd, new = {}, []
+    for key, shape in shapes:
+        if ".mlp.w12." in key or ".mlp.w3." in key:
+            wshape = dict(shapes)[key.rsplit(".", 1)[0] + ".weight"]
+            bound = 1.0 / math.sqrt(wshape[1])
+            sd[key] = rng.uniform(-bound, bound, shape).astype(np.float32)
+            new.append(key)
+        else:
+            assert base[key].shape == shape, key
+            sd[key] = base[key]
+    dropped = sorted(set(base) - set(sd))
+    assert all(".mlp.fc1." in k or ".mlp.fc2." in k for k in dropped) and len(dropped) == 4 * ck["depth"], dropped
+    assert len(new) == 4 * ck["depth"], new
+    for n in range(ck["depth"]):
+        pre = f"encoder.backbone.blocks.{n}.mlp."
+        assert sd[pre + "w12.weight"].shape == (2 * hid, e) and sd[pre + "w12.bias"].shape == (2 * hid,)
+        assert sd[pre + "w3.weight"].shape == (e, hid) and sd[pre + "w3.bias"].shape == (e,)
+    return sd, new
+
+
+def check_swiglu_ffn(model, sd: dict) -> dict:
+    """What FFN class runs in the backbone, and that it computes w3(silu(x1) * x2) (float64 numpy)."""
+    mlp = model.encoder.backbone.blocks[0].mlp
+    pre = "encoder.backbone.blocks.0.mlp."
+    w = {k: sd[pre + k].astype(np.float64) for k in ("w12.weight", "w12.bias", "w3.weight", "w3.bias")}
+    x = np.random.default_rng(0).standard_normal((5, w["w12.weight"].shape[1])).astype(np.float32)
+    with torch.inference_mode():
+        y = mlp(torch.from_numpy(x)).numpy().astype(np.float64)
+    x12 = x.astype(np.float64) @ w["w12.weight"].T + w["w12.bias"]
+    x1, x2 = np.split(x12, 2, axis=-1)
+    ref = (_silu(x1) * x2) @ w["w3.weight"].T + w["w3.bias"]
+    err = float(np.abs(y - ref).max() / np.abs(ref).max())
+    assert err < 1e-5, err
+    from moge.model.dinov2.layers import swiglu_ffn
+    cls = type(mlp)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}",
+            "mro": [c.__qualname__ for c in cls.__mro__[1:-1]],
+            "forward": type(mlp).forward.__qualname__,
+            "xformers_available": bool(swiglu_ffn.XFORMERS_AVAILABLE),
+            "hidden": int(mlp.w3.in_features), "max_rel_err_vs_f64": err}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -566,26 +671,10 @@ def _digest(arrays) -> str:
     return h.hexdigest()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check-mlx", action="store_true", help="compare refine_f64 with mlx-vlm's Sparse3DUNet")
-    ap.add_argument("--mlx-python", default=os.environ.get("MLX_PYTHON", "venv-mlx/bin/python"),
-                    help="python of a venv with mlx[cpu] and mlx-vlm==0.7.10 (default: $MLX_PYTHON or venv-mlx/bin/python)")
-    args = ap.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-
-    cfg = moge3_config()
-    sd_v2 = mf.synth_numpy_state_dict(BASE)
-    sd_ref = refiner_state_dict(cfg["refiner"])
-    sd = {**sd_v2, **sd_ref}
-    mf.save_checkpoint(OUT / "tiny_moge3.pt", cfg, sd)
-    model = build_v2_model(cfg, sd)
-
-    summary = {"checkpoint": "tiny_moge3.pt", "refiner_seed": REFINER_SEED, "out_proj_scale": OUT_PROJ_SCALE,
-               "n_tensors": len(sd), "n_refiner_tensors": len(sd_ref),
-               "refiner_params": int(sum(v.size for v in sd_ref.values())), "cases": []}
-    calls = []
-    for name, img, num_tokens, fov_x, steps in CASES:
+def run_cases(model, sd_ref: dict, cfg: dict, cases: list, checkpoint: str = None):
+    """Run and write the cases of one checkpoint: (summary entries, refiner calls, steps-0 vs v2 infer figures)."""
+    entries, calls, steps0 = [], [], {}
+    for name, img, num_tokens, fov_x, steps in cases:
         image_u8, tensor = mf.load_image(mf.FIX / "images" / img)
         res, rec = run_moge3(model, sd_ref, cfg, tensor[None], num_tokens, steps, fov_x=fov_x)
         case = {
@@ -610,13 +699,13 @@ def main():
                 assert np.array_equal(fin, np.isfinite(b)), k
                 err = float(np.abs(a[fin] - b[fin]).max() / max(np.abs(a[fin]).max(), 1e-30))
                 assert err <= 1e-6, (k, err)
-                summary.setdefault("steps0_vs_v2_infer_max_rel", {})[k] = err
+                steps0[k] = err
         for s, c in enumerate(rec["calls"]):
             calls.append(dict(case=name, step=s, enc=case["enc_map"][None],
                               **{k: c[k] for k in ("feats", "coords", "shape", "out")}))
         np.savez_compressed(OUT / f"{name}.npz", **case)
         fm = case["fwd_mask"].astype(np.float64)
-        summary["cases"].append({
+        entry = {
             "case": name, "image": f"images/{img}", "num_tokens": num_tokens, "fov_x": fov_x, "refine_steps": steps,
             "grid": [int(x) for x in res["grid"]], "head_hw": list(res["raw_coord_0"].shape[1:]),
             "voxels_per_level": [[int(x) for x in c["counts"]] for c in rec["calls"]],
@@ -632,8 +721,53 @@ def main():
             "metric_scale": float(case["metric_scale"]),
             "file_bytes": (OUT / f"{name}.npz").stat().st_size,
             "keys": sorted(case.keys()),
-        })
-        print(json.dumps({k: v for k, v in summary["cases"][-1].items() if k != "keys"}))
+        }
+        if checkpoint is not None:
+            entry = {"case": name, "checkpoint": checkpoint, **entry}
+        entries.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k != "keys"}))
+    return entries, calls, steps0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check-mlx", action="store_true", help="compare refine_f64 with mlx-vlm's Sparse3DUNet")
+    ap.add_argument("--mlx-python", default=os.environ.get("MLX_PYTHON", "venv-mlx/bin/python"),
+                    help="python of a venv with mlx[cpu] and mlx-vlm==0.7.10 (default: $MLX_PYTHON or venv-mlx/bin/python)")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+
+    cfg = moge3_config()
+    sd_v2 = mf.synth_numpy_state_dict(BASE)
+    sd_ref = refiner_state_dict(cfg["refiner"])
+    sd = {**sd_v2, **sd_ref}
+    mf.save_checkpoint(OUT / "tiny_moge3.pt", cfg, sd)
+    model = build_v2_model(cfg, sd)
+
+    summary = {"checkpoint": "tiny_moge3.pt", "refiner_seed": REFINER_SEED, "out_proj_scale": OUT_PROJ_SCALE,
+               "n_tensors": len(sd), "n_refiner_tensors": len(sd_ref),
+               "refiner_params": int(sum(v.size for v in sd_ref.values())), "cases": []}
+    entries, calls, steps0 = run_cases(model, sd_ref, cfg, CASES)
+    summary["cases"] += entries
+    if steps0:
+        summary["steps0_vs_v2_infer_max_rel"] = steps0
+
+    # the SwiGLU-backbone variant: same refiner, MoGe-2 part with w12/w3 in place of fc1/fc2
+    cfg_g = moge3_config(SWIGLU_BACKBONE)
+    sd_v2_g, new_keys = swiglu_v2_state_dict(cfg_g)
+    sd_g = {**sd_v2_g, **sd_ref}
+    mf.save_checkpoint(OUT / "tiny_moge3_swiglu.pt", cfg_g, sd_g)
+    model_g = build_v2_model(cfg_g, sd_g)  # strict load
+    ffn = check_swiglu_ffn(model_g, sd_g)
+    print(json.dumps({"swiglu_ffn": ffn}))
+    entries_g, calls_g, steps0_g = run_cases(model_g, sd_ref, cfg_g, SWIGLU_CASES, checkpoint="tiny_moge3_swiglu.pt")
+    summary["cases"] += entries_g
+    calls += calls_g
+    summary["swiglu"] = {
+        "checkpoint": "tiny_moge3_swiglu.pt", "backbone": SWIGLU_BACKBONE, "seed": SWIGLU_SEED,
+        "n_tensors": len(sd_g), "new_keys": new_keys, "ffn": ffn,
+        "cases": [n for n, *_ in SWIGLU_CASES], "steps0_vs_v2_infer_max_rel": steps0_g,
+    }
 
     digest = _digest([sd_ref[k] for k in sorted(sd_ref)] + [a for c in calls for a in (c["feats"], c["coords"], c["enc"])])
     summary["refiner_inputs_sha256"] = digest
@@ -648,6 +782,7 @@ def main():
     else:
         summary["mlx_check"] = None
     summary["checkpoint_bytes"] = (OUT / "tiny_moge3.pt").stat().st_size
+    summary["swiglu"]["checkpoint_bytes"] = (OUT / "tiny_moge3_swiglu.pt").stat().st_size
     with open(OUT / "summary.json", "w") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")

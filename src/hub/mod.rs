@@ -27,6 +27,8 @@ pub const MODELS: &[(&str, &str)] = &[
     ("vitl", "Ruicheng/moge-2-vitl"),
     // MoGe-3: MoGe-2's ViT-L network and the sparse refiner (`moge/model/v3.py`).
     ("moge3-vitl", "Ruicheng/moge-3-vitl"),
+    // MoGe-3 on DINOv2 ViT-g/14 (SwiGLU blocks).
+    ("moge3-vitg", "Ruicheng/moge-3-vitg"),
 ];
 
 /// The model used when none is named.

@@ -215,27 +215,52 @@ pub struct BackboneSpec {
     pub embed_dim: usize,
     pub depth: usize,
     pub num_heads: usize,
+    pub ffn: Ffn,
+}
+
+/// A block's feed-forward layer (`ffn_layer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ffn {
+    /// `Mlp`: fc1 (4·D), GELU, fc2.
+    Mlp,
+    /// `SwiGLUFFNFused` (ViT-g): w12 (2·hidden), SiLU(first half) · second half, w3; hidden =
+    /// ⌊8·D/3⌋ rounded up to a multiple of 8 (`layers/swiglu_ffn.py`).
+    SwiGlu,
+}
+
+impl Ffn {
+    /// The hidden width for a backbone of width `dim`.
+    pub fn hidden(self, dim: usize) -> usize {
+        match self {
+            Ffn::Mlp => 4 * dim,
+            Ffn::SwiGlu => (4 * dim * 2 / 3).div_ceil(8) * 8,
+        }
+    }
 }
 
 impl BackboneSpec {
     /// Published backbones have fixed shapes. `dinov2_vitt14` is the project's own tiny test
     /// backbone (made by `tests/make_fixtures.py`): its width and depth come from the
     /// checkpoint, with DINOv2's head width of 64.
+    /// `dinov2_vitg14` (MoGe-3 ViT-g) has SwiGLU blocks; `dinov2_vitt14_swiglu` is the tiny test
+    /// backbone with them (`tests/make_moge3_fixtures.py`).
     pub fn from_name(name: &str, embed_dim_in_ckpt: usize, depth_in_ckpt: usize) -> Result<Self, String> {
         let fixed = match name {
-            "dinov2_vits14" => Some((384, 12, 6)),
-            "dinov2_vitb14" => Some((768, 12, 12)),
-            "dinov2_vitl14" => Some((1024, 24, 16)),
-            "dinov2_vitt14" => None,
-            other => return Err(format!("unsupported backbone '{other}' (expected dinov2_vits14, dinov2_vitb14 or dinov2_vitl14)")),
+            "dinov2_vits14" => Some((384, 12, 6, Ffn::Mlp)),
+            "dinov2_vitb14" => Some((768, 12, 12, Ffn::Mlp)),
+            "dinov2_vitl14" => Some((1024, 24, 16, Ffn::Mlp)),
+            "dinov2_vitg14" => Some((1536, 40, 24, Ffn::SwiGlu)),
+            "dinov2_vitt14" | "dinov2_vitt14_swiglu" => None,
+            other => return Err(format!("unsupported backbone '{other}' (expected dinov2_vits14, dinov2_vitb14, dinov2_vitl14 or dinov2_vitg14)")),
         };
         let spec = match fixed {
-            Some((embed_dim, depth, num_heads)) => BackboneSpec { embed_dim, depth, num_heads },
+            Some((embed_dim, depth, num_heads, ffn)) => BackboneSpec { embed_dim, depth, num_heads, ffn },
             None => {
                 if embed_dim_in_ckpt == 0 || !embed_dim_in_ckpt.is_multiple_of(64) {
                     return Err(format!("backbone width {embed_dim_in_ckpt} is not a multiple of 64"));
                 }
-                BackboneSpec { embed_dim: embed_dim_in_ckpt, depth: depth_in_ckpt, num_heads: embed_dim_in_ckpt / 64 }
+                let ffn = if name.ends_with("_swiglu") { Ffn::SwiGlu } else { Ffn::Mlp };
+                BackboneSpec { embed_dim: embed_dim_in_ckpt, depth: depth_in_ckpt, num_heads: embed_dim_in_ckpt / 64, ffn }
             }
         };
         Ok(spec)

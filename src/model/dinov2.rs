@@ -7,6 +7,7 @@ use candle_core::{DType, Module, Tensor};
 
 use std::sync::Arc;
 
+use super::config::{BackboneSpec, Ffn};
 use super::cpu::attention::AttentionOp;
 use super::cpu::layer_norm::LayerNormOp;
 use super::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed, ScaledResidualOp};
@@ -18,7 +19,7 @@ use crate::simd::sgemm::Panels;
 
 /// The linears of a block that `--precision int8` runs as int8 products (`Linear::load_block`),
 /// by their names in the state dict under `blocks.N.`.
-pub const INT8_LINEARS: [&str; 4] = ["attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"];
+pub const INT8_LINEARS: [&str; 6] = ["attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2", "mlp.w12", "mlp.w3"];
 
 pub const PATCH_SIZE: usize = 14;
 /// Position embeddings are trained for a 37x37 grid (518 / 14).
@@ -177,19 +178,54 @@ impl Attention {
     }
 }
 
+/// A block's feed-forward layer (`layers/mlp.py`, `layers/swiglu_ffn.py`).
+enum Mlp {
+    /// fc1, GELU, fc2.
+    Gelu { fc1: Linear, fc2: Linear },
+    /// w12 (both halves in one product), SiLU(x1) · x2, w3.
+    SwiGlu { w12: Linear, w3: Linear, hidden: usize },
+}
+
+impl Mlp {
+    fn load(w: &mut Weights, p: &str, dim: usize, ffn: Ffn) -> Result<Self> {
+        let hidden = ffn.hidden(dim);
+        Ok(match ffn {
+            Ffn::Mlp => Mlp::Gelu {
+                fc1: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[2]), dim, hidden)?,
+                fc2: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[3]), hidden, dim)?,
+            },
+            Ffn::SwiGlu => Mlp::SwiGlu {
+                w12: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[4]), dim, 2 * hidden)?,
+                w3: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[5]), hidden, dim)?,
+                hidden,
+            },
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Mlp::Gelu { fc1, fc2 } => fc2.forward(&fc1.forward_gelu(x)?),
+            Mlp::SwiGlu { w12, w3, hidden } => {
+                let x12 = w12.forward(x)?;
+                let h = (x12.narrow(1, 0, *hidden)?.silu()? * x12.narrow(1, *hidden, *hidden)?)?;
+                w3.forward(&h)
+            }
+        }
+    }
+}
+
 /// `layers/block.py` eval path: x + ls1·attn(norm1 x), then x + ls2·mlp(norm2 x).
 pub struct Block {
     norm1: LayerNorm,
     attn: Attention,
     ls1: LayerScale,
     norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
+    mlp: Mlp,
     ls2: LayerScale,
 }
 
 impl Block {
-    fn load(w: &mut Weights, p: &str, dim: usize, num_heads: usize) -> Result<Self> {
+    fn load(w: &mut Weights, p: &str, dim: usize, num_heads: usize, ffn: Ffn) -> Result<Self> {
         Ok(Self {
             norm1: LayerNorm::load(w, &format!("{p}.norm1"), dim)?,
             attn: Attention {
@@ -209,8 +245,7 @@ impl Block {
             },
             ls1: LayerScale::load(w, &format!("{p}.ls1.gamma"), dim)?,
             norm2: LayerNorm::load(w, &format!("{p}.norm2"), dim)?,
-            fc1: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[2]), dim, 4 * dim)?,
-            fc2: Linear::load_block(w, &format!("{p}.{}", INT8_LINEARS[3]), 4 * dim, dim)?,
+            mlp: Mlp::load(w, p, dim, ffn)?,
             ls2: LayerScale::load(w, &format!("{p}.ls2.gamma"), dim)?,
         })
     }
@@ -218,8 +253,7 @@ impl Block {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let a = self.attn.forward(&self.norm1.forward(x)?)?;
         let x = self.ls1.residual(x, &a)?;
-        let h = self.fc1.forward_gelu(&self.norm2.forward(&x)?)?;
-        let m = self.fc2.forward(&h)?;
+        let m = self.mlp.forward(&self.norm2.forward(&x)?)?;
         self.ls2.residual(&x, &m)
     }
 }
@@ -236,14 +270,15 @@ pub struct DinoVisionTransformer {
 }
 
 impl DinoVisionTransformer {
-    pub fn load(w: &mut Weights, p: &str, dim: usize, depth: usize, num_heads: usize) -> Result<Self> {
+    pub fn load(w: &mut Weights, p: &str, spec: &BackboneSpec) -> Result<Self> {
+        let BackboneSpec { embed_dim: dim, depth, num_heads, ffn } = *spec;
         let patch_weight = w.get_product(&format!("{p}.patch_embed.proj.weight"), &[dim, 3, PATCH_SIZE, PATCH_SIZE])?;
         let patch_bias = w.get(&format!("{p}.patch_embed.proj.bias"), &[dim])?;
         let cls_token = w.get(&format!("{p}.cls_token"), &[1, 1, dim])?.reshape((1, dim))?;
         let pos_embed = w.get(&format!("{p}.pos_embed"), &[1, 1 + POS_GRID * POS_GRID, dim])?.reshape((1 + POS_GRID * POS_GRID, dim))?;
         // Only used for masked pre-training; bound so that the key check stays strict.
         let _mask_token = w.get(&format!("{p}.mask_token"), &[1, dim])?;
-        let blocks = (0..depth).map(|i| Block::load(w, &format!("{p}.blocks.{i}"), dim, num_heads)).collect::<Result<Vec<_>>>()?;
+        let blocks = (0..depth).map(|i| Block::load(w, &format!("{p}.blocks.{i}"), dim, num_heads, ffn)).collect::<Result<Vec<_>>>()?;
         let norm = LayerNorm::load(w, &format!("{p}.norm"), dim)?;
         let patch_weight_t = patch_weight.reshape((dim, 3 * PATCH_SIZE * PATCH_SIZE))?.t()?.contiguous()?;
         Ok(Self { embed_dim: dim, patch_weight_t, patch_bias, cls_token, pos_embed, blocks, norm })

@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 
-use super::config::{ConvStackConfig, EncoderConfig};
+use super::config::{BackboneSpec, ConvStackConfig, EncoderConfig};
 use super::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
 use super::cpu::conv3x3::int8::QuantConv;
 use super::cpu::conv3x3::Conv3x3Op;
@@ -459,14 +459,15 @@ pub struct EncoderOutput {
 }
 
 impl Dinov2Encoder {
-    pub fn load(w: &mut Weights, cfg: &EncoderConfig, dim: usize, depth: usize, heads: usize) -> Result<Self> {
+    pub fn load(w: &mut Weights, cfg: &EncoderConfig, spec: &BackboneSpec) -> Result<Self> {
+        let (dim, depth) = (spec.embed_dim, spec.depth);
         let buf3 = |w: &mut Weights, k: &str| -> Result<[f32; 3]> {
             let v = w.get(k, &[1, 3, 1, 1])?.flatten_all()?.to_vec1::<f32>()?;
             Ok([v[0], v[1], v[2]])
         };
         let image_mean = buf3(w, "encoder.image_mean")?;
         let image_std = buf3(w, "encoder.image_std")?;
-        let backbone = DinoVisionTransformer::load(w, "encoder.backbone", dim, depth, heads)?;
+        let backbone = DinoVisionTransformer::load(w, "encoder.backbone", spec)?;
         let taps = cfg.intermediate_layers.indices(depth);
         if let Some(bad) = taps.iter().find(|&&t| t >= depth) {
             bail!("intermediate layer {bad} does not exist in a {depth}-block backbone");

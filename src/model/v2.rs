@@ -68,7 +68,7 @@ impl Parts {
         let dim = w.shape_of("encoder.backbone.cls_token").and_then(|s| s.last().copied()).unwrap_or(0);
         let depth = w.keys().filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok()).max().map_or(0, |d| d + 1);
         let spec = BackboneSpec::from_name(&config.encoder.backbone, dim, depth).map_err(anyhow::Error::msg)?;
-        let encoder = Dinov2Encoder::load(w, &config.encoder, spec.embed_dim, spec.depth, spec.num_heads)?;
+        let encoder = Dinov2Encoder::load(w, &config.encoder, &spec)?;
         let neck = ConvStack::load(w, "neck", &config.neck)?;
         let head = |w: &mut Weights, name: &str, cfg: &Option<ConvStackConfig>| -> Result<Option<ConvStack>> {
             cfg.as_ref().map(|c| ConvStack::load(w, name, c)).transpose()

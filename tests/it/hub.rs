@@ -177,8 +177,9 @@ fn a_cached_model_is_not_fetched_again_and_info_lists_it() {
     assert_eq!(env.run(&hub.url, &["models"], &[]).stdout, info.stdout, "`models` is `info`");
 
     let list = info_json(&env, &hub.url, &[]);
-    assert_eq!(list.len(), 5, "four MoGe-2 models and MoGe-3's ViT-L");
+    assert_eq!(list.len(), 6, "four MoGe-2 models and two MoGe-3");
     assert_eq!(entry(&list, "moge3-vitl")["repo"], "Ruicheng/moge-3-vitl");
+    assert_eq!(entry(&list, "moge3-vitg")["repo"], "Ruicheng/moge-3-vitg");
     let e = entry(&list, MODEL);
     assert_eq!(e["repo"], REPO);
     assert_eq!(e["cached"], true);

@@ -131,6 +131,13 @@ fn compare_maps(what: &str, got_depth: &[f32], want_depth: &[f32], got_points: &
 fn moge3_matches_the_reference_end_to_end() {
     let m = model(Precision::F32);
     for (name, image) in CASES {
+        check_case(&m, name, image);
+    }
+}
+
+/// One case of `tests/make_moge3_fixtures.py` on `m`, with the gates above.
+fn check_case(m: &Model, name: &str, image: &str) {
+    {
         let mut z = Npz::open(&dir().join(format!("{name}.npz")));
         let img = moge::image_io::load_rgb(&fixtures().join("images").join(image), true).unwrap();
         assert_eq!(img.as_raw().as_slice(), z.u8("image_u8").as_slice().unwrap(), "{name}: decoded pixels");
@@ -327,4 +334,30 @@ fn degenerate_maps_refine_or_fail_clearly() {
     m.refine(&mut none, 2, false).unwrap();
     let p = m.postprocess(&none, (64, 48, raw.grid), &InferOptions::default());
     assert!(p.mask.iter().all(|&v| !v) && p.depth.iter().all(|d| d.is_infinite()));
+}
+
+/// A backbone of SwiGLU blocks (what MoGe-3 ViT-g's `dinov2_vitg14` has: `mlp.w12`, `mlp.w3`)
+/// under the same refiner, against the reference made with dlr-moge's `SwiGLUFFNFused`: the
+/// encoder's map within 1e-5, then the gates of every case.
+#[test]
+fn a_swiglu_backbone_matches_the_reference() {
+    let m = Model::load(&dir().join("tiny_moge3_swiglu.pt"), &BuildOptions::new(&moge::Device::Cpu, Precision::F32).unwrap()).unwrap();
+    assert_eq!(m.config.encoder.backbone, "dinov2_vitt14_swiglu");
+    let mut z = Npz::open(&dir().join("m3g_rgb_60.npz"));
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    let prep = m.prepare(img.as_raw(), 64, 48, 60).refined(Some(0), false);
+    let raw = m.forward(&prep).unwrap();
+    let e = crate::support::reference::rel_to_max(raw.encoder_map.as_ref().unwrap(), &z.vec_f32("enc_map"));
+    assert!(e <= 1e-5, "encoder map: {e:.2e}");
+    for name in ["m3g_rgb_60", "m3g_rgb_60_steps0"] {
+        check_case(&m, name, "rgb_64x48.png");
+    }
+    // The fast precisions' gate on the network (refine steps 0).
+    let mut z = Npz::open(&dir().join("m3g_rgb_60_steps0.npz"));
+    for precision in [Precision::Bf16, Precision::Int8] {
+        let m = Model::load(&dir().join("tiny_moge3_swiglu.pt"), &BuildOptions::new(&moge::Device::Cpu, precision).unwrap()).unwrap();
+        let p = m.infer(&img, &InferOptions { num_tokens: Some(60), refine_steps: Some(0), ..Default::default() }).unwrap();
+        let pd = pcc(&p.depth, &z.vec_f32("depth"));
+        assert!(pd >= 0.9999, "{precision:?}: depth PCC {pd}");
+    }
 }
