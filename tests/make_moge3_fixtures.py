@@ -64,6 +64,13 @@ What it writes (all CPU, fp32 network, ``model.eval()``, ``torch.set_num_threads
   Its cases (``SWIGLU_CASES``, prefix m3g_) have the keys above (no iso_*). Without xformers dlr-moge's
   ``SwiGLUFFNFused`` is the plain ``SwiGLUFFN`` (w3(silu(x1) * x2), x1, x2 = w12(x).chunk(2)); summary.json
   records the class that ran.
+* ``fixtures/moge3/fullsize_refiner.npz``: the refiner alone at the released ViT-L widths
+  (``FULLSIZE_REFINER_CONFIG``: encoder_channels 1026, model_channels [32, 64, 128, 256, 512]), on ISO_CASE's
+  step-0 voxels. Weights (not stored): ``synth_weights.synth_tensor(key, shape, 7)`` for every (key, shape) of
+  ``refiner_keys_and_shapes`` (unshaped); summary.json["fullsize_refiner"] holds their sha256 (whole and per
+  tensor) and sums. Keys: coords (M,4) i32, feats (M,3) f32 (= iso_coords / raw_coord_0 channel-last),
+  shape (4,) i64, enc_map (1026,7,9) f32 = f32(sin(0.37 c + 1.3 y + 0.71 x)) (float64 inside), out (M,) f64
+  (refine_f64), level_counts (5,) i64, w_probe (2,8) f32 (first 8 values of FULLSIZE_PROBES' tensors), seed () i64.
 * ``fixtures/moge3/summary.json``: per case statistics (voxel counts, std of each step's correction, focal,
   mask fraction, ...), sizes and the refiner-vs-MLX figures (kept from an earlier ``--check-mlx`` run only when
   the refiner weights and inputs are unchanged; re-run with the flag otherwise).
@@ -125,6 +132,15 @@ SWIGLU_CASES = [
     ("m3g_rgb_60", "rgb_64x48.png", 60, None, 2),
     ("m3g_rgb_60_steps0", "rgb_64x48.png", 60, None, 0),
 ]
+
+# The refiner alone at the released MoGe-3 ViT-L widths (fullsize_refiner.npz): config, synth_weights seed.
+FULLSIZE_REFINER_CONFIG = {
+    "in_channels": 3, "out_channels": 1, "encoder_channels": 1026,
+    "model_channels": [32, 64, 128, 256, 512], "encoder_blocks_per_level": 1, "decoder_blocks_per_level": 1,
+    "bottleneck_blocks": 1, "downsample_factors": [2, 2, 2, 2], "encoder_downsample": 16,
+}
+FULLSIZE_SEED = 7
+FULLSIZE_PROBES = ("refiner.down_stages.0.0.conv1.weight", "refiner.out_proj.weight")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -729,6 +745,68 @@ def run_cases(model, sd_ref: dict, cfg: dict, cases: list, checkpoint: str = Non
     return entries, calls, steps0
 
 
+def fullsize_refiner_weights() -> dict:
+    """The refiner's tensors at FULLSIZE_REFINER_CONFIG: synth_weights' rule, seed FULLSIZE_SEED, unshaped."""
+    from synth_weights import synth_tensor
+
+    return {k: synth_tensor(k, shape, FULLSIZE_SEED) for k, shape in refiner_keys_and_shapes(FULLSIZE_REFINER_CONFIG)}
+
+
+def fullsize_enc_map(channels: int, h: int, w: int) -> np.ndarray:
+    """enc[c, y, x] = f32(sin(0.37 c + 1.3 y + 0.71 x)), the argument and sine in float64 (sums left to right)."""
+    c, y, x = np.meshgrid(np.arange(channels, dtype=np.float64), np.arange(h, dtype=np.float64),
+                          np.arange(w, dtype=np.float64), indexing="ij")
+    return np.sin(0.37 * c + 1.3 * y + 0.71 * x).astype(np.float32)
+
+
+def write_fullsize_refiner(iso_call: dict) -> tuple:
+    """Write fullsize_refiner.npz: refine_f64 at FULLSIZE_REFINER_CONFIG on ISO_CASE's step-0 voxels / features.
+    Returns (summary entry, weights, the call for check_mlx)."""
+    rcfg = FULLSIZE_REFINER_CONFIG
+    w = fullsize_refiner_weights()
+    coords = iso_call["coords"].astype(np.int32)
+    feats = iso_call["feats"].astype(np.float32)
+    shape = np.asarray(iso_call["shape"], np.int64)
+    B, H, W, _ = (int(v) for v in shape)
+    d = rcfg["encoder_downsample"]
+    assert B == 1 and H % d == 0 and W % d == 0
+    enc = fullsize_enc_map(rcfg["encoder_channels"], H // d, W // d)
+    out, counts = refine_f64(w, feats, coords, shape, enc[None], return_levels=True)
+    probe = np.stack([w[k].reshape(-1)[:8] for k in FULLSIZE_PROBES]).astype(np.float32)
+    arrays = {"coords": coords, "feats": feats, "shape": shape, "enc_map": enc, "out": out.astype(np.float64),
+              "level_counts": counts.astype(np.int64), "w_probe": probe, "seed": np.int64(FULLSIZE_SEED)}
+    path = OUT / "fullsize_refiner.npz"
+    np.savez_compressed(path, **arrays)
+
+    whole = hashlib.sha256()
+    per_tensor = []
+    for k, s in refiner_keys_and_shapes(rcfg):
+        b = np.ascontiguousarray(w[k], dtype="<f4").tobytes()
+        whole.update(b)
+        v = w[k].astype(np.float64)
+        per_tensor.append({"key": k, "shape": list(s), "sha256": hashlib.sha256(b).hexdigest(),
+                           "sum": float(v.sum()), "abs_sum": float(np.abs(v).sum())})
+    entry = {
+        "file": "fullsize_refiner.npz", "source": f"{ISO_CASE} step 0 (iso_coords, raw_coord_0 features)",
+        "refiner_config": rcfg, "seed": FULLSIZE_SEED, "n_tensors": len(w),
+        "params": int(sum(v.size for v in w.values())),
+        "weights_sha256": whole.hexdigest(),
+        "weights_sha256_rule": "sha256 of the float32 little-endian row-major bytes of every tensor, concatenated "
+                               "in refiner_keys_and_shapes order (the order of 'tensors')",
+        "w_probe_keys": list(FULLSIZE_PROBES), "w_probe": [[float(x) for x in r] for r in probe],
+        "enc_map_rule": "enc[c, y, x] = f32(sin(0.37*c + 1.3*y + 0.71*x)) (float64 argument and sine)",
+        "shape": [int(x) for x in shape], "voxels": int(out.size),
+        "level_counts": [int(x) for x in counts],
+        "out_min": float(out.min()), "out_max": float(out.max()), "out_mean": float(out.mean()),
+        "out_std": float(out.std()), "out_absmax": float(np.abs(out).max()),
+        "inputs_sha256": _digest([w[k] for k, _ in refiner_keys_and_shapes(rcfg)] + [feats, coords, enc]),
+        "file_bytes": path.stat().st_size, "keys": sorted(arrays),
+        "tensors": per_tensor,
+    }
+    call = dict(case="fullsize_refiner", step=0, feats=feats, coords=coords, shape=shape, enc=enc[None], out=out)
+    return entry, w, call
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check-mlx", action="store_true", help="compare refine_f64 with mlx-vlm's Sparse3DUNet")
@@ -781,6 +859,21 @@ def main():
         summary["mlx_check"] = old["mlx_check"]
     else:
         summary["mlx_check"] = None
+
+    # the refiner alone at the released ViT-L widths, on ISO_CASE's step-0 voxels
+    iso_call = next(c for c in calls if c["case"] == ISO_CASE and c["step"] == 0)
+    full, full_w, full_call = write_fullsize_refiner(iso_call)
+    print(json.dumps({k: v for k, v in full.items() if k not in ("tensors", "refiner_config")}))
+    old_full = old.get("fullsize_refiner") or {}
+    if args.check_mlx:
+        full["mlx_check"] = check_mlx(args.mlx_python, FULLSIZE_REFINER_CONFIG, full_w, [full_call])
+        print(json.dumps({"fullsize_refiner_mlx": {k: v for k, v in full["mlx_check"].items() if k != "calls"}}))
+    elif old_full.get("inputs_sha256") == full["inputs_sha256"] and "mlx_check" in old_full:
+        full["mlx_check"] = old_full["mlx_check"]
+    else:
+        full["mlx_check"] = None
+    del full_w
+    summary["fullsize_refiner"] = full
     summary["checkpoint_bytes"] = (OUT / "tiny_moge3.pt").stat().st_size
     summary["swiglu"]["checkpoint_bytes"] = (OUT / "tiny_moge3_swiglu.pt").stat().st_size
     with open(OUT / "summary.json", "w") as f:

@@ -361,3 +361,51 @@ fn a_swiglu_backbone_matches_the_reference() {
         assert!(pd >= 0.9999, "{precision:?}: depth PCC {pd}");
     }
 }
+
+/// The refiner at the released ViT-L widths (32 to 512 channels, the encoder's 1026), its weights
+/// the tests' synthetic rule regenerated here, on the voxels of `m3_rgb_60`, against the float64
+/// reference of `tests/make_moge3_fixtures.py`: f32 within 1e-4 of every output, bf16 PCC >= 0.9999.
+#[test]
+fn the_refiner_at_vitl_widths_matches_the_float64_reference() {
+    use moge::model::sparse_unet::Sparse3DUNet;
+    use moge::model::weights::Weights;
+    let mut z = Npz::open(&dir().join("fullsize_refiner.npz"));
+    let cfg: moge::model::config::RefinerConfig = serde_json::from_value(serde_json::json!({
+        "in_channels": 3, "out_channels": 1, "encoder_channels": 1026, "model_channels": [32, 64, 128, 256, 512],
+        "encoder_blocks_per_level": 1, "decoder_blocks_per_level": 1, "bottleneck_blocks": 1,
+        "downsample_factors": [2, 2, 2, 2], "encoder_downsample": 16
+    }))
+    .unwrap();
+    let coords = z.i32("coords");
+    let m = coords.shape()[0];
+    let (h, w) = (coords[[m - 1, 1]] as usize + 1, coords[[m - 1, 2]] as usize + 1);
+    let voxels = Voxels::one_per_pixel(h, w, (0..m).map(|p| coords[[p, 3]] as u32).collect()).unwrap();
+    let feats = z.vec_f32("feats");
+    let enc = z.vec_f32("enc_map");
+    let want: Vec<f64> = z.f64("out").iter().copied().collect();
+    let probe = z.vec_f32("w_probe");
+    let counts: Vec<usize> = z.i64("level_counts").iter().map(|&c| c as usize).collect();
+    let mut outs = vec![];
+    for precision in [Precision::F32, Precision::Bf16] {
+        let opts = BuildOptions::new(&moge::Device::Cpu, precision).unwrap();
+        let mut ask = Weights::new(Default::default(), &opts);
+        Sparse3DUNet::load(&mut ask, "refiner", &cfg, precision == Precision::Bf16).unwrap();
+        let sd = crate::support::synth::synth_state_dict(ask.requested(), 7, false);
+        let regenerated: Vec<f32> = ["refiner.down_stages.0.0.conv1.weight", "refiner.out_proj.weight"].iter().flat_map(|k| sd[*k].1[..8].to_vec()).collect();
+        assert_eq!(regenerated, probe, "the synthetic weights are the reference's");
+        let tensors = sd.into_iter().map(|(k, (shape, v))| (k, candle_core::Tensor::from_vec(v, shape, &candle_core::Device::Cpu).unwrap())).collect();
+        let mut wts = Weights::new(tensors, &opts);
+        let unet = Sparse3DUNet::load(&mut wts, "refiner", &cfg, precision == Precision::Bf16).unwrap();
+        wts.finish().unwrap();
+        let (out, stats) = unet.forward(&feats, &voxels, &enc, (h / 16, w / 16)).unwrap();
+        assert_eq!(stats.voxels, counts, "voxels per level");
+        outs.push(out);
+    }
+    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+    let e = outs[0].iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs() / w.abs().max(1e-2 * scale)).fold(0.0, f64::max);
+    let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+    let p = pcc(&outs[1], &want32);
+    eprintln!("refiner at ViT-L widths: f32 max rel {e:.2e}; bf16 PCC {p:.7}");
+    assert!(e <= 1e-4, "f32: max rel {e:.2e}");
+    assert!(p >= 0.9999, "bf16: PCC {p}");
+}
