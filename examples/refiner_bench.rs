@@ -67,8 +67,10 @@ fn main() -> anyhow::Result<()> {
         }
         let s = last.expect("reps >= 1");
         println!(
-            "{precision:?}: median {:.3} s a call; voxels per level {:?}, {:.1} GMAC ({:.1} in sparse convolutions)",
+            "{precision:?}: median {:.3} s a call (last: convolutions {:.3} s, voxel sets {:.3} s); voxels per level {:?}, {:.1} GMAC ({:.1} in sparse convolutions)",
             common::median(&mut times),
+            s.convolutions.as_secs_f64(),
+            s.structure.as_secs_f64(),
             s.voxels,
             s.macs as f64 / 1e9,
             s.conv_macs as f64 / 1e9
