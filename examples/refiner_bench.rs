@@ -67,7 +67,7 @@ fn main() -> anyhow::Result<()> {
         }
         let s = last.expect("reps >= 1");
         println!(
-            "{precision:?}: median {:.3} s a call (last: convolutions {:.3} s, voxel sets {:.3} s); voxels per level {:?}, {:.1} GMAC ({:.1} in sparse convolutions)",
+            "{precision:?}: median {:.3} s a call (last: residual blocks {:.3} s, voxel sets {:.3} s); voxels per level {:?}, {:.1} GMAC ({:.1} in sparse convolutions)",
             common::median(&mut times),
             s.convolutions.as_secs_f64(),
             s.structure.as_secs_f64(),

@@ -297,7 +297,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     }
     for (i, s) in steps.iter().enumerate() {
         moge::outln!(
-            "refine step {}: median {:.4} s, {:.1}% of the model call; {} voxels at full resolution, {:.1} GMAC ({:.1} in sparse convolutions at {:.0} GMAC/s)",
+            "refine step {}: median {:.4} s, {:.1}% of the model call; {} voxels at full resolution, {:.1} GMAC ({:.1} in sparse convolutions, their blocks at {:.0} GMAC/s)",
             i + 1,
             s["median_s"].as_f64().unwrap_or(0.0),
             100.0 * s["share_of_model_call"].as_f64().unwrap_or(0.0),

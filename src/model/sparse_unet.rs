@@ -118,9 +118,11 @@ pub struct RefinerStats {
     /// Multiply-adds of the sparse convolutions, and of everything (linears included).
     pub conv_macs: u64,
     pub macs: u64,
-    /// Building the voxel sets and neighbour maps, and the whole call.
+    /// Building the voxel sets and neighbour maps.
     pub structure: Duration,
+    /// The residual blocks: their convolutions, LayerNorm, SiLU and residual adds.
     pub convolutions: Duration,
+    /// The whole call.
     pub total: Duration,
 }
 
