@@ -69,6 +69,9 @@ impl Neighbours {
     }
 }
 
+/// How a tap's (Ci × Co) weight is packed for the bf16 products.
+type Pack<'a> = &'a dyn Fn(&[f32], usize, usize) -> PackedB;
+
 /// A tap's weight, (Ci × Co), in the product's form.
 enum TapWeights {
     /// (27, Ci, Co) row-major.
@@ -91,6 +94,12 @@ impl SubmConv3d {
     /// From upstream's weight (Co, 3, 3, 3, Ci) and bias (Co); `bf16` rounds both operands of the
     /// products to bf16 (f32 sums), as the rest of a bf16 model does.
     pub fn new(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, bf16: bool) -> Self {
+        Self::packed_by(weight, bias, ci, co, bf16.then_some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n)))
+    }
+
+    /// As [`SubmConv3d::new`], each tap's bf16 weight packed by `pack` (the tests choose the
+    /// kernel: the tiles' emulation on machines without AMX).
+    pub(crate) fn packed_by(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, pack: Option<Pack>) -> Self {
         assert!(weight.len() == co * TAPS * ci && bias.len() == co, "SubmConv3d: weight {} and bias {} for {ci} -> {co}", weight.len(), bias.len());
         // Tap t's (Ci × Co) block: element (i, o) = weight[o][t][i].
         let tap = |t: usize| -> Vec<f32> {
@@ -103,10 +112,9 @@ impl SubmConv3d {
             }
             b
         };
-        let taps = if bf16 {
-            TapWeights::Bf16((0..TAPS).map(|t| PackedB::from_f32_kn(&tap(t), ci, co)).collect())
-        } else {
-            TapWeights::F32((0..TAPS).flat_map(tap).collect())
+        let taps = match pack {
+            Some(pack) => TapWeights::Bf16((0..TAPS).map(|t| pack(&tap(t), ci, co)).collect()),
+            None => TapWeights::F32((0..TAPS).flat_map(tap).collect()),
         };
         Self { ci, co, bias, taps, isa: isa::current() }
     }
@@ -256,11 +264,20 @@ mod tests {
                 }
             }
             let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
-            for bf16 in [false, true] {
-                let got = SubmConv3d::new(&w, bias.clone(), ci, co, bf16).forward(&x, &nb);
+            // f32, then bf16 on every kernel this CPU has, the portable fallback and the AMX
+            // tiles' emulation (the hardware's loops, on any machine).
+            use crate::model::cpu::matmul::bf16::{route, Kernel};
+            let mut kernels: Vec<Option<Kernel>> = crate::simd::isa::levels().map(|l| Kernel::of(route(l))).collect();
+            kernels.dedup();
+            kernels.push(Some(Kernel::Tiles { emulated: true }));
+            let f32_out = SubmConv3d::new(&w, bias.clone(), ci, co, false).forward(&x, &nb);
+            let err = f32_out.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
+            assert!(err <= 1e-5 * scale, "{ci}->{co} on {m} voxels (f32): max error {err} of {scale}");
+            for kernel in kernels {
+                let pack = move |b: &[f32], k: usize, n: usize| PackedB::build_for(b, k, n, false, kernel);
+                let got = SubmConv3d::packed_by(&w, bias.clone(), ci, co, Some(&pack)).forward(&x, &nb);
                 let err = got.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
-                let tol = if bf16 { 2e-2 } else { 1e-5 };
-                assert!(err <= tol * scale, "{ci}->{co} on {m} voxels (bf16 {bf16}): max error {err} of {scale}");
+                assert!(err <= 2e-2 * scale, "{ci}->{co} on {m} voxels (bf16, {kernel:?}): max error {err} of {scale}");
             }
         }
     }

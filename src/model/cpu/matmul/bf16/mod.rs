@@ -242,7 +242,7 @@ pub(crate) enum Kernel {
 
 impl Kernel {
     /// The kernel of route `isa` (a [`route`], lowered to what the CPU has), if it packs.
-    fn of(isa: Isa) -> Option<Kernel> {
+    pub(crate) fn of(isa: Isa) -> Option<Kernel> {
         match isa {
             Isa::Amx => Some(Kernel::Tiles { emulated: false }),
             Isa::Avx512Bf16 => Some(Kernel::Avx512Bf16),
