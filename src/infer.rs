@@ -385,8 +385,8 @@ impl Model {
         let (width, height, grid) = prep_meta;
         let mut pred = postprocess_raw(raw, self.config.remap_output, width, height, grid, opts);
         if !raw.points_per_step.is_empty() {
-            // Each step solved for its own focal and shift (v3's `infer`), the last one again
-            // without its normals.
+            // Each earlier step solved for its own focal and shift (v3's `infer`); the last is
+            // the final prediction without its normals.
             let step = |points: &Vec<f32>| {
                 let view = RawOutput {
                     size: raw.size,
@@ -398,7 +398,11 @@ impl Model {
                 };
                 postprocess_raw(&view, self.config.remap_output, width, height, grid, opts)
             };
-            pred.per_step = raw.points_per_step.iter().chain([&raw.points]).map(step).collect();
+            let mut steps: Vec<Prediction> = raw.points_per_step.iter().map(step).collect();
+            let normals = (pred.normal.take(), pred.normal_png.take());
+            steps.push(pred.clone());
+            (pred.normal, pred.normal_png) = normals;
+            pred.per_step = steps;
         }
         pred
     }
@@ -411,7 +415,7 @@ impl Model {
     /// `infer()` on one 8-bit RGB image: prepare, forward, post-process.
     pub fn infer(&self, image: &image::RgbImage, opts: &InferOptions) -> anyhow::Result<Prediction> {
         let (w, h) = (image.width() as usize, image.height() as usize);
-        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range)).refined(Some(self.refine_steps(opts)), opts.per_step);
+        let prep = self.prepare(image.as_raw(), w, h, opts.tokens(self.config.num_tokens_range)).refined(self.refine_steps(opts), opts.per_step);
         let raw = self.forward(&prep)?;
         Ok(self.postprocess(&raw, (w, h, prep.grid), opts))
     }

@@ -130,7 +130,7 @@ impl Predictor {
                 let model = runner.model();
                 let prep = model
                     .prepare_float(planar, width, height, plan.infer.tokens(model.config.num_tokens_range))
-                    .refined(Some(model.refine_steps(&plan.infer)), plan.infer.per_step);
+                    .refined(model.refine_steps(&plan.infer), plan.infer.per_step);
                 let raw = runner.forward(&prep).context("forward failed")?;
                 Ok(model.postprocess(&raw, (width, height, prep.grid), &plan.infer))
             }

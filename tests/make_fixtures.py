@@ -139,25 +139,26 @@ CASES = [
 # ----------------------------------------------------------------------------------------------------------------
 # model construction
 
-def register_tiny_backbone(embed_dim: int, depth: int) -> None:
-    """(Re)define ``moge.model.dinov2.hub.backbones.dinov2_vitt14`` as a DINOv2 ViT/14 with the given E and N."""
+def register_tiny_backbone(embed_dim: int, depth: int, name: str = "dinov2_vitt14", ffn_layer: str = "mlp") -> None:
+    """(Re)define ``moge.model.dinov2.hub.backbones.<name>`` as a DINOv2 ViT/14 with the given E and N (and FFN:
+    make_moge3_fixtures.py registers ``dinov2_vitt14_swiglu`` with ViT-g's ``swiglufused``)."""
     from moge.model.dinov2.hub import backbones
     from moge.model.dinov2.layers import MemEffAttention, NestedTensorBlock as Block
     from moge.model.dinov2.models.vision_transformer import DinoVisionTransformer
 
     assert embed_dim % 64 == 0
 
-    def dinov2_vitt14(pretrained=False, **kw):
+    def backbone(pretrained=False, **kw):
         assert not pretrained
         return DinoVisionTransformer(
             img_size=518, patch_size=14, embed_dim=embed_dim, depth=depth, num_heads=embed_dim // 64, mlp_ratio=4,
-            init_values=1.0, ffn_layer="mlp", block_chunks=0, num_register_tokens=0,
+            init_values=1.0, ffn_layer=ffn_layer, block_chunks=0, num_register_tokens=0,
             interpolate_antialias=False, interpolate_offset=0.1,
             # same block class as the published vit_small/base/large (MemEffAttention == Attention without xformers)
             block_fn=partial(Block, attn_class=MemEffAttention),
         )
 
-    backbones.dinov2_vitt14 = dinov2_vitt14
+    setattr(backbones, name, backbone)
 
 
 def synth_numpy_state_dict(name: str) -> dict:

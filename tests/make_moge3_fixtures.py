@@ -253,24 +253,7 @@ def build_v2_model(cfg: dict, sd_np: dict):
 def register_swiglu_backbone(embed_dim: int, depth: int) -> None:
     """Define ``moge.model.dinov2.hub.backbones.dinov2_vitt14_swiglu``: make_fixtures' ``dinov2_vitt14`` with the
     FFN of the published ``dinov2_vitg14`` (``ffn_layer="swiglufused"``)."""
-    from functools import partial
-
-    from moge.model.dinov2.hub import backbones
-    from moge.model.dinov2.layers import MemEffAttention, NestedTensorBlock as Block
-    from moge.model.dinov2.models.vision_transformer import DinoVisionTransformer
-
-    assert embed_dim % 64 == 0
-
-    def dinov2_vitt14_swiglu(pretrained=False, **kw):
-        assert not pretrained
-        return DinoVisionTransformer(
-            img_size=518, patch_size=14, embed_dim=embed_dim, depth=depth, num_heads=embed_dim // 64, mlp_ratio=4,
-            init_values=1.0, ffn_layer="swiglufused", block_chunks=0, num_register_tokens=0,
-            interpolate_antialias=False, interpolate_offset=0.1,
-            block_fn=partial(Block, attn_class=MemEffAttention),  # as vit_giant2
-        )
-
-    setattr(backbones, SWIGLU_BACKBONE, dinov2_vitt14_swiglu)
+    mf.register_tiny_backbone(embed_dim, depth, name=SWIGLU_BACKBONE, ffn_layer="swiglufused")
 
 
 def swiglu_hidden(embed_dim: int) -> int:

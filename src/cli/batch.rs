@@ -160,10 +160,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         return Ok(EXIT_OK);
     }
     check_output_dir(&args.output)?;
-    if args.infer.per_step && !args.remote.server.is_empty() {
-        anyhow::bail!("--per-step keeps the refine steps of a model run here: a server answers with the final maps only");
-    }
-    let (weights, engine) = args.remote.engine(&args.model)?;
+    let (weights, engine) = args.remote.engine(&args.model, &args.infer)?;
     let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input);
     let cfg = Config {
         plan: moge::Plan { fit: args.fit.into(), canvas: args.canvas, ..base.plan },

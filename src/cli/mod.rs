@@ -159,9 +159,12 @@ pub struct RemoteArgs {
 
 impl RemoteArgs {
     /// The engine: the server(s), checked to answer, or the model loaded here.
-    pub fn engine(&self, model: &ModelArgs) -> anyhow::Result<(PathBuf, moge::pipeline::run::Engine)> {
+    pub fn engine(&self, model: &ModelArgs, infer: &InferArgs) -> anyhow::Result<(PathBuf, moge::pipeline::run::Engine)> {
         use moge::pipeline::run::Engine;
         use std::sync::Arc;
+        if infer.per_step && !self.server.is_empty() {
+            anyhow::bail!("--per-step keeps the refine steps of a model run here: a server answers with the final maps only");
+        }
         let opts = moge::remote::ClientOptions {
             timeout: std::time::Duration::from_secs(self.server_timeout as u64),
             retries: self.server_retries,

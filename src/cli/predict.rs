@@ -34,10 +34,7 @@ pub struct PredictArgs {
 }
 
 pub fn run(args: PredictArgs) -> Result<i32> {
-    if args.infer.per_step && !args.remote.server.is_empty() {
-        anyhow::bail!("--per-step keeps the refine steps of a model run here: a server answers with the final maps only");
-    }
-    let (weights, engine) = args.remote.engine(&args.model)?;
+    let (weights, engine) = args.remote.engine(&args.model, &args.infer)?;
     let cfg = moge::pipeline::run::Config {
         in_flight: args.remote.in_flight as usize,
         ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)

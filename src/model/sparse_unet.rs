@@ -196,10 +196,6 @@ impl Sparse3DUNet {
         self.channels.len()
     }
 
-    pub fn encoder_channels(&self) -> usize {
-        self.encoder_channels
-    }
-
     /// The log-depth correction (one per voxel) of `feats` (M × 3) at `voxels`, conditioned on
     /// `encoder` (encoder_channels, gh, gw planes), sampled at the deepest level's (i, j).
     pub fn forward(&self, feats: &[f32], voxels: &Voxels, encoder: &[f32], (gh, gw): (usize, usize)) -> Result<(Vec<f32>, RefinerStats)> {

@@ -104,17 +104,16 @@ pub struct Prepared {
     pub grid: (usize, usize),
     /// Normalised (3, 14·rows, 14·cols) input.
     pub input: Vec<f32>,
-    /// MoGe-3's refine steps ([`Model::default_refine_steps`] unless set), and whether the
-    /// maps before each step are kept.
+    /// MoGe-3's refine steps ([`Model::default_refine_steps`] unless set by
+    /// [`Prepared::refined`]), and whether the maps before each step are kept.
     pub refine_steps: usize,
     pub per_step: bool,
 }
 
 impl Prepared {
-    /// With `steps` refine steps (`None`: the model's default) and, with `per_step`, the maps
-    /// of every step kept.
-    pub fn refined(self, steps: Option<usize>, per_step: bool) -> Self {
-        Self { refine_steps: steps.unwrap_or(self.refine_steps), per_step, ..self }
+    /// With `steps` refine steps and, with `per_step`, the maps of every step kept.
+    pub fn refined(self, steps: usize, per_step: bool) -> Self {
+        Self { refine_steps: steps, per_step, ..self }
     }
 }
 

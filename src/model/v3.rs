@@ -6,7 +6,6 @@
 
 use anyhow::{bail, Result};
 
-use super::sparse_unet::RefinerStats;
 use super::v2::{Model, RawOutput};
 use super::voxels::Voxels;
 
@@ -71,7 +70,8 @@ impl Model {
         if steps > MAX_REFINE_STEPS {
             bail!("{steps} refine steps: at most {MAX_REFINE_STEPS}");
         }
-        let Some((map, grid)) = raw.encoder_map.as_ref().map(|m| (m.clone(), raw.grid)) else {
+        // Borrowed beside the points the loop rewrites (disjoint fields of `raw`).
+        let (Some(map), grid) = (raw.encoder_map.as_deref(), raw.grid) else {
             bail!("the network left no encoder map for the refiner");
         };
         let (h, w) = raw.size;
@@ -80,7 +80,7 @@ impl Model {
             let bins = depth_bins(&raw.points[2 * plane..3 * plane], self.config.refiner_depth_resolution)?;
             let voxels = Voxels::one_per_pixel(h, w, bins)?;
             let feats: Vec<f32> = (0..plane).flat_map(|p| [raw.points[p], raw.points[plane + p], raw.points[2 * plane + p]]).collect();
-            let (delta, stats) = refiner.forward(&feats, &voxels, &map, grid)?;
+            let (delta, stats) = refiner.forward(&feats, &voxels, map, grid)?;
             if per_step {
                 raw.points_per_step.push(raw.points.clone());
             }
@@ -89,19 +89,6 @@ impl Model {
         }
         Ok(())
     }
-}
-
-/// How the refiner's calls of one forward went, for `moge bench`.
-pub fn summarize(stats: &[RefinerStats]) -> String {
-    stats
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let gmac = s.macs as f64 / 1e9;
-            format!("step {}: {:.3} s, {} voxels, {gmac:.1} GMAC", i + 1, s.total.as_secs_f64(), s.voxels.first().copied().unwrap_or(0))
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 #[cfg(test)]

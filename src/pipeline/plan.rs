@@ -91,7 +91,7 @@ pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Placed> {
     opts.normal_map |= placement != Placement::Exact;
     let img = work.as_ref().unwrap_or(photo);
     let tokens = opts.tokens(model.config.num_tokens_range);
-    let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens).refined(Some(model.refine_steps(&opts)), opts.per_step);
+    let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, tokens).refined(model.refine_steps(&opts), opts.per_step);
     Ok(Placed { photo_size, placement, opts, prep, prepare_ms: ms(t) })
 }
 

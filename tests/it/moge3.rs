@@ -187,7 +187,7 @@ fn check_case(m: &Model, name: &str, image: &str) {
 
         // The voxels each step saw: the share in the reference's bins (a log-depth within an
         // ulp of a rounding boundary may take the other bin).
-        let prep = m.prepare(img.as_raw(), w, h, opts.tokens(m.config.num_tokens_range)).refined(Some(steps), true);
+        let prep = m.prepare(img.as_raw(), w, h, opts.tokens(m.config.num_tokens_range)).refined(steps, true);
         let raw = m.forward(&prep).unwrap();
         let plane = raw.size.0 * raw.size.1;
         let mut want_logz = vec![z.f32("raw_coord_0").iter().skip(2 * plane).copied().collect::<Vec<f32>>()];
@@ -314,7 +314,7 @@ fn degenerate_maps_refine_or_fail_clearly() {
     assert!(p.depth.iter().any(|d| d.is_finite()), "a flat photo still has depth");
 
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
-    let prep = m.prepare(img.as_raw(), 64, 48, 60).refined(Some(0), false);
+    let prep = m.prepare(img.as_raw(), 64, 48, 60).refined(0, false);
     let raw = m.forward(&prep).unwrap();
     let plane = raw.size.0 * raw.size.1;
     // A ramp from e^-60 to e^60: 30720 depth bins, each column one voxel, nothing dense in z.
@@ -345,7 +345,7 @@ fn a_swiglu_backbone_matches_the_reference() {
     assert_eq!(m.config.encoder.backbone, "dinov2_vitt14_swiglu");
     let mut z = Npz::open(&dir().join("m3g_rgb_60.npz"));
     let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
-    let prep = m.prepare(img.as_raw(), 64, 48, 60).refined(Some(0), false);
+    let prep = m.prepare(img.as_raw(), 64, 48, 60).refined(0, false);
     let raw = m.forward(&prep).unwrap();
     let e = crate::support::reference::rel_to_max(raw.encoder_map.as_ref().unwrap(), &z.vec_f32("enc_map"));
     assert!(e <= 1e-5, "encoder map: {e:.2e}");
