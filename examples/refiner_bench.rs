@@ -1,9 +1,9 @@
 //! MoGe-3's refiner alone, one call: the released ViT-L architecture (channels 32..512) with the
 //! tests' synthetic weights, on the voxels of a synthetic floor-and-wall scene at head size H x W
-//! (16x the token grid), in f32 and bf16. `scripts/bench_mlx_refiner.py` runs the MLX port's
+//! (16x the token grid), in f32, bf16 and int8 (or the precisions named). `scripts/bench_mlx_refiner.py` runs the MLX port's
 //! refiner on the same scene, to be compared in one sitting.
 //!
-//! `cargo run --release --example refiner_bench -- [H W reps]`  (default 560 832 3: 1800 tokens at 4:3)
+//! `cargo run --release --example refiner_bench -- [H W reps] [f32|bf16|int8 ...]`  (default 560 832 3: 1800 tokens at 4:3)
 
 mod common;
 #[path = "../tests/it/support/synth.rs"]
@@ -34,6 +34,10 @@ pub fn scene(h: usize, w: usize) -> Vec<f32> {
 fn main() -> anyhow::Result<()> {
     common::keep_freed_memory();
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let mut precisions: Vec<Precision> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    if precisions.is_empty() {
+        precisions = vec![Precision::F32, Precision::Bf16, Precision::Int8];
+    }
     let (h, w, reps) = (args.first().copied().unwrap_or(560), args.get(1).copied().unwrap_or(832), args.get(2).copied().unwrap_or(3));
     anyhow::ensure!(h % 16 == 0 && w % 16 == 0, "H and W are multiples of 16 (the encoder map is H/16 x W/16)");
     let cfg: RefinerConfig = serde_json::from_value(serde_json::json!({
@@ -48,15 +52,15 @@ fn main() -> anyhow::Result<()> {
     let mut rng = common::rng::Rng::new(7);
     let enc = rng.units(1026 * gh * gw);
     println!("refiner, {h}x{w} ({} voxels), {} threads, median of {reps}", voxels.len(), rayon::current_num_threads());
-    for precision in [Precision::F32, Precision::Bf16] {
+    for precision in precisions {
         let opts = BuildOptions::new(&Device::Cpu, precision).map_err(anyhow::Error::msg)?;
         // The keys the refiner asks for, then the tests' synthetic values under them.
         let mut probe = Weights::new(HashMap::new(), &opts);
-        Sparse3DUNet::load(&mut probe, "refiner", &cfg, precision == Precision::Bf16)?;
+        Sparse3DUNet::load(&mut probe, "refiner", &cfg, precision.into())?;
         let sd = synth::synth_state_dict(probe.requested(), 7, false);
         let tensors = sd.into_iter().map(|(k, (shape, v))| Ok((k, Tensor::from_vec(v, shape, &Device::Cpu)?))).collect::<anyhow::Result<HashMap<_, _>>>()?;
         let mut w8 = Weights::new(tensors, &opts);
-        let unet = Sparse3DUNet::load(&mut w8, "refiner", &cfg, precision == Precision::Bf16)?;
+        let unet = Sparse3DUNet::load(&mut w8, "refiner", &cfg, precision.into())?;
         let mut times = vec![];
         let mut last = None;
         for _ in 0..reps {

@@ -1,5 +1,5 @@
 //! GMAC/s of MoGe-3's submanifold 3x3x3 convolution (`moge::model::cpu::sparse_conv`) per level
-//! of the refiner at ViT-L's 1800 tokens (head maps 560x832), in f32 and bf16, beside the dense
+//! of the refiner at ViT-L's 1800 tokens (head maps 560x832), in f32, bf16 and int8, beside the dense
 //! product of the same shape on the same kernels (the voxels' rows times one tap's weight: what
 //! the sparse convolution would reach with nothing gathered or scattered), measured interleaved
 //! (the machine is shared: compare the ratio). The voxels are those of a synthetic scene: a
@@ -11,7 +11,8 @@ mod common;
 use common::rng::Rng;
 use moge::model::cpu::matmul::bf16::{gemm_bf16, PackedB};
 use moge::model::cpu::matmul::gemm::{Gemm, Strided};
-use moge::model::cpu::sparse_conv::{SubmConv3d, TAPS};
+use moge::model::cpu::matmul::int8::{self, QuantB};
+use moge::model::cpu::sparse_conv::{Products, SubmConv3d, TAPS};
 use moge::model::voxels::Voxels;
 use moge::simd::Mat;
 use std::time::Instant;
@@ -33,8 +34,8 @@ fn main() -> anyhow::Result<()> {
     let mut rng = Rng::new(0x5eed_0003);
     println!("{} threads, median of {reps}; GMAC/s (multiply-adds per second)", rayon::current_num_threads());
     println!(
-        "{:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
-        "level", "voxels", "nbrs", "f32 sparse", "f32 dense", "ratio", "bf16 sparse", "bf16 dense", "ratio"
+        "{:>6} {:>8} {:>6} {:>10} {:>10} {:>6} {:>11} {:>10} {:>6} {:>11} {:>10} {:>6}",
+        "level", "voxels", "nbrs", "f32 sparse", "f32 dense", "ratio", "bf16 sparse", "bf16 dense", "ratio", "int8 sparse", "int8 dense", "ratio"
     );
     for (level, c) in [32usize, 64, 128, 256, 512].into_iter().enumerate() {
         let nb = vox.neighbours();
@@ -42,16 +43,19 @@ fn main() -> anyhow::Result<()> {
         let x = rng.units(m * c);
         let wt = rng.units(c * TAPS * c);
         let bias = rng.units(c);
-        let convs = [SubmConv3d::new(&wt, bias.clone(), c, c, false), SubmConv3d::new(&wt, bias.clone(), c, c, true)];
+        let convs = [Products::F32, Products::Bf16, Products::Int8].map(|p| SubmConv3d::new(&wt, bias.clone(), c, c, p));
         let macs = convs[0].macs(&nb) as f64;
         // The dense product of the same work: (pairs / 27 per tap) rows, 27 taps.
         let rows = nb.pairs().div_ceil(TAPS);
         let tap: Vec<f32> = wt[..c * c].to_vec();
         let packed = PackedB::from_f32_kn(&tap, c, c);
+        // int8's dense product as the linears run it: the rows quantised on each call.
+        let quant = QuantB::from_f32_nk(&tap, c, c, moge::simd::isa::current());
+        let zeros = vec![0f32; c];
         let xd = rng.units(rows * c);
         let mut y = vec![0f32; rows * c];
         let threads = rayon::current_num_threads();
-        let mut t = [vec![], vec![], vec![], vec![]];
+        let mut t = [vec![], vec![], vec![], vec![], vec![], vec![]];
         for _ in 0..reps {
             for (k, conv) in convs.iter().enumerate() {
                 let s = Instant::now();
@@ -71,11 +75,22 @@ fn main() -> anyhow::Result<()> {
                 gemm_bf16(Mat::from_slice(&xd, rows, c, c), &packed, Mat::from_slice_mut(&mut y, rows, c, c), false, threads);
             }
             t[3].push(s.elapsed().as_secs_f64());
+            let s = Instant::now();
+            for _ in 0..TAPS {
+                std::hint::black_box(int8::product(&xd, rows, &quant, &zeros, None));
+            }
+            t[5].push(s.elapsed().as_secs_f64());
         }
         let dense_macs = (TAPS * rows * c * c) as f64;
         let mut rate = |k: usize, n: f64| n / common::median(&mut t[k]) / 1e9;
-        let (fs, fd, bs, bd) = (rate(0, macs), rate(1, dense_macs), rate(2, macs), rate(3, dense_macs));
-        println!("{level:>6} {m:>8} {:>6.1} {fs:>10.1} {fd:>10.1} {:>8.2} {bs:>10.1} {bd:>10.1} {:>8.2}", nb.pairs() as f64 / m as f64, fs / fd, bs / bd);
+        let (fs, fd, bs, bd, is, id) = (rate(0, macs), rate(1, dense_macs), rate(2, macs), rate(3, dense_macs), rate(4, macs), rate(5, dense_macs));
+        println!(
+            "{level:>6} {m:>8} {:>6.1} {fs:>10.1} {fd:>10.1} {:>6.2} {bs:>11.1} {bd:>10.1} {:>6.2} {is:>11.1} {id:>10.1} {:>6.2}",
+            nb.pairs() as f64 / m as f64,
+            fs / fd,
+            bs / bd,
+            is / id
+        );
         vox = vox.pooled().0;
     }
     Ok(())

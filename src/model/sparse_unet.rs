@@ -1,8 +1,8 @@
 //! `Sparse3DUNet` (`moge/model/modules/sparse_unet.py`) and its blocks
 //! (`flex_sparse_blocks.py`: `SparseResBlock3d`, `PoolDown`, `NearestUp`), on the host: the
 //! refiner of MoGe-3. Names map to the state-dict keys under `refiner.`. Features are rows of
-//! voxels ([`Voxels`] order); the submanifold convolutions run on the CPU kernels in f32 or bf16,
-//! the linears in f32 always: they are a few per cent of the work, and bf16 would round the
+//! voxels ([`Voxels`] order); the submanifold convolutions run on the CPU kernels in f32, bf16 or
+//! int8, the linears in f32 always: they are a few per cent of the work, and bf16 would round the
 //! input features (x/z, y/z, log z) by up to a depth bin (2^-8 relative against bins of 1/256).
 
 use std::time::{Duration, Instant};
@@ -13,11 +13,23 @@ use rayon::prelude::*;
 use super::config::RefinerConfig;
 use super::cpu::layer_norm::LayerNormOp;
 use super::cpu::matmul::gemm::{Gemm, Strided};
-use super::cpu::sparse_conv::{Neighbours, SubmConv3d};
+use super::cpu::sparse_conv::{Neighbours, Products, SubmConv3d};
 use super::voxels::{mean_pool, upsample_add, Voxels};
 use super::weights::Weights;
+use super::Precision;
 use crate::simd::isa::{self, Isa};
 use crate::simd::math::silu_in_place;
+
+/// The refiner's convolutions run in the model's precision.
+impl From<Precision> for Products {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => Products::F32,
+            Precision::Bf16 => Products::Bf16,
+            Precision::Int8 => Products::Int8,
+        }
+    }
+}
 
 /// A tensor of the state dict on the host.
 fn host(w: &mut Weights, key: &str, shape: &[usize]) -> Result<Vec<f32>> {
@@ -82,7 +94,7 @@ pub struct SparseResBlock3d {
 }
 
 impl SparseResBlock3d {
-    pub fn load(w: &mut Weights, p: &str, c: usize, bf16: bool) -> Result<Self> {
+    pub fn load(w: &mut Weights, p: &str, c: usize, products: Products) -> Result<Self> {
         let norm1 = LayerNormOp {
             weight: host(w, &format!("{p}.norm1.weight"), &[c])?,
             bias: host(w, &format!("{p}.norm1.bias"), &[c])?,
@@ -91,7 +103,7 @@ impl SparseResBlock3d {
         };
         let conv = |w: &mut Weights, name: &str| -> Result<SubmConv3d> {
             let weight = host(w, &format!("{p}.{name}.weight"), &[c, 3, 3, 3, c])?;
-            Ok(SubmConv3d::new(&weight, host(w, &format!("{p}.{name}.bias"), &[c])?, c, c, bf16))
+            Ok(SubmConv3d::new(&weight, host(w, &format!("{p}.{name}.bias"), &[c])?, c, c, products))
         };
         Ok(Self { norm1, conv1: conv(w, "conv1")?, conv2: conv(w, "conv2")?, isa: isa::current() })
     }
@@ -144,7 +156,7 @@ pub struct Sparse3DUNet {
 }
 
 impl Sparse3DUNet {
-    pub fn load(w: &mut Weights, p: &str, cfg: &RefinerConfig, bf16: bool) -> Result<Self> {
+    pub fn load(w: &mut Weights, p: &str, cfg: &RefinerConfig, products: Products) -> Result<Self> {
         cfg.validate().map_err(anyhow::Error::msg)?;
         if cfg.in_channels != 3 || cfg.out_channels != 1 {
             bail!("refiner: {} input and {} output channels (MoGe-3 has 3 and 1)", cfg.in_channels, cfg.out_channels);
@@ -153,7 +165,7 @@ impl Sparse3DUNet {
         let levels = ch.len();
         let last = ch[levels - 1];
         let blocks = |w: &mut Weights, name: String, c: usize, n: usize| -> Result<Vec<SparseResBlock3d>> {
-            (0..n).map(|b| SparseResBlock3d::load(w, &format!("{name}.{b}"), c, bf16)).collect()
+            (0..n).map(|b| SparseResBlock3d::load(w, &format!("{name}.{b}"), c, products)).collect()
         };
         let input_proj = Linear::load(w, &format!("{p}.input_proj"), cfg.in_channels, ch[0])?;
         let encoder_fuse = Linear::load(w, &format!("{p}.encoder_fuse"), cfg.encoder_channels, last)?;

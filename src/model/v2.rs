@@ -80,18 +80,8 @@ impl Parts {
             normal_head: head(w, "normal_head", &config.normal_head)?,
             mask_head: head(w, "mask_head", &config.mask_head)?,
             scale_head: config.scale_head.as_ref().map(|c| Mlp::load(w, "scale_head", &c.dims)).transpose()?,
-            refiner: config.refiner.as_ref().map(|c| Sparse3DUNet::load(w, "refiner", c, refiner_bf16(w.build()))).transpose()?,
+            refiner: config.refiner.as_ref().map(|c| Sparse3DUNet::load(w, "refiner", c, w.build().precision().into())).transpose()?,
         })
-    }
-}
-
-/// Whether the refiner's products run in bf16: in a bf16 model, and in an int8 one where the CPU
-/// has bf16 products (the refiner has no int8 route yet; emulated bf16 would be slower than f32).
-fn refiner_bf16(opts: &BuildOptions) -> bool {
-    match opts.precision() {
-        Precision::F32 => false,
-        Precision::Bf16 => true,
-        Precision::Int8 => super::cpu::matmul::bf16::native(),
     }
 }
 

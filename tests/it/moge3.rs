@@ -84,7 +84,7 @@ fn max_rel(got: &[f32], want: &[f64]) -> f64 {
 }
 
 /// The gate of the refiner alone: every output within 1e-4 of the float64 reference in f32,
-/// at every instruction-set level; bf16 products within the fast modes' PCC gate.
+/// at every instruction-set level; bf16 and int8 products within the fast modes' PCC gate.
 #[test]
 fn the_refiner_matches_the_float64_reference_on_identical_voxels() {
     let iso = isolated();
@@ -101,14 +101,16 @@ fn the_refiner_matches_the_float64_reference_on_identical_voxels() {
         let e = max_rel(&run(&model(Precision::F32)), &iso.want);
         assert!(e <= 1e-4, "refiner f32: max rel {e:.2e}");
     });
-    let out = run(&model(Precision::Bf16));
     let want32: Vec<f32> = iso.want.iter().map(|&v| v as f32).collect();
-    // The correction's spread (std ~0.02 over a mean ~0.16) is what PCC sees. The linears
-    // stay f32 (the features would lose a depth bin to bf16's rounding).
-    let p = pcc(&out, &want32);
-    let e = max_rel(&out, &iso.want);
-    eprintln!("refiner bf16: PCC {p:.7}, max rel {e:.2e}");
-    assert!(p >= 0.9999 && e <= 0.01, "refiner bf16: PCC {p}, max rel {e}");
+    for precision in [Precision::Bf16, Precision::Int8] {
+        let out = run(&model(precision));
+        // The correction's spread (std ~0.02 over a mean ~0.16) is what PCC sees. The linears
+        // stay f32 (the features would lose a depth bin to bf16's rounding).
+        let p = pcc(&out, &want32);
+        let e = max_rel(&out, &iso.want);
+        eprintln!("refiner {precision:?}: PCC {p:.7}, max rel {e:.2e}");
+        assert!(p >= 0.9999 && e <= 0.01, "refiner {precision:?}: PCC {p}, max rel {e}");
+    }
 }
 
 /// `moge` vs the reference over pixels both sides call valid: PCC, median relative depth error.
@@ -207,8 +209,7 @@ fn check_case(m: &Model, name: &str, image: &str) {
     }
 }
 
-/// The fast precisions: bf16 products in the network and the refiner's convolutions, int8 in the
-/// network (the refiner's convolutions in bf16 where the CPU has them, else f32). The network
+/// The fast precisions: bf16 or int8 products in the network and the refiner's convolutions. The network
 /// (refine steps 0) keeps the fast modes' gate, PCC >= 0.9999. Refined, the maps are reported
 /// with a loose bound: the bf16 network's log-depth differs from f32's by up to ~3e-3, nearly a
 /// depth bin (1/256), so about a tenth of the voxels change bin at step 0, and a refiner with
@@ -364,7 +365,8 @@ fn a_swiglu_backbone_matches_the_reference() {
 
 /// The refiner at the released ViT-L widths (32 to 512 channels, the encoder's 1026), its weights
 /// the tests' synthetic rule regenerated here, on the voxels of `m3_rgb_60`, against the float64
-/// reference of `tests/make_moge3_fixtures.py`: f32 within 1e-4 of every output, bf16 PCC >= 0.9999.
+/// reference of `tests/make_moge3_fixtures.py`: f32 within 1e-4 of every output, bf16 and int8 PCC
+/// >= 0.9999.
 #[test]
 fn the_refiner_at_vitl_widths_matches_the_float64_reference() {
     use moge::model::sparse_unet::Sparse3DUNet;
@@ -386,16 +388,16 @@ fn the_refiner_at_vitl_widths_matches_the_float64_reference() {
     let probe = z.vec_f32("w_probe");
     let counts: Vec<usize> = z.i64("level_counts").iter().map(|&c| c as usize).collect();
     let mut outs = vec![];
-    for precision in [Precision::F32, Precision::Bf16] {
+    for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
         let opts = BuildOptions::new(&moge::Device::Cpu, precision).unwrap();
         let mut ask = Weights::new(Default::default(), &opts);
-        Sparse3DUNet::load(&mut ask, "refiner", &cfg, precision == Precision::Bf16).unwrap();
+        Sparse3DUNet::load(&mut ask, "refiner", &cfg, precision.into()).unwrap();
         let sd = crate::support::synth::synth_state_dict(ask.requested(), 7, false);
         let regenerated: Vec<f32> = ["refiner.down_stages.0.0.conv1.weight", "refiner.out_proj.weight"].iter().flat_map(|k| sd[*k].1[..8].to_vec()).collect();
         assert_eq!(regenerated, probe, "the synthetic weights are the reference's");
         let tensors = sd.into_iter().map(|(k, (shape, v))| (k, candle_core::Tensor::from_vec(v, shape, &candle_core::Device::Cpu).unwrap())).collect();
         let mut wts = Weights::new(tensors, &opts);
-        let unet = Sparse3DUNet::load(&mut wts, "refiner", &cfg, precision == Precision::Bf16).unwrap();
+        let unet = Sparse3DUNet::load(&mut wts, "refiner", &cfg, precision.into()).unwrap();
         wts.finish().unwrap();
         let (out, stats) = unet.forward(&feats, &voxels, &enc, (h / 16, w / 16)).unwrap();
         assert_eq!(stats.voxels, counts, "voxels per level");
@@ -404,8 +406,8 @@ fn the_refiner_at_vitl_widths_matches_the_float64_reference() {
     let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
     let e = outs[0].iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs() / w.abs().max(1e-2 * scale)).fold(0.0, f64::max);
     let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
-    let p = pcc(&outs[1], &want32);
-    eprintln!("refiner at ViT-L widths: f32 max rel {e:.2e}; bf16 PCC {p:.7}");
+    let (pb, pi) = (pcc(&outs[1], &want32), pcc(&outs[2], &want32));
+    eprintln!("refiner at ViT-L widths: f32 max rel {e:.2e}; PCC bf16 {pb:.7}, int8 {pi:.7}");
     assert!(e <= 1e-4, "f32: max rel {e:.2e}");
-    assert!(p >= 0.9999, "bf16: PCC {p}");
+    assert!(pb >= 0.9999 && pi >= 0.9999, "PCC bf16 {pb}, int8 {pi}");
 }

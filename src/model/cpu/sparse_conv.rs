@@ -6,17 +6,23 @@
 //! Gather-GEMM-scatter per tap, output-stationary: the voxels are cut into chunks whose
 //! outputs stay in cache; for each tap, the inputs of the chunk's voxels that have that
 //! neighbour are gathered into a dense block, multiplied by the tap's (Ci × Co) weight on the
-//! project's products (the `gemm` crate in f32, `matmul::bf16` in bf16), and added into their
-//! rows. Absent taps cost nothing: a voxel of a surface has 6-14 of its 27 neighbours, so a
+//! project's products (the `gemm` crate in f32, `matmul::bf16` in bf16, `matmul::int8` in
+//! int8), and added into their rows. Absent taps cost nothing: a voxel of a surface has 6-14 of its 27 neighbours, so a
 //! dense 27-tap im2col would do 2-4x the multiply-adds. The centre tap is every voxel itself:
 //! its product reads the chunk's inputs in place and accumulates straight into the outputs.
+//!
+//! int8 as the decoder's convolutions (`conv3x3::int8`): weights per output channel of each
+//! tap, inputs per voxel (asymmetric u8, quantised once a call, their rows gathered per tap),
+//! int32 sums per tap scaled back to f32 before the rows' adds, so that each voxel keeps its
+//! own scale. On a CPU without VNNI the same quantisation emulated through the f32 products.
 
 use rayon::prelude::*;
 
 use super::matmul::bf16::{gemm_bf16, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
+use super::matmul::int8::{self, fake_quantised, product_quantised, quantise_activations, QuantA, QuantB, Route, Store};
 use crate::simd::isa::{self, Isa};
-use crate::simd::Mat;
+use crate::simd::{Mat, MatMut};
 
 /// Offsets of a 3x3x3 kernel.
 pub const TAPS: usize = 27;
@@ -69,15 +75,30 @@ impl Neighbours {
     }
 }
 
+/// The precision of a convolution's products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Products {
+    F32,
+    /// Both operands rounded to bf16, f32 sums.
+    Bf16,
+    /// Both quantised to 8 bits, int32 sums per tap (the module's documentation).
+    Int8,
+}
+
 /// How a tap's (Ci × Co) weight is packed for the bf16 products.
 type Pack<'a> = &'a dyn Fn(&[f32], usize, usize) -> PackedB;
 
-/// A tap's weight, (Ci × Co), in the product's form.
+/// The taps' weights in the products' form.
 enum TapWeights {
     /// (27, Ci, Co) row-major.
     F32(Vec<f32>),
     /// One packed B per tap.
     Bf16(Vec<PackedB>),
+    /// One int8 weight per tap, (Co × Ci) quantised per output channel for a VNNI route.
+    Int8(Vec<QuantB>),
+    /// int8's numbers on the f32 products: each tap's weight quantised and dequantised, laid out
+    /// as `F32`'s; the inputs quantised and dequantised per voxel on every call.
+    Int8Emulated(Vec<f32>),
 }
 
 /// `SparseConv3d(ci, co, 3)` as a submanifold convolution.
@@ -91,32 +112,49 @@ pub struct SubmConv3d {
 }
 
 impl SubmConv3d {
-    /// From upstream's weight (Co, 3, 3, 3, Ci) and bias (Co); `bf16` rounds both operands of the
-    /// products to bf16 (f32 sums), as the rest of a bf16 model does.
-    pub fn new(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, bf16: bool) -> Self {
-        Self::packed_by(weight, bias, ci, co, bf16.then_some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n)))
+    /// From upstream's weight (Co, 3, 3, 3, Ci) and bias (Co), for products in `products` (the
+    /// bias and the sums in f32 whatever they are).
+    pub fn new(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, products: Products) -> Self {
+        match products {
+            Products::F32 => Self::packed_by(weight, bias, ci, co, None),
+            Products::Bf16 => Self::packed_by(weight, bias, ci, co, Some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n))),
+            // The tiles' int8 products have no sparse gather yet: AMX CPUs have AVX512-VNNI.
+            Products::Int8 => Self::quantised(weight, bias, ci, co, int8::route(isa::current()).without_tiles()),
+        }
     }
 
     /// As [`SubmConv3d::new`], each tap's bf16 weight packed by `pack` (the tests choose the
     /// kernel: the tiles' emulation on machines without AMX).
     pub(crate) fn packed_by(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, pack: Option<Pack>) -> Self {
-        assert!(weight.len() == co * TAPS * ci && bias.len() == co, "SubmConv3d: weight {} and bias {} for {ci} -> {co}", weight.len(), bias.len());
-        // Tap t's (Ci × Co) block: element (i, o) = weight[o][t][i].
-        let tap = |t: usize| -> Vec<f32> {
-            let mut b = vec![0f32; ci * co];
-            for o in 0..co {
-                let src = &weight[(o * TAPS + t) * ci..][..ci];
-                for (i, &v) in src.iter().enumerate() {
-                    b[i * co + o] = v;
-                }
-            }
-            b
-        };
+        Self::check(weight, &bias, ci, co);
         let taps = match pack {
-            Some(pack) => TapWeights::Bf16((0..TAPS).map(|t| pack(&tap(t), ci, co)).collect()),
-            None => TapWeights::F32((0..TAPS).flat_map(tap).collect()),
+            Some(pack) => TapWeights::Bf16((0..TAPS).map(|t| pack(&tap_kn(weight, ci, co, t), ci, co)).collect()),
+            None => TapWeights::F32((0..TAPS).flat_map(|t| tap_kn(weight, ci, co, t)).collect()),
         };
         Self { ci, co, bias, taps, isa: isa::current() }
+    }
+
+    /// As [`SubmConv3d::new`] in int8, for `route` (one this CPU has, or the emulated one).
+    pub(crate) fn quantised(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, route: Route) -> Self {
+        Self::check(weight, &bias, ci, co);
+        let taps: Vec<QuantB> = (0..TAPS).map(|t| QuantB::for_route(&tap_nk(weight, ci, co, t), co, ci, route)).collect();
+        let taps = match route {
+            Route::Emulated => TapWeights::Int8Emulated(
+                taps.iter()
+                    .flat_map(|q| {
+                        let Store::Dequantised(w) = q.store() else { unreachable!("the emulated route dequantises") };
+                        // (Co × Ci) to (Ci × Co).
+                        (0..ci * co).map(|e| w[(e % co) * ci + e / co])
+                    })
+                    .collect(),
+            ),
+            _ => TapWeights::Int8(taps),
+        };
+        Self { ci, co, bias, taps, isa: isa::current() }
+    }
+
+    fn check(weight: &[f32], bias: &[f32], ci: usize, co: usize) {
+        assert!(weight.len() == co * TAPS * ci && bias.len() == co, "SubmConv3d: weight {} and bias {} for {ci} -> {co}", weight.len(), bias.len());
     }
 
     pub fn channels(&self) -> (usize, usize) {
@@ -136,6 +174,13 @@ impl SubmConv3d {
         if m == 0 {
             return y;
         }
+        // int8: the inputs quantised once, for the VNNI products or (emulated) back to f32.
+        let (quantised, dequantised) = match &self.taps {
+            TapWeights::Int8(q) => (Some(quantise_activations(x, m, ci, q[0].route())), None),
+            TapWeights::Int8Emulated(_) => (None, Some(fake_quantised(x, m, ci))),
+            _ => (None, None),
+        };
+        let x = dequantised.as_deref().unwrap_or(x);
         // A chunk's outputs in ~512 KiB: each tap's weight is reused over enough rows (a chunk
         // of 32 voxels at 512 channels ran at half the dense rate in f32), and the outputs, one
         // tap's products and its gathered inputs stay within L2 and L3 (`examples/sparse_conv_bench`).
@@ -147,39 +192,50 @@ impl SubmConv3d {
                 r.copy_from_slice(&self.bias);
             }
             let mut rows: Vec<u32> = Vec::with_capacity(n);
-            let mut gathered = vec![0f32; n * ci];
+            let mut gathered = match &self.taps {
+                TapWeights::Int8(q) => Gathered::Int8(QuantA::with_rows(n, ci, q[0].route())),
+                _ => Gathered::F32(vec![0f32; n * ci]),
+            };
+            // The int8 products' bias: the outputs start from the conv's.
+            let zeros = vec![0f32; co];
             let mut products = vec![0f32; n * co];
             for t in 0..TAPS {
-                if t == CENTRE {
+                if let (TapWeights::F32(_) | TapWeights::Bf16(_) | TapWeights::Int8Emulated(_), CENTRE) = (&self.taps, t) {
                     self.product(t, &x[v0 * ci..(v0 + n) * ci], n, out, true);
                     continue;
                 }
                 rows.clear();
-                let mut k = 0;
-                for r in 0..n {
-                    let src = nb.map[(v0 + r) * TAPS + t];
-                    if src != ABSENT {
-                        rows.push(r as u32);
-                        let s = src as usize * ci;
-                        gathered[k * ci..(k + 1) * ci].copy_from_slice(&x[s..s + ci]);
-                        k += 1;
-                    }
-                }
+                rows.extend((0..n as u32).filter(|&r| nb.map[(v0 + r as usize) * TAPS + t] != ABSENT));
+                let k = rows.len();
                 if k == 0 {
                     continue;
                 }
-                self.product(t, &gathered[..k * ci], k, &mut products[..k * co], false);
+                let src = rows.iter().map(|&r| nb.map[(v0 + r as usize) * TAPS + t] as usize);
+                match (&mut gathered, &quantised, &self.taps) {
+                    (Gathered::Int8(g), Some(a), TapWeights::Int8(q)) => {
+                        g.gather(a, src);
+                        // SAFETY: products holds k rows of co, this task's own.
+                        unsafe { product_quantised(g, &q[t], &zeros, MatMut::from_mut_ptr(products.as_mut_ptr(), k, co, co), false, false) };
+                    }
+                    (Gathered::F32(g), ..) => {
+                        for (d, s) in g.chunks_exact_mut(ci).zip(src) {
+                            d.copy_from_slice(&x[s * ci..(s + 1) * ci]);
+                        }
+                        self.product(t, &g[..k * ci], k, &mut products[..k * co], false);
+                    }
+                    _ => unreachable!("int8 rows for int8 taps"),
+                }
                 add_rows(self.isa, out, &products[..k * co], &rows, co);
             }
         });
         y
     }
 
-    /// `dst (n × Co) = [dst +] a (n × Ci) · W_t` on this thread.
+    /// `dst (n × Co) = [dst +] a (n × Ci) · W_t` on this thread, for the f32 and bf16 taps.
     fn product(&self, t: usize, a: &[f32], n: usize, dst: &mut [f32], accumulate: bool) {
         let (ci, co) = (self.ci, self.co);
         match &self.taps {
-            TapWeights::F32(w) => {
+            TapWeights::F32(w) | TapWeights::Int8Emulated(w) => {
                 let w = &w[t * ci * co..(t + 1) * ci * co];
                 // SAFETY: dst holds n rows of co, a n rows of ci, w ci rows of co (sliced above);
                 // dst is this task's own.
@@ -192,8 +248,31 @@ impl SubmConv3d {
                 }
             }
             TapWeights::Bf16(p) => gemm_bf16(Mat::from_slice(a, n, ci, ci), &p[t], Mat::from_slice_mut(dst, n, co, co), accumulate, 1),
+            TapWeights::Int8(_) => unreachable!("int8 taps run on quantised rows"),
         }
     }
+}
+
+/// A chunk's gathered inputs of one tap.
+enum Gathered {
+    F32(Vec<f32>),
+    Int8(QuantA),
+}
+
+/// Tap t's (Ci × Co) block of upstream's weight (Co, 27, Ci): element (i, o) = weight[o][t][i].
+fn tap_kn(weight: &[f32], ci: usize, co: usize, t: usize) -> Vec<f32> {
+    let mut b = vec![0f32; ci * co];
+    for o in 0..co {
+        for (i, &v) in weight[(o * TAPS + t) * ci..][..ci].iter().enumerate() {
+            b[i * co + o] = v;
+        }
+    }
+    b
+}
+
+/// Tap t's (Co × Ci) block, PyTorch's (out, in) of a linear.
+fn tap_nk(weight: &[f32], ci: usize, co: usize, t: usize) -> Vec<f32> {
+    (0..co).flat_map(|o| weight[(o * TAPS + t) * ci..][..ci].iter().copied()).collect()
 }
 
 crate::simd::dispatch! {
@@ -240,7 +319,7 @@ mod tests {
     }
 
     /// The convolution against an f64 evaluation of the dense definition at the active sites,
-    /// for channel counts off every tile and chunk boundary, in f32 and bf16.
+    /// for channel counts off every tile and chunk boundary, in f32, bf16 and int8.
     #[test]
     fn submanifold_conv_matches_the_dense_definition() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -270,7 +349,7 @@ mod tests {
             let mut kernels: Vec<Option<Kernel>> = crate::simd::isa::levels().map(|l| Kernel::of(route(l))).collect();
             kernels.dedup();
             kernels.push(Some(Kernel::Tiles { emulated: true }));
-            let f32_out = SubmConv3d::new(&w, bias.clone(), ci, co, false).forward(&x, &nb);
+            let f32_out = SubmConv3d::new(&w, bias.clone(), ci, co, Products::F32).forward(&x, &nb);
             let err = f32_out.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
             assert!(err <= 1e-5 * scale, "{ci}->{co} on {m} voxels (f32): max error {err} of {scale}");
             for kernel in kernels {
@@ -278,6 +357,23 @@ mod tests {
                 let got = SubmConv3d::packed_by(&w, bias.clone(), ci, co, Some(&pack)).forward(&x, &nb);
                 let err = got.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
                 assert!(err <= 2e-2 * scale, "{ci}->{co} on {m} voxels (bf16, {kernel:?}): max error {err} of {scale}");
+            }
+            // int8 on every route this CPU has and the emulated one: within 8 bits of the
+            // definition, and alike (the same quantised operands; the VNNI sums exact, the
+            // emulated ones f32 sums of the dequantised products).
+            let mut routes: Vec<Route> = vec![];
+            for r in crate::simd::isa::levels().map(|l| int8::route(l).without_tiles()) {
+                if !routes.contains(&r) {
+                    routes.push(r);
+                }
+            }
+            let emulated = SubmConv3d::quantised(&w, bias.clone(), ci, co, Route::Emulated).forward(&x, &nb);
+            for route in routes {
+                let got = SubmConv3d::quantised(&w, bias.clone(), ci, co, route).forward(&x, &nb);
+                let err = got.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
+                assert!(err <= 2e-2 * scale, "{ci}->{co} on {m} voxels (int8, {route:?}): max error {err} of {scale}");
+                let apart = got.iter().zip(&emulated).fold(0f32, |a, (&g, &e)| a.max((g - e).abs()));
+                assert!(apart as f64 <= 1e-5 * scale * ((TAPS * ci) as f64).sqrt(), "{ci}->{co} (int8, {route:?}): {apart} from the emulated route");
             }
         }
     }

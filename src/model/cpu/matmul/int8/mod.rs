@@ -281,6 +281,8 @@ pub struct QuantA {
     /// with 32 rows of zeros after them on the tile routes (a tile reads whole rows of 16).
     data: Lines<u32>,
     pub rows: usize,
+    /// Rows there is room for.
+    capacity: usize,
     pub k: usize,
     pub stride: usize,
     pub scale: Vec<f32>,
@@ -300,6 +302,40 @@ impl QuantA {
         // SAFETY: as `bytes`, borrowed mutably.
         unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 4) }
     }
+
+    /// Room for up to `capacity` rows of `k` values quantised for `route` (and the tile routes'
+    /// rows of padding after them), holding none: [`QuantA::gather`] fills it.
+    pub(crate) fn with_rows(capacity: usize, k: usize, route: Route) -> Self {
+        let stride = 4 * route.quads(k);
+        let rows = if route.tiles() { capacity + tiles::MR } else { capacity };
+        QuantA {
+            data: Lines::zeros((rows * stride).div_ceil(4)),
+            rows: 0,
+            capacity,
+            k,
+            stride,
+            scale: Vec::with_capacity(capacity),
+            zero: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Rows `idx` of `src` (quantised for the same route), in that order, as this one's rows.
+    /// Panics past the capacity or past `src`'s rows.
+    pub(crate) fn gather(&mut self, src: &QuantA, idx: impl Iterator<Item = usize>) {
+        assert!(src.k == self.k && src.stride == self.stride, "int8: gathering rows of {} values into rows of {}", src.k, self.k);
+        let stride = self.stride;
+        self.scale.clear();
+        self.zero.clear();
+        let mut n = 0;
+        for i in idx {
+            assert!(n < self.capacity && i < src.rows, "int8: row {i} of {} gathered as row {n} of {}", src.rows, self.capacity);
+            self.bytes_mut()[n * stride..(n + 1) * stride].copy_from_slice(&src.bytes()[i * stride..(i + 1) * stride]);
+            self.scale.push(src.scale[i]);
+            self.zero.push(src.zero[i]);
+            n += 1;
+        }
+        self.rows = n;
+    }
 }
 
 /// The rows of `x` (n × k) quantised, by the code of `route` (every route rounds alike).
@@ -307,7 +343,7 @@ pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> Quan
     assert!(x.len() >= n * k, "int8: {} activations for {n}x{k}", x.len());
     let stride = 4 * route.quads(k);
     let rows = if route.tiles() { n + tiles::MR } else { n };
-    let mut a = QuantA { data: Lines::zeros((rows * stride).div_ceil(4)), rows: n, k, stride, scale: Vec::new(), zero: Vec::new() };
+    let mut a = QuantA { data: Lines::zeros((rows * stride).div_ceil(4)), rows: n, capacity: n, k, stride, scale: Vec::new(), zero: Vec::new() };
     let mut sz = vec![(1f32, 0i32); n];
     if stride > 0 {
         a.bytes_mut()[..n * stride].par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
@@ -369,25 +405,47 @@ const PANELS_PER_BLOCK: usize = 4;
 /// route (weights packed as [`Store::Panels`]); `None` for the emulated route, which the caller
 /// runs as an f32 product on [`fake_quantised`] activations.
 pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>) -> Option<Vec<f32>> {
-    let Store::Panels { route, words, colsum } = &b.store else { return None };
-    let (route, d_out, k) = (*route, b.n, b.k);
+    let Store::Panels { route, .. } = &b.store else { return None };
+    let a = quantise_activations(x, n, b.k, *route);
+    let mut y: Vec<f32> = Vec::with_capacity(n * b.n);
+    // SAFETY: y has room for n × b.n values, written only here; `a` was quantised for b's route.
+    unsafe { product_quantised(&a, b, bias, MatMut::from_mut_ptr(y.as_mut_ptr(), n, b.n, b.n), gelu.is_some(), true) };
+    // SAFETY: `product_quantised` wrote every element of C.
+    unsafe { y.set_len(n * b.n) };
+    // The other routes' GELU, in one pass after (the tiles applied theirs: the same function
+    // on the same values, so the same bits).
+    if let (Some(level), false) = (gelu, route.tiles()) {
+        y.par_chunks_mut(4096).for_each(|c| crate::simd::math::gelu_in_place(level, c));
+    }
+    Some(y)
+}
+
+/// C (a.rows × b.n()) = the int8 product of the quantised rows `a` and the weights, plus
+/// `bias` (and the GELU on the tile routes, where `gelu`), every element written; its blocks on
+/// rayon where `parallel`, else on this thread. Panics on the emulated route's weights, or rows
+/// quantised for another route.
+///
+/// # Safety
+/// C is a writable a.rows × b.n() block that nothing else touches meanwhile.
+pub(crate) unsafe fn product_quantised(a: &QuantA, b: &QuantB, bias: &[f32], c: MatMut<f32>, gelu: bool, parallel: bool) {
+    let Store::Panels { route, words, colsum } = &b.store else { panic!("int8: the emulated route has no int8 product") };
+    let (route, d_out, k, n) = (*route, b.n, b.k, a.rows);
     assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
+    assert!(a.k == k && a.stride == 4 * route.quads(k) && c.rows() == n && c.cols() == d_out, "int8: rows of {} for a {d_out}x{k} weight", a.k);
+    // A tile reads whole tiles of rows past the last (`quantise_activations`, `QuantA::with_rows`).
+    assert!(a.bytes().len() >= (n + if route.tiles() { tiles::MR } else { 0 }) * a.stride, "int8: rows without their padding");
     let (nr, mr) = (route.nr(), route.mr());
     let panels = d_out.div_ceil(nr);
     let kq = route.quads(k);
     let mut bias_padded = bias.to_vec();
     bias_padded.resize(panels * nr, 0.0);
-    let a = quantise_activations(x, n, k, route);
-    let mut y: Vec<f32> = Vec::with_capacity(n * d_out);
-    let c = MatMut::from_mut_ptr(y.as_mut_ptr(), n, d_out, d_out);
     let (mc, pc) = (mr * ROW_TILES_PER_BLOCK, PANELS_PER_BLOCK);
-    let jobs: Vec<(usize, usize)> = (0..n.div_ceil(mc)).flat_map(|r| (0..panels.div_ceil(pc)).map(move |p| (r * mc, p * pc))).collect();
     struct Shared(MatMut<f32>);
-    // SAFETY: the tasks write C only through disjoint (row block × panel block) rectangles.
+    // SAFETY: the jobs write C only through disjoint (row block × panel block) rectangles.
     unsafe impl Sync for Shared {}
     let shared = Shared(c);
     let shared = &shared;
-    jobs.into_par_iter().with_max_len(1).for_each(|(r0, p0)| {
+    let job = |(r0, p0): (usize, usize)| {
         let r1 = (r0 + mc).min(n);
         // Tiles of equal height (≤ MR): 20 rows as 10 + 10, not 12 + 8.
         let tiles = (r1 - r0).div_ceil(mr);
@@ -404,7 +462,7 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
                 scale_b: &b.scale[j..j + nr],
                 colsum: &colsum[j..j + nr],
                 bias: &bias_padded[j..j + nr],
-                gelu: gelu.is_some(),
+                gelu,
                 c: shared.0.block(t0, j, t1 - t0, nv),
             }
         };
@@ -412,7 +470,7 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
         let block = (p0..(p0 + pc).min(panels)).flat_map(|p| (0..tiles).map(move |t| (p, t))).map(|(p, t)| tile_at(p, t));
         // SAFETY: the panels were packed for this route, which the CPU has (`route`); the tiles'
         // slices hold what `Tile` promises (their rows of A, whole quads; one panel; NR scales,
-        // sums and biases), and their blocks of C are inside C and this task's alone.
+        // sums and biases), and their blocks of C are inside C and this job's alone.
         unsafe {
             match route {
                 // Also: A's rows are 64-byte multiples on a cache line with 32 rows of zeros
@@ -428,16 +486,15 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
                 _ => unreachable!("int8: panels on the emulated route"),
             }
         }
-    });
-    // SAFETY: the jobs' rectangles cover every row and column of C once (row blocks of mc,
-    // panel blocks of pc, each panel's nv columns), and each tile writes all its elements.
-    unsafe { y.set_len(n * d_out) };
-    // The other routes' GELU, in one pass after (the tiles applied theirs: the same function
-    // on the same values, so the same bits).
-    if let (Some(level), false) = (gelu, route.tiles()) {
-        y.par_chunks_mut(4096).for_each(|c| crate::simd::math::gelu_in_place(level, c));
+    };
+    let jobs = (0..n.div_ceil(mc)).flat_map(|r| (0..panels.div_ceil(pc)).map(move |p| (r * mc, p * pc)));
+    if parallel {
+        jobs.collect::<Vec<_>>().into_par_iter().with_max_len(1).for_each(job);
+    } else {
+        jobs.for_each(job);
     }
-    Some(y)
+    // The jobs' rectangles cover every row and column of C once (row blocks of mc, panel
+    // blocks of pc, each panel's nv columns), and each tile writes all its elements.
 }
 
 /// One register tile's operands (mv ≤ MR rows, one panel of NR columns).
