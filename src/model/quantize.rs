@@ -5,7 +5,7 @@
 //! `<key>` as I8 in its own shape beside `<key>_scale` as F32 (first dimension), `<key>` ≈
 //! q · scale. Reading one ([`dequantise`]) gives back q · scale in f32. What `--precision int8`
 //! runs in int8 with the weight as stored (the ViT's linears, the decoder's 3x3 and 1x1
-//! convolutions) quantises again to the same q (a channel's largest |q| is 127, so its scale
+//! convolutions, MoGe-3's sparse convolutions) quantises again to the same q (a channel's largest |q| is 127, so its scale
 //! comes back): the same numbers as quantising the f32 checkpoint at load. The transposed and
 //! upsampling convolutions run in int8 on weights rearranged per output phase, quantised again
 //! from the dequantised ones; every other layer runs in f32 on its dequantised weights, within
@@ -22,10 +22,13 @@ use super::dinov2::INT8_LINEARS;
 /// What names a weight's scales: `<key>_scale`.
 pub const SCALE_SUFFIX: &str = "_scale";
 
-/// Whether `key` is a weight that `--precision int8` runs as int8 products: a linear of a ViT
-/// block ([`INT8_LINEARS`]).
+/// Whether `key` is a weight that `--precision int8` runs as int8 products quantised as stored
+/// (per index of its first dimension): a linear of a ViT block ([`INT8_LINEARS`]), or one of
+/// MoGe-3's sparse convolutions (`refiner.….conv1.weight`, `conv2`).
 pub fn is_int8_weight(key: &str) -> bool {
-    key.contains(".blocks.") && INT8_LINEARS.iter().any(|l| key.strip_suffix(".weight").is_some_and(|k| k.ends_with(&format!(".{l}"))))
+    let Some(stem) = key.strip_suffix(".weight") else { return false };
+    (key.contains(".blocks.") && INT8_LINEARS.iter().any(|l| stem.ends_with(&format!(".{l}"))))
+        || (key.starts_with("refiner.") && (stem.ends_with(".conv1") || stem.ends_with(".conv2")))
 }
 
 /// Whether an int8 checkpoint stores `key` of shape `dims` as int8: a product's weight of 2-D or
@@ -72,7 +75,7 @@ pub fn int8_safetensors(tensors: &HashMap<String, Tensor>) -> Result<(Vec<u8>, S
             }
         }
     }
-    if !tensors.keys().any(|k| is_int8_weight(k)) {
+    if !tensors.keys().any(|k| k.contains(".blocks.") && is_int8_weight(k)) {
         bail!("no ViT block linears (blocks.N.{{{}}}.weight) in the checkpoint: not a MoGe-2 model to quantise", INT8_LINEARS.join(","));
     }
     let views = owned

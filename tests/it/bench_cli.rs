@@ -310,3 +310,54 @@ fn host_only_rounds_write_new_files_and_leave_nothing() {
     assert_eq!(left, vec![std::ffi::OsString::from(format!("{stem}.npz"))]);
     assert_eq!(std::fs::read(&kept).unwrap(), b"not replaced");
 }
+
+/// MoGe-3: each refine step's time, share of the model call, voxels and work, in both forms;
+/// none for MoGe-2.
+#[test]
+fn bench_reports_each_refine_step() {
+    let weights = fixtures().join("moge3").join("tiny_moge3.pt");
+    let bench = |extra: &[&str]| {
+        let out = moge()
+            .args(["bench", "--runs", "2", "--warmup", "0", "--size", "64x48", "--num-tokens", "100", "--refine-steps", "2"])
+            .args(extra)
+            .arg("--weights")
+            .arg(&weights)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_str(&bench(&["--json"])).unwrap();
+    assert_eq!(v["conditions"]["refine_steps"], 2);
+    let steps = v["refiner_steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{v}");
+    let call = v["model_call_s"]["median"].as_f64().unwrap();
+    let mut sum = 0.0;
+    for s in steps {
+        let (t, share) = (s["median_s"].as_f64().unwrap(), s["share_of_model_call"].as_f64().unwrap());
+        assert!(t > 0.0 && (share - t / call).abs() < 1e-9 && share < 1.0, "{s}");
+        sum += t;
+        let voxels: Vec<u64> = s["voxels_per_level"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        // One voxel per pixel of the head map, fewer at each level down.
+        assert_eq!(voxels.len(), 5, "{s}");
+        assert!(voxels[0] > 0 && voxels.windows(2).all(|w| w[1] <= w[0]), "{s}");
+        let (gmac, conv) = (s["gmac"].as_f64().unwrap(), s["conv_gmac"].as_f64().unwrap());
+        assert!(0.0 < conv && conv < gmac, "{s}");
+    }
+    assert!(sum < call, "the steps ({sum} s) are part of the model call ({call} s)");
+    assert!(v["stages"]["refiner"]["median_s"].as_f64().unwrap() > 0.0, "{v}");
+    let table = bench(&[]);
+    for line in ["refine step 1: median", "refine step 2: median"] {
+        let l = table.lines().find(|l| l.starts_with(line)).unwrap_or_else(|| panic!("no '{line}' in {table}"));
+        assert!(l.contains("% of the model call") && l.contains("voxels at full resolution") && l.contains("GMAC/s"), "{l}");
+    }
+    assert!(!table.contains("refine step 3"), "{table}");
+    // MoGe-2: no refine steps.
+    let out = moge()
+        .args(["bench", "--runs", "1", "--warmup", "0", "--size", "64x48", "--num-tokens", "100", "--json", "--weights"])
+        .arg(fixtures().join("tiny_vitl.pt"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["conditions"]["refine_steps"].as_u64(), v["refiner_steps"].as_array().map(Vec::len)), (Some(0), Some(0)), "{v}");
+}

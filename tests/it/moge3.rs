@@ -354,12 +354,23 @@ fn a_swiglu_backbone_matches_the_reference() {
         check_case(&m, name, "rgb_64x48.png");
     }
     // The fast precisions' gate on the network (refine steps 0).
+    // The fast precisions' gate on the network (refine steps 0), and int8 from the checkpoint
+    // `moge quantize` writes of it (the SwiGLU linears stored as int8).
+    let tmp = tempfile::tempdir().unwrap();
+    let int8 = tmp.path().join("swiglu-int8.safetensors");
+    let o = crate::support::cli::run(&["quantize", "--weights", dir().join("tiny_moge3_swiglu.pt").to_str().unwrap(), "-o", int8.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = std::fs::read(&int8).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&st).unwrap();
+    assert_eq!(st.tensor("encoder.backbone.blocks.0.mlp.w12.weight").unwrap().dtype(), safetensors::Dtype::I8);
     let mut z = Npz::open(&dir().join("m3g_rgb_60_steps0.npz"));
-    for precision in [Precision::Bf16, Precision::Int8] {
-        let m = Model::load(&dir().join("tiny_moge3_swiglu.pt"), &BuildOptions::new(&moge::Device::Cpu, precision).unwrap()).unwrap();
+    for (precision, weights) in
+        [(Precision::Bf16, dir().join("tiny_moge3_swiglu.pt")), (Precision::Int8, dir().join("tiny_moge3_swiglu.pt")), (Precision::Int8, int8)]
+    {
+        let m = Model::load(&weights, &BuildOptions::new(&moge::Device::Cpu, precision).unwrap()).unwrap();
         let p = m.infer(&img, &InferOptions { num_tokens: Some(60), refine_steps: Some(0), ..Default::default() }).unwrap();
         let pd = pcc(&p.depth, &z.vec_f32("depth"));
-        assert!(pd >= 0.9999, "{precision:?}: depth PCC {pd}");
+        assert!(pd >= 0.9999, "{precision:?} from {}: depth PCC {pd}", weights.display());
     }
 }
 
@@ -410,4 +421,36 @@ fn the_refiner_at_vitl_widths_matches_the_float64_reference() {
     eprintln!("refiner at ViT-L widths: f32 max rel {e:.2e}; PCC bf16 {pb:.7}, int8 {pi:.7}");
     assert!(e <= 1e-4, "f32: max rel {e:.2e}");
     assert!(pb >= 0.9999 && pi >= 0.9999, "PCC bf16 {pb}, int8 {pi}");
+}
+
+/// `moge quantize` of a MoGe-3 checkpoint: the refiner's sparse convolutions stored as int8 as
+/// well, read back to the very int8 values that `--precision int8` runs, and the int8 model from
+/// the file keeps the refiner's fast-mode gate on the reference's voxels.
+#[test]
+fn a_moge3_checkpoint_quantises_with_its_refiner() {
+    use moge::model::checkpoint::Checkpoint;
+    use moge::model::cpu::matmul::int8::quantise_weights;
+    use moge::model::quantize::is_int8_weight;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m3-int8.safetensors");
+    let o = crate::support::cli::run(&["quantize", "--weights", moge3_weights().to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (original, back) = (Checkpoint::read(&moge3_weights()).unwrap(), Checkpoint::read(&out).unwrap());
+    let convs: Vec<&String> = original.tensors.keys().filter(|k| k.starts_with("refiner.") && is_int8_weight(k)).collect();
+    // Two per residual block: 5 levels down, the bottleneck, 4 up.
+    assert_eq!(convs.len(), 20, "{convs:?}");
+    for key in convs {
+        let t = &original.tensors[key];
+        let (n, k) = (t.dims()[0], t.elem_count() / t.dims()[0]);
+        let (a, b): (Vec<f32>, Vec<f32>) = (t.flatten_all().unwrap().to_vec1().unwrap(), back.tensors[key].flatten_all().unwrap().to_vec1().unwrap());
+        assert_eq!(back.tensors[key].dims(), t.dims(), "{key}");
+        assert_eq!(quantise_weights(&b, n, k).1, quantise_weights(&a, n, k).1, "{key}");
+    }
+    let m = Model::load(&out, &BuildOptions::new(&moge::Device::Cpu, Precision::Int8).unwrap()).unwrap();
+    let iso = isolated();
+    let (got, _) = m.refiner().unwrap().forward(&iso.feats, &iso.voxels, &iso.enc, iso.grid).unwrap();
+    let want32: Vec<f32> = iso.want.iter().map(|&v| v as f32).collect();
+    let p = pcc(&got, &want32);
+    eprintln!("refiner of the int8 checkpoint: PCC {p:.7}");
+    assert!(p >= 0.9999, "refiner of the int8 checkpoint: PCC {p}");
 }

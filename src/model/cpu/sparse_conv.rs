@@ -11,8 +11,8 @@
 //! dense 27-tap im2col would do 2-4x the multiply-adds. The centre tap is every voxel itself:
 //! its product reads the chunk's inputs in place and accumulates straight into the outputs.
 //!
-//! int8 as the decoder's convolutions (`conv3x3::int8`): weights per output channel of each
-//! tap, inputs per voxel (asymmetric u8, quantised once a call, their rows gathered per tap),
+//! int8 as the decoder's convolutions (`conv3x3::int8`): weights per output channel (over its
+//! 27 taps), inputs per voxel (asymmetric u8, quantised once a call, their rows gathered per tap),
 //! int32 sums per tap scaled back to f32 before the rows' adds, so that each voxel keeps its
 //! own scale. On a CPU without VNNI the same quantisation emulated through the f32 products.
 
@@ -137,7 +137,10 @@ impl SubmConv3d {
     /// As [`SubmConv3d::new`] in int8, for `route` (one this CPU has, or the emulated one).
     pub(crate) fn quantised(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, route: Route) -> Self {
         Self::check(weight, &bias, ci, co);
-        let taps: Vec<QuantB> = (0..TAPS).map(|t| QuantB::for_route(&tap_nk(weight, ci, co, t), co, ci, route)).collect();
+        // Per output channel over all its taps, as `moge quantize` stores the weight: an int8
+        // checkpoint read back quantises to the very same values.
+        let (scale, q) = int8::quantise_weights(weight, co, TAPS * ci);
+        let taps: Vec<QuantB> = (0..TAPS).map(|t| QuantB::from_quantised(scale.clone(), &tap_nk(&q, ci, co, t), co, ci, route)).collect();
         let taps = match route {
             Route::Emulated => TapWeights::Int8Emulated(
                 taps.iter()
@@ -271,7 +274,7 @@ fn tap_kn(weight: &[f32], ci: usize, co: usize, t: usize) -> Vec<f32> {
 }
 
 /// Tap t's (Co × Ci) block, PyTorch's (out, in) of a linear.
-fn tap_nk(weight: &[f32], ci: usize, co: usize, t: usize) -> Vec<f32> {
+fn tap_nk<T: Copy>(weight: &[T], ci: usize, co: usize, t: usize) -> Vec<T> {
     (0..co).flat_map(|o| weight[(o * TAPS + t) * ci..][..ci].iter().copied()).collect()
 }
 

@@ -192,7 +192,14 @@ impl QuantB {
 
     /// Quantised for `route`, which the CPU must have (or an emulated one).
     pub(crate) fn for_route(w: &[f32], n: usize, k: usize, route: Route) -> Self {
-        let (mut scale, q) = quantise_weights(w, n, k);
+        let (scale, q) = quantise_weights(w, n, k);
+        Self::from_quantised(scale, &q, n, k, route)
+    }
+
+    /// From weights quantised already: (n, k) s8 values `q` and a scale per output channel (a
+    /// convolution's taps share theirs).
+    pub(crate) fn from_quantised(mut scale: Vec<f32>, q: &[i8], n: usize, k: usize, route: Route) -> Self {
+        assert!(scale.len() == n && q.len() == n * k, "int8: {} scales and {} values for {n}x{k}", scale.len(), q.len());
         let store = match route {
             Route::Emulated => {
                 let mut w = vec![0f32; n * k];
