@@ -229,6 +229,15 @@ impl Model {
         if points_head.is_none() {
             bail!("the model has no points head");
         }
+        // The scale head reads the class token: a config whose weights agree with it but not
+        // with the backbone is caught here rather than at the first image.
+        let width = encoder.backbone.embed_dim;
+        if let Some(first) = config.scale_head.as_ref().and_then(|c| c.dims.first()).filter(|&&d| d != width) {
+            bail!(
+                "scale_head.dims starts at {first}, but the {} backbone's class token is {width} wide: the model_config does not fit this network",
+                config.encoder.backbone
+            );
+        }
         let pe = encoder.backbone.pos_embed.to_device(&Device::Cpu)?;
         let pos_cls = pe.get(0)?.to_vec1::<f32>()?;
         let pos_planes = pe.narrow(0, 1, POS_GRID * POS_GRID)?.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;

@@ -61,14 +61,14 @@ impl Weights {
 
     /// Zeros standing in for a tensor the checkpoint lacks. Their shapes come from the
     /// `model_config`, which is the user's file too: a damaged one may ask for any size, so
-    /// the stand-ins together are capped at ViT-L's size (a real mismatch lists everything
-    /// long before that).
+    /// the stand-ins together are capped a little above the largest model's size (MoGe-3 ViT-g,
+    /// ~1.25 G values; a real mismatch lists everything long before that).
     fn placeholder(&mut self, key: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        const MAX_PLACEHOLDER_ELEMS: usize = 400_000_000;
+        const MAX_PLACEHOLDER_ELEMS: usize = 1_500_000_000;
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         self.placeholder_elems = n.and_then(|n| self.placeholder_elems.checked_add(n)).unwrap_or(usize::MAX);
         if self.placeholder_elems > MAX_PLACEHOLDER_ELEMS {
-            bail!("the model_config asks for {key} of shape {shape:?}, far beyond any MoGe-2 model: the configuration is damaged");
+            bail!("the model_config asks for {key} of shape {shape:?}, far beyond any MoGe model: the configuration is damaged");
         }
         Ok(Tensor::zeros(shape, dtype, self.build.device())?)
     }
@@ -154,5 +154,17 @@ mod tests {
         w.get("a", &[4]).unwrap();
         let err = w.finish().unwrap_err().to_string();
         assert!(err.contains("missing keys (1)") && err.contains("a [4]"), "{err}");
+    }
+
+    /// The stand-ins for missing tensors are refused past the cap before any is allocated.
+    #[test]
+    fn stand_ins_for_a_damaged_config_are_capped() {
+        let mut w = Weights::new(HashMap::new(), &BuildOptions::default());
+        // ViT-g's qkv fits.
+        assert_eq!(w.get("blocks.0.attn.qkv.weight", &[4608, 1536]).unwrap().dims(), [4608, 1536]);
+        let err = w.get("neck.weight", &[1 << 20, 1 << 20]).unwrap_err().to_string();
+        assert!(err.contains("neck.weight") && err.contains("the configuration is damaged"), "{err}");
+        let err = w.get("overflow", &[usize::MAX, 2]).unwrap_err().to_string();
+        assert!(err.contains("overflow"), "{err}");
     }
 }

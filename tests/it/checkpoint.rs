@@ -81,6 +81,26 @@ fn wrong_shapes_are_reported() {
     assert!(msg.contains("shape mismatches (1)") && msg.contains("neck.input_blocks.0.bias: checkpoint [7], model [96]"), "{msg}");
 }
 
+/// A scale head whose config and weights agree with each other but not with the backbone's class
+/// token is refused at load, by name, not at the first image.
+#[test]
+fn a_scale_head_narrower_than_the_class_token_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ck = Checkpoint::read(&tiny()).unwrap();
+    let width = *ck.tensors["encoder.backbone.cls_token"].dims().last().unwrap();
+    let sh = ck.config.scale_head.as_mut().unwrap();
+    sh.dims[0] = width + 8;
+    let out = ck.tensors["scale_head.0.weight"].dims()[0];
+    ck.tensors.insert("scale_head.0.weight".into(), candle_core::Tensor::zeros((out, width + 8), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap());
+    let st = dir.path().join("narrow.safetensors");
+    write_safetensors(&ck, &st).unwrap();
+    let msg = err_text(Model::load(&st, &BuildOptions::default()));
+    assert!(
+        msg.contains("narrow.safetensors") && msg.contains(&format!("scale_head.dims starts at {}", width + 8)) && msg.contains(&format!("{width} wide")),
+        "{msg}"
+    );
+}
+
 #[test]
 fn published_backbone_with_wrong_depth_is_refused() {
     // A checkpoint claiming ViT-S but carrying 3 tiny blocks must not load.
