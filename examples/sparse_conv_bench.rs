@@ -11,10 +11,10 @@ mod common;
 use common::rng::Rng;
 use moge::model::cpu::matmul::bf16::{gemm_bf16, PackedB};
 use moge::model::cpu::matmul::gemm::{Gemm, Strided};
-use moge::model::cpu::matmul::int8::{self, QuantB};
+use moge::model::cpu::matmul::int8::{product_quantised, quantise_activations, QuantB};
 use moge::model::cpu::sparse_conv::{Products, SubmConv3d, TAPS};
 use moge::model::voxels::Voxels;
-use moge::simd::Mat;
+use moge::simd::{Mat, MatMut};
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
@@ -49,9 +49,11 @@ fn main() -> anyhow::Result<()> {
         let rows = nb.pairs().div_ceil(TAPS);
         let tap: Vec<f32> = wt[..c * c].to_vec();
         let packed = PackedB::from_f32_kn(&tap, c, c);
-        // int8's dense product as the linears run it: the rows quantised on each call.
+        // int8's dense product on rows quantised once, as the sparse convolution quantises its
+        // inputs once a call.
         let quant = QuantB::from_f32_nk(&tap, c, c, moge::simd::isa::current());
         let zeros = vec![0f32; c];
+        let xq = quantise_activations(&rng.units(rows * c), rows, c, quant.route());
         let xd = rng.units(rows * c);
         let mut y = vec![0f32; rows * c];
         let threads = rayon::current_num_threads();
@@ -77,7 +79,8 @@ fn main() -> anyhow::Result<()> {
             t[3].push(s.elapsed().as_secs_f64());
             let s = Instant::now();
             for _ in 0..TAPS {
-                std::hint::black_box(int8::product(&xd, rows, &quant, &zeros, None));
+                // SAFETY: y holds rows × c, written by this product alone.
+                unsafe { product_quantised(&xq, &quant, &zeros, MatMut::from_mut_ptr(y.as_mut_ptr(), rows, c, c), false, true) };
             }
             t[5].push(s.elapsed().as_secs_f64());
         }

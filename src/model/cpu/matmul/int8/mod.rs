@@ -434,7 +434,7 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
 ///
 /// # Safety
 /// C is a writable a.rows × b.n() block that nothing else touches meanwhile.
-pub(crate) unsafe fn product_quantised(a: &QuantA, b: &QuantB, bias: &[f32], c: MatMut<f32>, gelu: bool, parallel: bool) {
+pub unsafe fn product_quantised(a: &QuantA, b: &QuantB, bias: &[f32], c: MatMut<f32>, gelu: bool, parallel: bool) {
     let Store::Panels { route, words, colsum } = &b.store else { panic!("int8: the emulated route has no int8 product") };
     let (route, d_out, k, n) = (*route, b.n, b.k, a.rows);
     assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
