@@ -33,26 +33,31 @@ macro_rules! dispatch {
 
         $(#[$m])*
         $vis fn $name(level: $crate::simd::isa::Isa, $($a: $t),*) -> $r {
-            use $crate::simd::isa::{usable, Isa};
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f,fma")]
-            fn wide($($a: $t),*) -> $r {
-                $base($($a),*)
+            {
+                use $crate::simd::isa::{usable, Isa};
+                #[target_feature(enable = "avx512f,fma")]
+                fn wide($($a: $t),*) -> $r {
+                    $base($($a),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn half($($a: $t),*) -> $r {
+                    $base($($a),*)
+                }
+                match $crate::simd::route(usable(level)) {
+                    // SAFETY: `usable` never exceeds what the CPU has, so at this route it has
+                    // AVX-512F and FMA (every AVX-512 level implies the AVX2 level's FMA).
+                    Isa::Avx512 => unsafe { wide($($a),*) },
+                    // SAFETY: as above: at this route the CPU has AVX2 and FMA.
+                    Isa::Avx2 => unsafe { half($($a),*) },
+                    _ => $base($($a),*),
+                }
             }
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
-            fn half($($a: $t),*) -> $r {
+            // Elsewhere the baseline build only, for now.
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = level;
                 $base($($a),*)
-            }
-            match $crate::simd::route(usable(level)) {
-                // SAFETY: `usable` never exceeds what the CPU has, so at this route it has
-                // AVX-512F and FMA (every AVX-512 level implies the AVX2 level's FMA).
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => unsafe { wide($($a),*) },
-                // SAFETY: as above: at this route the CPU has AVX2 and FMA.
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { half($($a),*) },
-                _ => $base($($a),*),
             }
         }
     };

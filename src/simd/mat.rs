@@ -210,6 +210,7 @@ impl<T> MatMut<T> {
 /// Cache lines a kernel requests into L2 as it goes, one per inner index: `count` lines of 16
 /// floats from `start` (a hint: it reads nothing and never faults).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Prefetch {
     pub(crate) start: *const f32,
     pub(crate) count: usize,

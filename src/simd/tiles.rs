@@ -17,6 +17,7 @@ pub const ROW_BYTES: usize = 64;
 
 /// The tile configuration `ldtilecfg` reads (Intel SDM, "TILECFG"): palette 1, and for each of
 /// the eight tiles 16 rows of 64 bytes.
+#[cfg(target_arch = "x86_64")]
 #[repr(C, align(64))]
 pub(crate) struct Palette {
     pub palette_id: u8,
@@ -26,6 +27,7 @@ pub(crate) struct Palette {
     pub rows: [u8; 16],
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Palette {
     pub(crate) const fn eight_full_tiles() -> Self {
         let mut colsb = [0u16; 16];
@@ -164,6 +166,7 @@ impl TileUnit for Emulated {
 mod tests {
     use super::*;
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_palette_is_the_sdm_layout() {
         let p = Palette::eight_full_tiles();

@@ -993,7 +993,8 @@ fn interrupt_leaves_no_partial_file_and_resume_completes() {
 }
 
 /// `root/in` with `n` 40x30 photos p0.png, p1.png, ...: an uncompressed npz of their maps is
-/// ~35 KiB, which the two write-failure tests size their limits by.
+/// ~35 KiB, which the two write-failure tests size their limits by (Linux's only).
+#[cfg(target_os = "linux")]
 fn photos_40x30(root: &Path, n: u32) -> PathBuf {
     let input = root.join("in");
     std::fs::create_dir_all(&input).unwrap();

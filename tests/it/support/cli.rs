@@ -5,7 +5,22 @@ use std::time::{Duration, Instant};
 
 /// `moge`, to add arguments to.
 pub fn moge() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_moge"))
+    of_this_build(env!("CARGO_BIN_EXE_moge"))
+}
+
+/// What runs a program of this build's target: `MOGE_TEST_RUNNER` when set (a command and its
+/// arguments, split at spaces: `qemu-aarch64-static -L /usr/aarch64-linux-gnu` for an aarch64
+/// build tested on x86-64, where the kernel cannot exec it), else the program itself.
+pub fn of_this_build(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match std::env::var("MOGE_TEST_RUNNER").ok().filter(|r| !r.trim().is_empty()) {
+        Some(runner) => {
+            let mut words = runner.split_whitespace();
+            let mut c = Command::new(words.next().expect("a runner is not empty"));
+            c.args(words).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 /// `moge ARGS`, run to its end.

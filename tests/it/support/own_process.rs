@@ -3,8 +3,6 @@
 //! (the fuzz replay's largest allocation, the peak memory a spawned `moge` inherits in its
 //! count) would otherwise mix with the other tests of this binary.
 
-use std::process::Command;
-
 /// Set in the process started for one test: that test's path.
 const CHILD: &str = "MOGE_TEST_OWN_PROCESS";
 
@@ -16,7 +14,7 @@ pub fn own_process(name: &str, env: &[(&str, &str)]) -> bool {
     if std::env::var(CHILD).is_ok_and(|v| v == name) {
         return true;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
+    let out = super::cli::of_this_build(std::env::current_exe().unwrap())
         .args([name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD, name)
         .envs(env.iter().copied())

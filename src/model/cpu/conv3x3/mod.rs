@@ -199,6 +199,7 @@ const TILE_FLOATS: usize = 256 * 1024;
 /// every block of output channels reads it.
 const SLAB_WORDS: usize = 128 * 1024;
 /// Bytes of direct weights per output-channel block, beside the slab in L2.
+#[cfg(target_arch = "x86_64")]
 const A_BLOCK_BYTES: usize = 256 * 1024;
 
 impl Conv3x3Op {

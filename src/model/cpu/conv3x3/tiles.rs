@@ -266,9 +266,9 @@ impl TileConv {
                 return;
             }
             let at = p.y * w + p.x0;
-            let (o0, rows) = (p.o0 + r.start, r.len());
             #[cfg(target_arch = "x86_64")]
             if U::AVX512 {
+                let (o0, rows) = (p.o0 + r.start, r.len());
                 let res = residual.map(|res| res[o0 * ldo + at..].as_ptr());
                 // SAFETY: `U::AVX512`: this CPU has AVX-512F; rows o0.. o0 + rows of the
                 // planes, pixels at..at + nv, are this band's (the caller's promise) and inside

@@ -205,7 +205,10 @@ impl QuantConv {
         }
     }
 
+    // Off x86-64 no VNNI route exists (`route`): this is never called there, until an Arm
+    // dot-product route takes it.
     #[allow(clippy::too_many_arguments)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables, clippy::never_loop))]
     fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights, route: Route) -> Vec<f32> {
         let (cin, cout, taps) = (self.cin, self.cout, self.taps);
         let VnniWeights { words, scale, sums, bias } = weights;
@@ -277,6 +280,7 @@ impl QuantConv {
 }
 
 /// One register tile of the convolution (see the module's documentation).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) struct ConvTile<'a> {
     pub planes: &'a QuadPlanes,
     /// The padded-plane index of the tile's first pixel at tap (0, 0): output (y, x0) reads
@@ -332,6 +336,7 @@ pub(super) struct QuadPlanes {
     pub scale: Vec<f32>,
     pub scale_zero: Vec<f32>,
     /// Every zero point is 0 (as after a ReLU): the kernel skips their correction.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub zero_free: bool,
     /// The zero point per padded pixel (for the emulated route's dequantisation).
     zero: Vec<i32>,
