@@ -1,7 +1,8 @@
 //! MoGe-3's refiner alone, one call: the released ViT-L architecture (channels 32..512) with the
 //! tests' synthetic weights, on the voxels of a synthetic floor-and-wall scene at head size H x W
-//! (16x the token grid), in f32, bf16 and int8 (or the precisions named). `scripts/bench_mlx_refiner.py` runs the MLX port's
-//! refiner on the same scene, to be compared in one sitting.
+//! (16x the token grid), in f32, bf16 and int8 (or the precisions named).
+//! `scripts/bench_mlx_refiner.py` runs the MLX port's refiner on the same scene, to be compared
+//! in one sitting.
 //!
 //! `cargo run --release --example refiner_bench -- [H W reps] [f32|bf16|int8 ...]`  (default 560 832 3: 1800 tokens at 4:3)
 

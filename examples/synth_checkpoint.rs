@@ -9,7 +9,8 @@
 //! `moge3-vitg` is the same with the DINOv2 ViT-g/14 encoder (1536 wide, 40 SwiGLU blocks). Its
 //! released config is not known here: its intermediate layers are taken as [9, 19, 29, 39] (ViT-L's
 //! [5, 11, 17, 23] spaced over 40 blocks), the scale head's input 1536 (the class token's width)
-//! and the rest as ViT-L's (`dim_out` 1024, the refiner's encoder_channels 1026), enough to measure its cost and memory, not its numbers.
+//! and the rest as ViT-L's (`dim_out` 1024, the refiner's encoder_channels 1026): enough to
+//! measure its cost and memory, not its numbers.
 //!
 //! ```text
 //! cargo run --profile ci --example synth_checkpoint -- vits-normal /tmp/vits.safetensors

@@ -7,8 +7,8 @@
 //! outputs stay in cache; for each tap, the inputs of the chunk's voxels that have that
 //! neighbour are gathered into a dense block, multiplied by the tap's (Ci × Co) weight on the
 //! project's products (the `gemm` crate in f32, `matmul::bf16` in bf16, `matmul::int8` in
-//! int8), and added into their rows. Absent taps cost nothing: a voxel of a surface has 6-14 of its 27 neighbours, so a
-//! dense 27-tap im2col would do 2-4x the multiply-adds. The centre tap is every voxel itself:
+//! int8), and added into their rows. Absent taps cost nothing: a voxel of a surface has 6-14 of
+//! its 27 neighbours, so a dense 27-tap im2col would do 2-4x the multiply-adds. The centre tap is every voxel itself:
 //! its product reads the chunk's inputs in place and accumulates straight into the outputs.
 //!
 //! int8 as the decoder's convolutions (`conv3x3::int8`): weights per output channel (over its

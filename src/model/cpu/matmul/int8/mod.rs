@@ -348,9 +348,9 @@ impl QuantA {
 /// The rows of `x` (n × k) quantised, by the code of `route` (every route rounds alike).
 pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> QuantA {
     assert!(x.len() >= n * k, "int8: {} activations for {n}x{k}", x.len());
-    let stride = 4 * route.quads(k);
-    let rows = if route.tiles() { n + tiles::MR } else { n };
-    let mut a = QuantA { data: Lines::zeros((rows * stride).div_ceil(4)), rows: n, capacity: n, k, stride, scale: Vec::new(), zero: Vec::new() };
+    let mut a = QuantA::with_rows(n, k, route);
+    a.rows = n;
+    let stride = a.stride;
     let mut sz = vec![(1f32, 0i32); n];
     if stride > 0 {
         a.bytes_mut()[..n * stride].par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
