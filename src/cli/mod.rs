@@ -247,7 +247,7 @@ pub enum Precision {
     F32,
     /// bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel's, slower than f32).
     Bf16,
-    /// The ViT's linears and the decoder's convolutions as int8 products (weights per channel, activations per token or pixel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`.
+    /// The ViT's linears, the decoder's convolutions and MoGe-3's refiner convolutions as int8 products (weights per channel, activations per token, pixel or voxel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`.
     Int8,
 }
 
