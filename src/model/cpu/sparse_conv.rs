@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use super::matmul::bf16::{gemm_bf16, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
-use super::matmul::int8::{self, fake_quantised, product_quantised, quantise_activations, QuantA, QuantB, Route, Store};
+use super::matmul::int8::{self, fake_quantised, product_quantised, quantise_activations, QuantA, QuantB, Route};
 use crate::simd::isa::{self, Isa};
 use crate::simd::{Mat, MatMut};
 
@@ -140,18 +140,13 @@ impl SubmConv3d {
         // Per output channel over all its taps, as `moge quantize` stores the weight: an int8
         // checkpoint read back quantises to the very same values.
         let (scale, q) = int8::quantise_weights(weight, co, TAPS * ci);
-        let taps: Vec<QuantB> = (0..TAPS).map(|t| QuantB::from_quantised(scale.clone(), &tap_nk(&q, ci, co, t), co, ci, route)).collect();
         let taps = match route {
-            Route::Emulated => TapWeights::Int8Emulated(
-                taps.iter()
-                    .flat_map(|q| {
-                        let Store::Dequantised(w) = q.store() else { unreachable!("the emulated route dequantises") };
-                        // (Co × Ci) to (Ci × Co).
-                        (0..ci * co).map(|e| w[(e % co) * ci + e / co])
-                    })
-                    .collect(),
-            ),
-            _ => TapWeights::Int8(taps),
+            Route::Emulated => {
+                // q · s_w, as the linears' emulated route dequantises, in the f32 taps' layout.
+                let w: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (TAPS * ci)]).collect();
+                TapWeights::Int8Emulated((0..TAPS).flat_map(|t| tap_kn(&w, ci, co, t)).collect())
+            }
+            _ => TapWeights::Int8((0..TAPS).map(|t| QuantB::from_quantised(scale.clone(), &tap_nk(&q, ci, co, t), co, ci, route)).collect()),
         };
         Self { ci, co, bias, taps, isa: isa::current() }
     }
@@ -194,7 +189,8 @@ impl SubmConv3d {
             for r in out.chunks_exact_mut(co) {
                 r.copy_from_slice(&self.bias);
             }
-            let mut rows: Vec<u32> = Vec::with_capacity(n);
+            // The chunk's rows that have tap t, and their neighbours there.
+            let (mut rows, mut srcs): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n), Vec::with_capacity(n));
             let mut gathered = match &self.taps {
                 TapWeights::Int8(q) => Gathered::Int8(QuantA::with_rows(n, ci, q[0].route())),
                 _ => Gathered::F32(vec![0f32; n * ci]),
@@ -208,12 +204,19 @@ impl SubmConv3d {
                     continue;
                 }
                 rows.clear();
-                rows.extend((0..n as u32).filter(|&r| nb.map[(v0 + r as usize) * TAPS + t] != ABSENT));
+                srcs.clear();
+                for r in 0..n {
+                    let s = nb.map[(v0 + r) * TAPS + t];
+                    if s != ABSENT {
+                        rows.push(r as u32);
+                        srcs.push(s);
+                    }
+                }
                 let k = rows.len();
                 if k == 0 {
                     continue;
                 }
-                let src = rows.iter().map(|&r| nb.map[(v0 + r as usize) * TAPS + t] as usize);
+                let src = srcs.iter().map(|&s| s as usize);
                 match (&mut gathered, &quantised, &self.taps) {
                     (Gathered::Int8(g), Some(a), TapWeights::Int8(q)) => {
                         g.gather(a, src);
