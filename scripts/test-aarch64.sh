@@ -35,3 +35,18 @@ step cargo test "${target[@]}" -p moge --lib --bins
 # The chosen integration tests, by exact name (scripts/aarch64-tests.txt, one per line).
 mapfile -t chosen < <(grep -v -e '^#' -e '^$' scripts/aarch64-tests.txt)
 step cargo test "${target[@]}" -p moge --test it -- --exact "${chosen[@]}"
+# The levels on CPUs that lack them, through qemu's CPU models: cortex-a72 (NEON only),
+# neoverse-n1 (dotprod, as Graviton 2 and Jetson Orin) and the default `max` (i8mm and bf16, as
+# Graviton 3 and Apple M2). Each is detected from the kernel's hwcaps as `moge info` reports it,
+# and the int8 kernels' tests pass on each (an instruction the CPU lacks would be SIGILL).
+qemu=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+for model in cortex-a72=neon neoverse-n1=dotprod max=bf16; do
+    cpu=${model%=*} level=${model#*=}
+    route=$("${qemu[@]}" -cpu "$cpu" target/aarch64-unknown-linux-gnu/ci/moge info | grep '^cpu route:')
+    if [[ $route != "cpu route: $level (detected $level; "* ]]; then
+        echo "test-aarch64.sh: -cpu $cpu should be detected as $level: $route" >&2
+        exit 1
+    fi
+    [ "$cpu" = max ] && continue
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="${qemu[*]} -cpu $cpu" step cargo test "${target[@]}" -p moge --lib -- int8:: sparse_conv:: simd::
+done

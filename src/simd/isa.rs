@@ -9,7 +9,11 @@
 //! again: so a pack layout and the code that reads it always agree, and [`with_isa`] (a
 //! per-thread override, for tests and A/B runs) covers everything built inside it.
 //!
-//! Each level implies the ones below it, so a kernel may test `isa >= Isa::Avx2`.
+//! Each architecture has its own ladder above `Portable` (x86-64: AVX2, AVX-512F, AVX512-BF16,
+//! AMX; aarch64: NEON, dotprod, i8mm, bf16), [`Isa::ALL`] lists this build's, and each level
+//! implies the ones below it on its ladder, so a kernel may test `isa >= Isa::Avx2`. The aarch64
+//! levels sit below AVX2 in the order, so such a test is false for them; a level of another
+//! architecture is never detected, and [`usable`] lowers it to `Portable`.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -20,8 +24,17 @@ pub const ENV: &str = "MOGE_MAX_CPU_ISA";
 /// Instruction-set levels of the CPU kernels, in increasing order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
-    /// The baseline target of the build, no runtime-selected code (every architecture).
+    /// The baseline target of the build, no runtime-selected code (every architecture; on
+    /// aarch64 that target has NEON already, which LLVM's vectorised loops use).
     Portable,
+    /// aarch64 with the NEON kernels written for it (every aarch64 CPU has Advanced SIMD).
+    Neon,
+    /// aarch64 FEAT_DotProd (`sdot`/`udot`): Graviton 2+, Jetson Orin, Apple M1+.
+    Dotprod,
+    /// aarch64 FEAT_I8MM (`smmla`/`usmmla`) with dotprod: Graviton 3+, Apple M2+.
+    I8mm,
+    /// aarch64 FEAT_BF16 (`bfmmla`/`bfdot`) with i8mm: Graviton 3+, Apple M2+.
+    Bf16,
     /// x86-64 AVX2 with FMA.
     Avx2,
     /// x86-64 AVX-512F (with AVX2 and FMA).
@@ -34,13 +47,24 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// Every level, lowest first.
-    pub const ALL: [Isa; 5] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx];
+    /// Every level of this build's architecture, lowest first.
+    #[cfg(target_arch = "x86_64")]
+    pub const ALL: &'static [Isa] = &[Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx];
+    /// Every level of this build's architecture, lowest first.
+    #[cfg(target_arch = "aarch64")]
+    pub const ALL: &'static [Isa] = &[Isa::Portable, Isa::Neon, Isa::Dotprod, Isa::I8mm, Isa::Bf16];
+    /// Every level of this build's architecture, lowest first.
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const ALL: &'static [Isa] = &[Isa::Portable];
 
     /// The name `MOGE_MAX_CPU_ISA` takes.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
+            Isa::Bf16 => "bf16",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
             Isa::Avx512Bf16 => "avx512bf16",
@@ -50,7 +74,7 @@ impl Isa {
 
     /// A level from its name, in any case.
     pub fn from_name(s: &str) -> Option<Isa> {
-        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+        Isa::ALL.iter().copied().find(|i| i.name().eq_ignore_ascii_case(s.trim()))
     }
 
     /// The accepted names, best first, as the warning and the docs list them.
@@ -100,7 +124,28 @@ pub fn amx_refused() -> Option<&'static str> {
     None
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+/// std's probe reads the kernel's hwcaps (`getauxval(AT_HWCAP/AT_HWCAP2)`) on Linux and
+/// `sysctlbyname("hw.optional.arm.FEAT_*")` on macOS.
+#[cfg(target_arch = "aarch64")]
+fn detect() -> Isa {
+    use std::arch::is_aarch64_feature_detected as has;
+    // As on x86-64, a level counts only with everything below it.
+    if !has!("neon") {
+        return Isa::Portable;
+    }
+    if !has!("dotprod") {
+        return Isa::Neon;
+    }
+    if !has!("i8mm") {
+        return Isa::Dotprod;
+    }
+    if !has!("bf16") {
+        return Isa::I8mm;
+    }
+    Isa::Bf16
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn detect() -> Isa {
     Isa::Portable
 }
@@ -210,7 +255,11 @@ pub fn current() -> Isa {
 /// `level` lowered to what this process may use: a kernel given a level from outside takes
 /// this, so no value can reach code the CPU cannot run.
 pub fn usable(level: Isa) -> Isa {
-    level.min(max())
+    if Isa::ALL.contains(&level) {
+        level.min(max())
+    } else {
+        Isa::Portable
+    }
 }
 
 /// Runs `f` with [`current`] returning `level` (lowered to [`max`]) on this thread: the ops
@@ -229,7 +278,7 @@ pub fn with_isa<R>(level: Isa, f: impl FnOnce() -> R) -> R {
 
 /// Every level this process may use, lowest first: what the tests run each route at.
 pub fn levels() -> impl Iterator<Item = Isa> {
-    Isa::ALL.into_iter().filter(|&i| i <= max())
+    Isa::ALL.iter().copied().filter(|&i| i <= max())
 }
 
 #[cfg(test)]
@@ -238,13 +287,21 @@ mod tests {
 
     #[test]
     fn names_round_trip_in_any_case() {
-        for isa in Isa::ALL {
+        for &isa in Isa::ALL {
             assert_eq!(Isa::from_name(isa.name()), Some(isa));
             assert_eq!(Isa::from_name(&isa.name().to_uppercase()), Some(isa));
         }
-        assert_eq!(Isa::from_name(" AVX2 "), Some(Isa::Avx2));
         assert_eq!(Isa::from_name("sse4"), None);
-        assert_eq!(Isa::names(), "amx|avx512bf16|avx512|avx2|portable");
+        // Only this architecture's levels have names to take.
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(Isa::from_name(" AVX2 "), Some(Isa::Avx2));
+            assert_eq!(Isa::from_name("neon"), None);
+            assert_eq!(Isa::names(), "amx|avx512bf16|avx512|avx2|portable");
+        } else if cfg!(target_arch = "aarch64") {
+            assert_eq!(Isa::from_name(" DotProd "), Some(Isa::Dotprod));
+            assert_eq!(Isa::from_name("avx2"), None);
+            assert_eq!(Isa::names(), "bf16|i8mm|dotprod|neon|portable");
+        }
     }
 
     #[test]
@@ -260,14 +317,25 @@ mod tests {
     fn the_cap_is_parsed_without_panicking() {
         assert_eq!(parse_cap(None), Cap::Unset);
         assert_eq!(parse_cap(Some("")), Cap::Unset);
-        assert_eq!(parse_cap(Some("Avx512")), Cap::Level(Isa::Avx512));
-        assert_eq!(parse_cap(Some("neon")), Cap::Ignored("neon".into()));
+        assert_eq!(parse_cap(Some("Portable")), Cap::Level(Isa::Portable));
+        let (this, other) = if cfg!(target_arch = "aarch64") { (Isa::I8mm, "avx512") } else { (Isa::Avx512, "neon") };
+        if Isa::ALL.contains(&this) {
+            assert_eq!(parse_cap(Some(&this.name().to_uppercase())), Cap::Level(this));
+        }
+        assert_eq!(parse_cap(Some(other)), Cap::Ignored(other.into()));
         assert_eq!(parse_cap(Some("\u{fffd}x")), Cap::Ignored("\u{fffd}x".into()));
     }
 
     #[test]
     fn levels_are_ordered_and_capped() {
         assert!(Isa::Portable < Isa::Avx2 && Isa::Avx2 < Isa::Avx512 && Isa::Avx512 < Isa::Avx512Bf16 && Isa::Avx512Bf16 < Isa::Amx);
+        assert!(Isa::Portable < Isa::Neon && Isa::Neon < Isa::Dotprod && Isa::Dotprod < Isa::I8mm && Isa::I8mm < Isa::Bf16);
+        // x86-64's tests (`level >= Isa::Avx2`) are false for every aarch64 level.
+        assert!(Isa::Bf16 < Isa::Avx2);
+        assert!(Isa::ALL.windows(2).all(|w| w[0] < w[1]) && Isa::ALL[0] == Isa::Portable);
+        // A level of another architecture is lowered to the baseline.
+        let foreign = if cfg!(target_arch = "aarch64") { Isa::Avx2 } else { Isa::Neon };
+        assert_eq!(usable(foreign), Isa::Portable);
         assert!(max() <= detected());
         let levels: Vec<Isa> = levels().collect();
         assert_eq!(levels.first(), Some(&Isa::Portable));
@@ -281,7 +349,7 @@ mod tests {
             assert_eq!(current(), Isa::Portable);
             // Other threads keep the process's level.
             assert_eq!(std::thread::spawn(current).join().unwrap(), max());
-            with_isa(Isa::Amx, || assert_eq!(current(), max()));
+            with_isa(*Isa::ALL.last().unwrap(), || assert_eq!(current(), max()));
             assert_eq!(current(), Isa::Portable);
         });
         assert_eq!(current(), max());

@@ -45,7 +45,7 @@ impl Micro {
         match isa::usable(level) {
             Isa::Avx2 => Some(Micro::Avx2),
             Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => Some(Micro::Avx512),
-            Isa::Portable => None,
+            Isa::Portable | Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16 => None,
         }
     }
 

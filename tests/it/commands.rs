@@ -162,15 +162,22 @@ fn max_cpu_isa_caps_the_route_and_an_unknown_value_is_ignored() {
     assert!(out.contains(&format!("cpu route: portable (detected {detected}; MOGE_MAX_CPU_ISA=portable), precision f32")), "{out}");
     assert!(out.contains("cpu kernels: conv3x3 im2col, ") && out.contains("softmax/gelu portable"), "{out}");
     assert!(!err.contains("warning"), "{err}");
+    // This architecture's top level and the one below it (x86-64: amx, avx512bf16; aarch64:
+    // bf16, i8mm).
+    let (top, below) = (isa::Isa::ALL[isa::Isa::ALL.len() - 1], isa::Isa::ALL[isa::Isa::ALL.len().saturating_sub(2)]);
     // A cap above the CPU never enables what it lacks.
-    let (out, _) = info("amx");
-    assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=amx)")), "{out}");
+    let (out, _) = info(top.name());
+    assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA={top})")), "{out}");
     // And one below it caps it (on an AMX CPU: the AVX512-BF16 products instead of the tiles).
-    let (out, _) = info("avx512bf16");
-    let capped = detected.min(isa::Isa::Avx512Bf16);
-    assert!(out.contains(&format!("cpu route: {capped} (detected {detected}; MOGE_MAX_CPU_ISA=avx512bf16)")), "{out}");
+    let (out, _) = info(below.name());
+    let capped = detected.min(below);
+    assert!(out.contains(&format!("cpu route: {capped} (detected {detected}; MOGE_MAX_CPU_ISA={below})")), "{out}");
+    // Another architecture's level names nothing here.
+    let foreign = if cfg!(target_arch = "aarch64") { "avx2" } else { "neon" };
+    let (_, err) = info(foreign);
+    assert!(err.contains(&format!("MOGE_MAX_CPU_ISA=\"{foreign}\" is not one of")), "{err}");
     let (out, err) = info("sse9");
-    assert!(err.contains("MOGE_MAX_CPU_ISA") && err.contains("amx|avx512bf16|avx512|avx2|portable") && err.contains("sse9"), "{err}");
+    assert!(err.contains("MOGE_MAX_CPU_ISA") && err.contains(&isa::Isa::names()) && err.contains("sse9"), "{err}");
     assert_eq!(err.matches("MOGE_MAX_CPU_ISA").count(), 1, "warned once: {err}");
     assert!(out.contains(&format!("cpu route: {detected} (detected {detected}; MOGE_MAX_CPU_ISA=\"sse9\" ignored)")), "{out}");
 }

@@ -39,6 +39,9 @@ pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
         (Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx, false) => Some(Isa::Avx512),
         (Isa::Avx2, false) => Some(Isa::Avx2),
         (Isa::Amx | Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
+        // aarch64: im2col on the `gemm` crate's NEON kernels (the f32 products' note in
+        // `model::cpu::route`).
+        (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, _) => None,
     }
 }
 

@@ -138,7 +138,8 @@ impl QuantConv {
                 bias.resize(tiles * TILE_CH, 0.0);
                 Store::Vnni(VnniWeights { words, scale, sums, bias }, route)
             }
-            Route::Emulated | Route::Amx | Route::AmxEmulated => {
+            // aarch64: no convolution kernel of its own yet.
+            Route::Emulated | Route::Amx | Route::AmxEmulated | Route::Dotprod | Route::I8mm => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * taps)]).collect();
                 if taps == 1 {
                     Store::EmulatedPointwise(Box::new(crate::simd::isa::with_isa(level, || Conv1x1Op::new(dq, bias, cin, cout))?))

@@ -63,6 +63,8 @@ pub fn route(level: Isa) -> Isa {
         Isa::Amx => Isa::Amx,
         Isa::Avx512Bf16 => Isa::Avx512Bf16,
         Isa::Avx512 | Isa::Avx2 | Isa::Portable => Isa::Portable,
+        // No `bfmmla` route yet.
+        Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16 => Isa::Portable,
     }
 }
 

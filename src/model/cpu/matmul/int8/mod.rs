@@ -14,7 +14,8 @@
 //! and the CPU has it; AVX-VNNI (6×16 of ymm) at the AVX2 level and up where the CPU has that;
 //! anywhere else the same quantisation emulated ([`Store::Dequantised`]): the activations
 //! quantised and dequantised, times the dequantised weights, by the f32 product. No faster than
-//! f32, but the numbers of int8 on any CPU. An AVX2 route through `vpmaddubsw` is left out:
+//! f32, but the numbers of int8 on any CPU. On aarch64: `usmmla` at the i8mm level and `sdot`
+//! at dotprod's (`neon.rs`, 8 × 8 tiles). An AVX2 route through `vpmaddubsw` is left out:
 //! its 16-bit pair sums saturate on full-range u8 × s8 (2 · 255 · 127 > 32767).
 //!
 //! Layouts. A weight panel holds NR output channels (32, or 16 on AVX-VNNI); for each group of
@@ -39,6 +40,10 @@ pub enum Route {
     AmxEmulated,
     Avx512Vnni,
     AvxVnni,
+    /// aarch64 `usmmla` (FEAT_I8MM), panels in octets of channel pairs ([`neon`]).
+    I8mm,
+    /// aarch64 `sdot` by element (FEAT_DotProd), the activations' top bit flipped ([`neon`]).
+    Dotprod,
     /// Quantised and dequantised, through the f32 product.
     Emulated,
 }
@@ -50,6 +55,8 @@ impl Route {
             Route::AmxEmulated => "amx-emulated",
             Route::Avx512Vnni => "avx512vnni",
             Route::AvxVnni => "avxvnni",
+            Route::I8mm => "i8mm",
+            Route::Dotprod => "dotprod",
             Route::Emulated => "emulated",
         }
     }
@@ -60,6 +67,7 @@ impl Route {
             Route::Amx | Route::AmxEmulated => tiles::NR,
             Route::Avx512Vnni => 32,
             Route::AvxVnni => 16,
+            Route::I8mm | Route::Dotprod => NEON_TILE,
             Route::Emulated => 1,
         }
     }
@@ -70,6 +78,7 @@ impl Route {
             Route::Amx | Route::AmxEmulated => tiles::MR,
             Route::Avx512Vnni => 12,
             Route::AvxVnni => 6,
+            Route::I8mm | Route::Dotprod => NEON_TILE,
             Route::Emulated => 1,
         }
     }
@@ -89,12 +98,13 @@ impl Route {
     }
 
     /// Quads of K stored per weight panel (and per row of activations): whole tiles' 16 on the
-    /// tile routes.
+    /// tile routes, four (a register of a row) on dotprod's, an octet on i8mm's.
     fn quads(self, k: usize) -> usize {
-        if self.tiles() {
-            k.div_ceil(64) * 16
-        } else {
-            k.div_ceil(4)
+        match self {
+            Route::Amx | Route::AmxEmulated => k.div_ceil(64) * 16,
+            Route::Dotprod => k.div_ceil(16) * 4,
+            Route::I8mm => k.div_ceil(8) * 2,
+            _ => k.div_ceil(4),
         }
     }
 }
@@ -106,14 +116,22 @@ pub fn route(level: Isa) -> Route {
     if level >= Isa::Amx && *crate::simd::amx::support() == (crate::simd::amx::Support::Usable { int8: true }) {
         return Route::Amx;
     }
+    // The aarch64 levels are below AVX2's, and their extensions are the levels themselves.
     if level >= Isa::Avx512 && vnni.avx512 {
         Route::Avx512Vnni
     } else if level >= Isa::Avx2 && vnni.avx {
         Route::AvxVnni
+    } else if cfg!(target_arch = "aarch64") && (Isa::I8mm..=Isa::Bf16).contains(&level) {
+        Route::I8mm
+    } else if cfg!(target_arch = "aarch64") && level == Isa::Dotprod {
+        Route::Dotprod
     } else {
         Route::Emulated
     }
 }
+
+/// Rows and columns of the aarch64 routes' register tiles.
+const NEON_TILE: usize = 8;
 
 /// `v` rounded to the nearest integer, ties to even, for |v| < 2²²: adding 1.5 · 2²³ leaves no
 /// fraction bits, so the add rounds (in the default mode) and the subtraction is exact. Written
@@ -211,7 +229,7 @@ impl QuantB {
                 }
                 Store::Dequantised(w)
             }
-            Route::Amx | Route::AmxEmulated | Route::Avx512Vnni | Route::AvxVnni => {
+            Route::Amx | Route::AmxEmulated | Route::Avx512Vnni | Route::AvxVnni | Route::Dotprod | Route::I8mm => {
                 let nr = route.nr();
                 let (panels, kq) = (n.div_ceil(nr), route.quads(k));
                 let mut words = Lines::<i32>::zeros(panels * kq * nr);
@@ -228,7 +246,10 @@ impl QuantB {
                             for (quad, four) in row.chunks(4).enumerate() {
                                 let mut b = [0u8; 4];
                                 four.iter().zip(&mut b).for_each(|(&v, b)| *b = v as u8);
-                                panel[quad * nr + j] = i32::from_le_bytes(b);
+                                // i8mm: per octet, channel pairs of 8 bytes each (a channel's
+                                // two quads side by side); elsewhere a quad's NR words.
+                                let at = if route == Route::I8mm { (quad / 2) * 2 * nr + (j / 2) * 4 + (j % 2) * 2 + quad % 2 } else { quad * nr + j };
+                                panel[at] = i32::from_le_bytes(b);
                             }
                         }
                     });
@@ -490,6 +511,11 @@ pub unsafe fn product_quantised(a: &QuantA, b: &QuantB, bias: &[f32], c: MatMut<
                 Route::Avx512Vnni => block.for_each(|t| avx512vnni::kernel(&t)),
                 #[cfg(target_arch = "x86_64")]
                 Route::AvxVnni => block.for_each(|t| avxvnni::kernel(&t)),
+                // Also: kq is a multiple of 4 (dotprod) or 2 (i8mm), `Route::quads`.
+                #[cfg(target_arch = "aarch64")]
+                Route::Dotprod => block.for_each(|t| neon::dotprod(&t)),
+                #[cfg(target_arch = "aarch64")]
+                Route::I8mm => block.for_each(|t| neon::i8mm(&t)),
                 _ => unreachable!("int8: panels on the emulated route"),
             }
         }
@@ -544,6 +570,8 @@ impl Tile<'_> {
 mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 mod avxvnni;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod tiles;
 
 #[cfg(test)]
