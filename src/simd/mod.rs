@@ -12,7 +12,7 @@
 //! - [`tiles`]: Intel AMX's tile operations behind one trait, done by the hardware (`amx`,
 //!   where the kernel grants the tile state) or emulated in plain Rust (every machine's tests).
 //! - [`sgemm`]: f32 products on the one-tap register-tile kernels, one file per instruction set
-//!   (`avx2`, `avx512`), shared by the linears, attention, the 1x1 and transposed convolutions
+//!   (`avx2`, `avx512`, `neon`), shared by the linears, attention, the 1x1 and transposed convolutions
 //!   and Winograd; the AVX2 kernel also runs the 3x3 convolution's direct route.
 //!
 //! Kernels of one layer stay beside it (`model::cpu`: the direct 3x3 convolution's AVX-512
@@ -28,6 +28,8 @@ mod dispatch;
 pub mod isa;
 pub mod mat;
 pub mod math;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 pub mod sgemm;
 pub mod tiles;
 

@@ -1,7 +1,7 @@
 //! f32 products C (m × n) = A (m × k) · B (k × n) on a one-tap register-tile kernel
 //! ([`Micro`]: the AVX2 kernel, `super::avx2`, 6 rows × 16 columns, which the 3x3 convolution's
 //! direct route runs with nine taps, or its AVX-512F twin, `super::avx512::one_tap`, 14 rows ×
-//! 32 columns), for the encoder's linears and attention. B is packed once into column panels of the kernel's width (a linear's Wᵀ at
+//! 32 columns; on aarch64 `super::neon`, 6 × 16), for the encoder's linears and attention. B is packed once into column panels of the kernel's width (a linear's Wᵀ at
 //! load; attention's v once per head); A is packed per task, KC values of the inner dimension
 //! at a time, into the kernel's row tiles. A panel's slice (KC × width floats) stays in L1
 //! while every row tile of the task reads it, the task's packed A (≤ MC rows × KC) in L2: the
@@ -37,6 +37,8 @@ pub enum Micro {
     Avx2,
     /// AVX-512F, 14 rows × 32 columns (`super::avx512::one_tap`).
     Avx512,
+    /// aarch64 NEON, 6 rows × 16 columns (`super::neon::kernel`).
+    Neon,
 }
 
 impl Micro {
@@ -45,7 +47,8 @@ impl Micro {
         match isa::usable(level) {
             Isa::Avx2 => Some(Micro::Avx2),
             Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => Some(Micro::Avx512),
-            Isa::Portable | Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16 => None,
+            Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16 => Some(Micro::Neon),
+            Isa::Portable => None,
         }
     }
 
@@ -55,6 +58,7 @@ impl Micro {
         match self {
             Micro::Avx2 => isa::detected() >= Isa::Avx2,
             Micro::Avx512 => isa::detected() >= Isa::Avx512,
+            Micro::Neon => cfg!(target_arch = "aarch64") && isa::detected() >= Isa::Neon,
         }
     }
 
@@ -64,11 +68,19 @@ impl Micro {
         match self {
             Micro::Avx2 => super::avx2::ROWS,
             Micro::Avx512 => super::avx512::ONE_TAP_ROWS,
+            Micro::Neon => 6,
         }
-        // No kernel off x86-64 (`Micro::at` gives none): any height packs and is never read.
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
         match self {
+            Micro::Neon => super::neon::ROWS,
+            // x86-64's kernels are not built here (`Micro::at` gives none): any height packs
+            // and is never read.
             Micro::Avx2 => 6,
+            Micro::Avx512 => 14,
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        match self {
+            Micro::Avx2 | Micro::Neon => 6,
             Micro::Avx512 => 14,
         }
     }
@@ -76,7 +88,7 @@ impl Micro {
     /// Columns of a register tile (of B's panels), every one read.
     pub fn cols(self) -> usize {
         match self {
-            Micro::Avx2 => 16,
+            Micro::Avx2 | Micro::Neon => 16,
             Micro::Avx512 => 32,
         }
     }
@@ -107,8 +119,15 @@ impl Micro {
             Micro::Avx2 => unsafe { super::avx2::kernel(a, b, &[0], bias, add, c, pf) },
             // SAFETY: the caller's promise.
             Micro::Avx512 => unsafe { super::avx512::one_tap(a, b, bias, add, c, pf) },
+            Micro::Neon => unreachable!("sgemm: the NEON kernel on x86-64"),
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        match self {
+            // SAFETY: the caller's promise.
+            Micro::Neon => unsafe { super::neon::kernel(a, b, bias, add, c, pf) },
+            _ => unreachable!("sgemm: an x86-64 kernel on aarch64"),
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         let _ = (a, b, bias, add, c, pf);
     }
 

@@ -83,6 +83,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
             (false, _) => match sgemm::Micro::at(level) {
                 Some(sgemm::Micro::Avx2) => "f32 own avx2 kernel (linears, attention, 1x1/transposed)".to_owned(),
                 Some(sgemm::Micro::Avx512) => "f32 own avx512 kernel (linears, attention, 1x1/transposed)".to_owned(),
+                Some(sgemm::Micro::Neon) => "f32 own neon kernel (linears, attention, 1x1/transposed)".to_owned(),
                 None => "f32 gemm crate (its own SIMD choice)".to_owned(),
             },
             (true, Isa::Amx) => "bf16 amx tiles (tdpbf16ps)".to_owned(),

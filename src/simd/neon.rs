@@ -1,0 +1,103 @@
+//! The f32 one-tap register-tile kernel for aarch64 NEON: `super::sgemm::Micro::Neon`, 6 rows ×
+//! 16 columns (24 accumulators of four lanes, four B vectors and a broadcast: 29 of the 32
+//! registers), for the linears, attention and the 1x1 and transposed convolutions. The AVX2
+//! kernel's arithmetic (`super::avx2`): the bias, then one fused multiply-add per inner index in
+//! order, then the residual; so its results are that kernel's bits.
+//!
+//! Every aarch64 CPU has NEON; `Micro::Neon` is given at the `neon` level and above.
+
+use core::arch::aarch64::*;
+
+use super::mat::Prefetch;
+use super::mat::{MatMut, MatRef};
+
+/// Rows of one register tile.
+pub(crate) const ROWS: usize = 6;
+
+/// C = bias + A · B [+ add] for one register tile, as `super::avx2::kernel` with one tap: C
+/// (`c`) mv × nv (mv ≤ 6, nv ≤ 16), A one row per inner index holding its mv values (rows
+/// `a.stride()` apart), B `a.rows()` rows of 16 readable floats whatever nv, `bias` mv values,
+/// `add` (mv × nv, stride 0 for one row added to every row) added at the end. `pf` (the next
+/// panel, requested into L2 on x86-64) is not used: no ARM core here to measure it on.
+///
+/// # Safety
+/// Every element of `a`, `bias` and `add` is readable, B's 16 columns of each of its rows, and
+/// every element of `c` is writable.
+#[inline]
+pub(crate) unsafe fn kernel(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
+    debug_assert!(c.cols() <= 16 && a.cols() == c.rows() && a.rows() == b.rows());
+    let _ = pf;
+    macro_rules! go {
+        ($($r:literal)*) => {
+            match c.rows() {
+                // SAFETY: the caller's promise, passed on; R = mv.
+                $($r => unsafe { kern::<$r>(a, b, bias, add, c) },)*
+                _ => unreachable!(),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6)
+}
+
+/// [`kernel`] for R = mv rows.
+///
+/// # Safety
+/// As [`kernel`].
+#[target_feature(enable = "neon")]
+unsafe fn kern<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
+    let (lda, ldb, k, nv) = (a.stride(), b.stride(), b.rows(), c.cols());
+    let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+    for (r, acc) in acc.iter_mut().enumerate() {
+        // SAFETY: `bias` holds R readable values.
+        *acc = [vdupq_n_f32(unsafe { *bias.add(r) }); 4];
+    }
+    let (mut at, mut bt) = (a.ptr(), b.ptr());
+    for _ in 0..k {
+        // SAFETY: `bt` is a row of B, 16 readable floats, and `at` a row of A, R readable values.
+        unsafe {
+            let bv = [vld1q_f32(bt), vld1q_f32(bt.add(4)), vld1q_f32(bt.add(8)), vld1q_f32(bt.add(12))];
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let ar = vld1q_dup_f32(at.add(r));
+                for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                    *acc = vfmaq_f32(*acc, ar, bv);
+                }
+            }
+        }
+        // The next rows (past the last ones after the last step: never read).
+        at = at.wrapping_add(lda);
+        bt = bt.wrapping_add(ldb);
+    }
+    if nv == 16 {
+        for (r, acc) in acc.iter().enumerate() {
+            let cr = c.row(r);
+            for (j, &v) in acc.iter().enumerate() {
+                // SAFETY: row r of `add` and of C hold 16 readable (writable) floats: nv of them.
+                unsafe {
+                    let v = match add {
+                        Some(add) => vaddq_f32(v, vld1q_f32(add.row(r).add(4 * j))),
+                        None => v,
+                    };
+                    vst1q_f32(cr.add(4 * j), v);
+                }
+            }
+        }
+        return;
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        let cr = c.row(r);
+        let mut row = [0f32; 16];
+        // SAFETY: `row` holds 16 floats.
+        unsafe {
+            for (j, v) in acc.iter().enumerate() {
+                vst1q_f32(row.as_mut_ptr().add(4 * j), *v);
+            }
+        }
+        if let Some(add) = add {
+            let ar = add.row(r);
+            // SAFETY: row r of `add` holds nv readable floats.
+            row[..nv].iter_mut().enumerate().for_each(|(j, v)| *v += unsafe { *ar.add(j) });
+        }
+        // SAFETY: row r of C holds nv writable floats.
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), cr, nv) };
+    }
+}
