@@ -56,10 +56,24 @@ unsafe fn kern<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32,
         // SAFETY: `bt` is a row of B, 16 readable floats, and `at` a row of A, R readable values.
         unsafe {
             let bv = [vld1q_f32(bt), vld1q_f32(bt.add(4)), vld1q_f32(bt.add(8)), vld1q_f32(bt.add(12))];
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let ar = vld1q_dup_f32(at.add(r));
-                for (acc, &bv) in acc.iter_mut().zip(&bv) {
-                    *acc = vfmaq_f32(*acc, ar, bv);
+            if R == ROWS {
+                // A whole tile's six values in two loads, used by lane (`fmla` by element: the
+                // same fused product as with the value broadcast), not six broadcasts.
+                let (a03, a45) = (vld1q_f32(at), vld1_f32(at.add(4)));
+                for (j, &bv) in bv.iter().enumerate() {
+                    acc[0][j] = vfmaq_laneq_f32::<0>(acc[0][j], bv, a03);
+                    acc[1][j] = vfmaq_laneq_f32::<1>(acc[1][j], bv, a03);
+                    acc[2][j] = vfmaq_laneq_f32::<2>(acc[2][j], bv, a03);
+                    acc[3][j] = vfmaq_laneq_f32::<3>(acc[3][j], bv, a03);
+                    acc[4][j] = vfmaq_lane_f32::<0>(acc[4][j], bv, a45);
+                    acc[5][j] = vfmaq_lane_f32::<1>(acc[5][j], bv, a45);
+                }
+            } else {
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let ar = vld1q_dup_f32(at.add(r));
+                    for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                        *acc = vfmaq_f32(*acc, ar, bv);
+                    }
                 }
             }
         }

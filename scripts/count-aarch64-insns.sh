@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Instruction counts of the aarch64 build under qemu-user, one route against another: what can be
+# measured of the Arm kernels without an Arm machine (qemu's timing means nothing; its counts are
+# exact). Counts one `moge bench` process (the load and packing included, one image, one thread)
+# of a synthetic ViT-S at each MOGE_MAX_CPU_ISA level and precision, with the TCG plugin in
+# scripts/qemu-insn (self-contained: it declares the parts of qemu 7.2's plugin API it uses). Fewer
+# instructions is not a speed: wall-clock speed on Arm is unmeasured.
+#   scripts/count-aarch64-insns.sh [SIZE (196x140)] [TOKENS (200)]   (each count ~4 min on one x86 core)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-196x140} tokens=${2:-200}
+work=${MOGE_INSN_WORK:-/tmp/moge-insn}
+mkdir -p "$work"
+command -v qemu-aarch64 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-user >/dev/null
+gcc -O2 -Wall -Wextra -shared -fPIC -o "$work/libinsncount.so" scripts/qemu-insn/insncount.c
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc CXX_aarch64_unknown_linux_gnu=aarch64-linux-gnu-g++
+cargo build --release --locked --target aarch64-unknown-linux-gnu --bin moge >&2
+[ -f "$work/vits.safetensors" ] || cargo run --release --locked --example synth_checkpoint -- vits-normal "$work/vits.safetensors" >&2
+count() { # PRECISION LEVEL
+    env -i RAYON_NUM_THREADS=1 MOGE_MAX_CPU_ISA="$2" qemu-aarch64 -L /usr/aarch64-linux-gnu \
+        -plugin "$work/libinsncount.so,mode=atomic,out=$work/count" target/aarch64-unknown-linux-gnu/release/moge \
+        bench --weights "$work/vits.safetensors" --size "$size" --num-tokens "$tokens" --runs 1 --warmup 0 --precision "$1" >/dev/null
+    awk '{print $2}' "$work/count"
+}
+echo "| precision | route (MOGE_MAX_CPU_ISA) | guest instructions | / portable |"
+echo "|---|---|---|---|"
+for spec in f32:portable,neon int8:portable,dotprod,i8mm; do
+    precision=${spec%%:*} base=
+    IFS=, read -ra levels <<<"${spec#*:}"
+    for level in "${levels[@]}"; do
+        n=$(count "$precision" "$level")
+        base=${base:-$n}
+        echo "| $precision | $level | $n | $(awk -v n="$n" -v b="$base" 'BEGIN {printf "%.3f", n / b}') |"
+    done
+done
