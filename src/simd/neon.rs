@@ -1,5 +1,5 @@
 //! The f32 one-tap register-tile kernel for aarch64 NEON: `super::sgemm::Micro::Neon`, 6 rows ×
-//! 16 columns (24 accumulators of four lanes, four B vectors and a broadcast: 29 of the 32
+//! 16 columns (24 accumulators of four lanes, four B vectors and two of A: 30 of the 32
 //! registers), for the linears, attention and the 1x1 and transposed convolutions. The AVX2
 //! kernel's arithmetic (`super::avx2`): the bias, then one fused multiply-add per inner index in
 //! order, then the residual; so its results are that kernel's bits.
