@@ -5,10 +5,13 @@
 # of a synthetic ViT-S at each MOGE_MAX_CPU_ISA level and precision, with the TCG plugin in
 # scripts/qemu-insn (self-contained: it declares the parts of qemu 7.2's plugin API it uses). Fewer
 # instructions is not a speed: wall-clock speed on Arm is unmeasured.
-#   scripts/count-aarch64-insns.sh [SIZE (196x140)] [TOKENS (200)]   (each count ~4 min on one x86 core)
+#   scripts/count-aarch64-insns.sh [SIZE (196x140)] [TOKENS (200)] [PRECISION:LEVEL,LEVEL... ...]
+# (each count ~4 min on one x86 core; by default every precision at each of its Arm routes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-196x140} tokens=${2:-200}
+specs=("${@:3}")
+[ ${#specs[@]} -gt 0 ] || specs=(f32:portable,neon int8:portable,dotprod,i8mm bf16:portable,bf16)
 work=${MOGE_INSN_WORK:-/tmp/moge-insn}
 mkdir -p "$work"
 command -v qemu-aarch64 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-user >/dev/null
@@ -25,7 +28,7 @@ count() { # PRECISION LEVEL
 }
 echo "| precision | route (MOGE_MAX_CPU_ISA) | guest instructions | / portable |"
 echo "|---|---|---|---|"
-for spec in f32:portable,neon int8:portable,dotprod,i8mm; do
+for spec in "${specs[@]}"; do
     precision=${spec%%:*} base=
     IFS=, read -ra levels <<<"${spec#*:}"
     for level in "${levels[@]}"; do

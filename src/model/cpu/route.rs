@@ -88,6 +88,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
             },
             (true, Isa::Amx) => "bf16 amx tiles (tdpbf16ps)".to_owned(),
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
+            (true, Isa::Bf16) => "bf16 bfmmla (linears, attention, im2col convolutions)".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
         },
         // bf16 on AMX also under int8 (`dinov2::Block::load`).

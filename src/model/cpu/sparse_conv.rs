@@ -350,11 +350,12 @@ mod tests {
             }
             let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
             // f32, then bf16 on every kernel this CPU has, the portable fallback and the AMX
-            // tiles' emulation (the hardware's loops, on any machine).
+            // tiles' and the multiply-adds' emulations (the hardware's loops, on any machine).
             use crate::model::cpu::matmul::bf16::{route, Kernel};
             let mut kernels: Vec<Option<Kernel>> = crate::simd::isa::levels().map(|l| Kernel::of(route(l))).collect();
             kernels.dedup();
             kernels.push(Some(Kernel::Tiles { emulated: true }));
+            kernels.push(Some(Kernel::Mmla { emulated: true }));
             let f32_out = SubmConv3d::new(&w, bias.clone(), ci, co, Products::F32).forward(&x, &nb);
             let err = f32_out.iter().zip(&want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()));
             assert!(err <= 1e-5 * scale, "{ci}->{co} on {m} voxels (f32): max error {err} of {scale}");

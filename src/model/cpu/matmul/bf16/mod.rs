@@ -22,7 +22,11 @@
 //! Tiles (AMX, [`Isa::Amx`]): the same layouts, k pairs padded to 16, multiplied 16 × 16 pairs
 //! at a time by `tdpbf16ps` ([`tiles`]), or by its emulation in the tests of every machine.
 //!
-//! Portable fallback (any level below [`Isa::Avx512Bf16`]): the same maths (bf16-rounded
+//! Matrix multiply-adds (Arm's `bfmmla`, [`Isa::Bf16`]): the same A, B's panels with each
+//! quad of k interleaved by column pair, multiplied 2 × 2 at a time ([`mmla`]), or by the
+//! portable twin of those loops in the tests of every machine.
+//!
+//! Portable fallback (every other level): the same maths (bf16-rounded
 //! inputs, f32 accumulation) through the `gemm` crate's f32 kernels on rounded copies; the
 //! packed types then hold plain rounded f32, so such a machine pays the weight conversion once,
 //! like the fast path. A packed operand keeps the route it was packed for, and the GEMM follows
@@ -56,24 +60,25 @@ const A_BLOCK_BYTES: usize = 384 * 1024;
 /// packed block is still in L2 when the kernels read it.
 const NC: usize = 128;
 
-/// The route of the bf16 products at `level`: AMX tiles, the AVX512-BF16 fast path, or the
-/// portable fallback (no AVX2 or AVX-512F route yet: those levels take the fallback).
+/// The route of the bf16 products at `level`: AMX tiles, the AVX512-BF16 fast path, Arm's
+/// `bfmmla`, or the portable fallback (no AVX2, AVX-512F or plain NEON route: those levels
+/// take the fallback).
 pub fn route(level: Isa) -> Isa {
     match level {
         Isa::Amx => Isa::Amx,
         Isa::Avx512Bf16 => Isa::Avx512Bf16,
-        Isa::Avx512 | Isa::Avx2 | Isa::Portable => Isa::Portable,
-        // No `bfmmla` route yet.
-        Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16 => Isa::Portable,
+        Isa::Bf16 => Isa::Bf16,
+        Isa::Avx512 | Isa::Avx2 | Isa::Portable | Isa::Neon | Isa::Dotprod | Isa::I8mm => Isa::Portable,
     }
 }
 
 /// Whether bf16 products run natively on this thread's route ([`isa::current`]).
 pub fn native() -> bool {
-    route(isa::current()) >= Isa::Avx512Bf16
+    route(isa::current()) != Isa::Portable
 }
 
-/// Whether they also run faster than f32's: what `--precision auto` picks bf16 for. Not on
+/// Whether they also run faster than f32's: what `--precision auto` picks bf16 for. Not on Arm
+/// (`bfmmla`), whose speed no Arm CPU has measured yet. Not on
 /// Intel's cores: on an Intel Xeon with AVX512-BF16 this GEMM ran at 0.51-0.76x the `gemm`
 /// crate's f32 on every shape of `examples/bf16_bench.rs` (85 against 137 GFLOP/s on one
 /// thread), and a ViT-S image took 4.71 s in bf16 against 2.69 s in f32 (PERFORMANCE.md, step
@@ -86,17 +91,16 @@ pub fn pays() -> bool {
 
 /// f32 → bf16 bits, round-to-nearest-even, denormals flushed to signed zero and NaN kept quiet:
 /// bit-for-bit what `vcvtne2ps2bf16` does (it ignores MXCSR and treats denormal inputs as 0).
+/// Written as selects, not branches, so that the loops calling it vectorise where the CPU has no
+/// conversion instruction (the scalar packers: Arm, the emulations).
 #[inline]
 pub fn f32_to_bf16(x: f32) -> u16 {
     let b = x.to_bits();
-    if x.is_nan() {
-        return ((b >> 16) | 0x40) as u16;
-    }
-    if b & 0x7f80_0000 == 0 {
-        return ((b >> 16) & 0x8000) as u16;
-    }
-    let round = 0x7fff + ((b >> 16) & 1);
-    (b.wrapping_add(round) >> 16) as u16
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    let zero = (b >> 16) & 0x8000;
+    let quiet = (b >> 16) | 0x40;
+    let finite = if b & 0x7f80_0000 == 0 { zero } else { rounded };
+    (if x.is_nan() { quiet } else { finite }) as u16
 }
 
 /// `x` rounded to the nearest bf16 value (as the fast path sees it), as f32.
@@ -185,12 +189,16 @@ fn convert_rows_at(isa: Isa, src: Mat<&[f32]>, kps: usize, ld: usize, dst: &mut 
         return;
     }
     let _ = isa;
-    let k1 = src.cols();
     for r in 0..src.rows() {
-        let row = src.row(r);
-        for kp in 0..kps {
-            let (ka, kb) = (2 * kp, 2 * kp + 1);
-            dst[r * ld + kp] = if ka < k1 { pair(row[ka], if kb < k1 { row[kb] } else { 0.0 }) } else { 0 };
+        let (row, out) = (src.row(r), &mut dst[r * ld..r * ld + kps]);
+        // The whole pairs in one straight loop (vectorised), then a half pair and zeros.
+        let whole = row.chunks_exact(2);
+        let (half, n) = (whole.remainder(), whole.len());
+        for (d, p) in out.iter_mut().zip(whole) {
+            *d = pair(p[0], p[1]);
+        }
+        for (i, d) in out.iter_mut().enumerate().skip(n) {
+            *d = if i == n { half.first().map_or(0, |&x| pair(x, 0.0)) } else { 0 };
         }
     }
 }
@@ -240,6 +248,9 @@ pub(crate) enum Kernel {
     Avx512Bf16,
     /// AMX tiles (`tiles.rs`): the hardware's, or (`emulated`) the portable twin's.
     Tiles { emulated: bool },
+    /// 2 × 2 matrix multiply-adds (`mmla.rs`): `bfmmla` (`neon.rs`), or (`emulated`) the
+    /// portable twin's.
+    Mmla { emulated: bool },
 }
 
 impl Kernel {
@@ -248,22 +259,29 @@ impl Kernel {
         match isa {
             Isa::Amx => Some(Kernel::Tiles { emulated: false }),
             Isa::Avx512Bf16 => Some(Kernel::Avx512Bf16),
+            Isa::Bf16 => Some(Kernel::Mmla { emulated: false }),
             _ => None,
         }
     }
 
-    /// The k pairs stored for k values: whole tiles' 16 on the tile route.
+    /// The k pairs stored for k values: in whole units of [`Kernel::pair_unit`].
     fn pairs(self, k: usize) -> usize {
+        k.div_ceil(2 * self.pair_unit()) * self.pair_unit()
+    }
+
+    /// The k pairs a kernel takes at a time: a tile's 16 rows, a quad's two, or one.
+    fn pair_unit(self) -> usize {
         match self {
-            Kernel::Avx512Bf16 => k.div_ceil(2),
-            Kernel::Tiles { .. } => k.div_ceil(2 * crate::simd::tiles::ROWS) * crate::simd::tiles::ROWS,
+            Kernel::Avx512Bf16 => 1,
+            Kernel::Tiles { .. } => crate::simd::tiles::ROWS,
+            Kernel::Mmla { .. } => 2,
         }
     }
 
     /// The rows of A stored (and readable) for m rows: whole tiles' 16 on the tile route.
     fn rows(self, m: usize) -> usize {
         match self {
-            Kernel::Avx512Bf16 => m,
+            Kernel::Avx512Bf16 | Kernel::Mmla { .. } => m,
             Kernel::Tiles { .. } => m.next_multiple_of(crate::simd::tiles::ROWS),
         }
     }
@@ -273,14 +291,26 @@ impl Kernel {
         match self {
             Kernel::Avx512Bf16 => MR,
             Kernel::Tiles { .. } => tiles::TM,
+            Kernel::Mmla { .. } => mmla::MR,
         }
     }
 
-    /// The route of the vector packers: AVX512-BF16 wherever the CPU has it (every AMX CPU).
+    /// The route of the vector packers: AVX512-BF16 wherever the CPU has it (every AMX CPU),
+    /// else the scalar ones.
     fn packer(self) -> Isa {
         match self {
-            Kernel::Tiles { emulated: true } => Isa::Portable,
-            _ => Isa::Avx512Bf16,
+            Kernel::Avx512Bf16 | Kernel::Tiles { emulated: false } => Isa::Avx512Bf16,
+            Kernel::Tiles { emulated: true } | Kernel::Mmla { .. } => Isa::Portable,
+        }
+    }
+
+    /// B's panels (`kps` pairs of NR words each) as this kernel reads them: the pair layout
+    /// the packers write, or its quads interleaved by column pair for the multiply-adds.
+    fn finish_panels(self, panels: &mut [u32], kps: usize) {
+        if let Kernel::Mmla { .. } = self {
+            for panel in panels.chunks_exact_mut(kps * NR) {
+                mmla::interleave(panel, kps);
+            }
         }
     }
 }
@@ -300,6 +330,7 @@ impl Store {
         match self {
             Store::Panels { kernel: Kernel::Avx512Bf16, .. } => Isa::Avx512Bf16,
             Store::Panels { kernel: Kernel::Tiles { .. }, .. } => Isa::Amx,
+            Store::Panels { kernel: Kernel::Mmla { .. }, .. } => Isa::Bf16,
             Store::Rounded(_) => Isa::Portable,
         }
     }
@@ -358,6 +389,7 @@ impl PackedB {
                 } else {
                     pack_cols(isa, src.block(0, l0, k, l1 - l0), kps, NR, dst);
                 }
+                kernel.finish_panels(dst, kps);
             });
             Store::Panels { words: p, kernel }
         } else {
@@ -743,7 +775,7 @@ impl Job<'_> {
     fn run_rect(&self, rows: Range<usize>, cols: Range<usize>) {
         let kps_total = self.kernel.pairs(self.k);
         let tiles = matches!(self.kernel, Kernel::Tiles { .. });
-        let (kc, tile) = if tiles { (tiles::KC, crate::simd::tiles::ROWS) } else { (KC, 1) };
+        let (kc, tile) = (if tiles { tiles::KC } else { KC }, self.kernel.pair_unit());
         // Equal k blocks of at most KC (K = 1536 → 2 × 768, not 1024 + 512), in whole tiles.
         let kc_pairs = kps_total.div_ceil(kps_total.div_ceil(kc / 2).max(1)).next_multiple_of(tile).max(1);
         let (mc, nc) = if tiles {
@@ -752,8 +784,9 @@ impl Job<'_> {
             (rows.len().next_multiple_of(tiles::TM).max(tiles::TM), (tiles::B_BLOCK_BYTES / (kc_pairs * 4)).max(NR) / NR * NR)
         } else {
             // A converted per call: pack MC rows at a time; pre-packed: use it in place.
-            let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(MR) / MR * MR;
-            let mc = rows.len().div_ceil(rows.len().div_ceil(cap)).next_multiple_of(MR).max(MR);
+            let mr = self.kernel.mr();
+            let cap = (A_BLOCK_BYTES / (kc_pairs * 4)).max(mr) / mr * mr;
+            let mc = rows.len().div_ceil(rows.len().div_ceil(cap)).next_multiple_of(mr).max(mr);
             (mc, if matches!(self.b, Operand::F32(_)) { NC } else { cols.len() })
         };
         if self.k == 0 {
@@ -787,6 +820,7 @@ impl Job<'_> {
             Operand::F32(b) => {
                 let k0 = 2 * kp0;
                 pack_cols(self.kernel.packer(), b.block(k0, cols.start, k_block(self.k, k0, kps), cols.len()), kps, NR, bbuf);
+                self.kernel.finish_panels(&mut bbuf[..cols.len().div_ceil(NR) * kps * NR], kps);
                 (&bbuf[..], kps * NR)
             }
         };
@@ -863,10 +897,15 @@ impl Job<'_> {
                     assert!(a.len() >= (ic1 - ic - 1) * astride + kps, "gemm_bf16: A's block");
                     let a = Mat::from_ptr(a.as_ptr(), ic1 - ic, kps, astride);
                     let c = self.c.block(ic, jc, ic1 - ic, jc1 - jc);
-                    // SAFETY: a job exists only for operands packed for AVX512-BF16, on a CPU
-                    // that has it; A's and B's blocks are inside their buffers (asserted), and
-                    // C's block inside this task's rectangle (`run`).
-                    unsafe { block(a, b, c, load_c) };
+                    // SAFETY: a job exists only for operands packed for its kernel, on a CPU
+                    // that has it (or emulated); A's and B's blocks are inside their buffers
+                    // (asserted), and C's block inside this task's rectangle (`run`).
+                    unsafe {
+                        match self.kernel {
+                            Kernel::Mmla { emulated } => mmla::block(a, b, c, load_c, emulated),
+                            _ => block(a, b, c, load_c),
+                        }
+                    }
                 }
             }
         }
@@ -908,6 +947,9 @@ unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512bf16;
+mod mmla;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod tiles;
 
 // ---------------------------------------------------------------------------------------------
@@ -998,6 +1040,7 @@ mod tests {
     fn kernels() -> Vec<Option<Kernel>> {
         let mut k: Vec<Option<Kernel>> = routes().into_iter().map(Kernel::of).collect();
         k.push(Some(Kernel::Tiles { emulated: true }));
+        k.push(Some(Kernel::Mmla { emulated: true }));
         k
     }
 
