@@ -68,6 +68,11 @@ pub fn route(precision: crate::model::Precision) -> Route {
                 format!("winograd f(2x2,3x3) {direct} ({min}+ channels; upsampled as 4 phases from {min}+), direct {direct} (fewer, fused upsample)")
             }
             Some(direct) => format!("direct {direct}"),
+            // aarch64 f32: no direct kernel, the Winograd products on the NEON one-tap kernel.
+            None if conv3x3::winograd_level(level, bf16) && precision != crate::model::Precision::Int8 => {
+                let min = conv3x3::winograd::Winograd::min_channels(level);
+                format!("winograd f(2x2,3x3) neon ({min}+ channels; upsampled as 4 phases from {min}+), im2col (fewer)")
+            }
             None => "im2col".to_owned(),
         },
         products: match (bf16, matmul::bf16::route(level)) {

@@ -6,7 +6,8 @@
 //!   output rows unfolds only the input rows it needs into a buffer that stays in cache, then
 //!   one GEMM per tile writes all output channels. Tiles run in parallel, each GEMM
 //!   single-threaded.
-//! * Winograd F(2x2, 3x3) (f32 at AVX2, 64 channels and more): [`winograd`]. A
+//! * Winograd F(2x2, 3x3) (f32 at AVX2 and NEON from 64 channels, AVX-512F from 256;
+//!   [`winograd_level`]): [`winograd`]. A
 //!   convolution built for upsampled input ([`Conv3x3Op::new_upsampling`]) runs there too, on
 //!   the map before its upsample: see [`UpWinograd`].
 //! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above): a tile's input rows are
@@ -39,10 +40,17 @@ pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
         (Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx, false) => Some(Isa::Avx512),
         (Isa::Avx2, false) => Some(Isa::Avx2),
         (Isa::Amx | Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
-        // aarch64: im2col on the `gemm` crate's NEON kernels (the f32 products' note in
-        // `model::cpu::route`).
+        // aarch64: no direct kernel; f32 takes the Winograd route where it pays
+        // ([`winograd_level`]), else im2col on the `gemm` crate's NEON kernels.
         (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, _) => None,
     }
+}
+
+/// Whether f32 convolutions at `level` may take the Winograd route (where
+/// [`winograd::Winograd::worth`] says it pays): the levels with a one-tap kernel for its
+/// products (`sgemm::Micro`: AVX2, AVX-512F, NEON), never bf16.
+pub fn winograd_level(level: Isa, bf16: bool) -> bool {
+    !bf16 && crate::simd::sgemm::Micro::at(level).is_some()
 }
 
 pub struct Conv3x3Op {
@@ -56,8 +64,8 @@ pub struct Conv3x3Op {
     pub packed: Option<Arc<PackedA>>,
     /// The weight for the direct route, when this CPU has one.
     direct: Option<Direct>,
-    /// The Winograd route (f32 at the AVX2 level, 64 channels and more in and out), in place of
-    /// the direct one: it takes every call without the upsample.
+    /// The Winograd route (f32 at the AVX2 and NEON levels, 64 channels and more in and out), in
+    /// place of the direct one: it takes every call without the upsample.
     winograd: Option<winograd::Winograd>,
     /// The upsampled calls' Winograd route, where the op was built for them.
     up: Option<UpWinograd>,
@@ -226,18 +234,15 @@ impl Conv3x3Op {
 
     fn build(weight: candle_core::Tensor, bias: Vec<f32>, cin: usize, cout: usize, bf16: bool, winograd: bool, upsampling: bool) -> Result<Self> {
         let level = isa::current();
-        let up = match route(level, bf16) {
-            Some(Isa::Avx2 | Isa::Avx512) if upsampling && winograd && !bf16 => with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))?,
-            _ => None,
-        };
+        let winograd = winograd && winograd_level(level, bf16);
+        let up = if upsampling && winograd { with_f32(&weight, |w| UpWinograd::new(w, &bias, cin, cout))? } else { None };
         // An op whose upsampled calls have their own route is only called upsampled
         // (`Resampler`): the other routes' weights are not made for it (a plain call would take
         // the im2col route).
-        let winograd = match route(level, bf16) {
-            Some(Isa::Avx2 | Isa::Avx512) if up.is_none() && winograd && !bf16 && winograd::Winograd::worth(level, cin, cout) => {
-                with_f32(&weight, |w| winograd::Winograd::new(w, cin, cout))?
-            }
-            _ => None,
+        let winograd = if up.is_none() && winograd && winograd::Winograd::worth(level, cin, cout) {
+            with_f32(&weight, |w| winograd::Winograd::new(w, cin, cout))?
+        } else {
+            None
         };
         // Not packed beside the Winograd route (its weights are 16/9 the size already): an
         // upsampling call there is upsampled first by the caller (`fuses_upsample` is false).
@@ -795,7 +800,7 @@ mod tests {
             (6, 5, 4, 17, false, true, false),
             (9, 12, 3, 20, false, true, true),
             (300, 25, 4, 36, false, false, false),
-            // The Winograd route (f32 at AVX2, 64 channels and more): odd sizes (a tile cut by
+            // The Winograd route (f32 at AVX2 and NEON, 64 channels and more): odd sizes (a tile cut by
             // the edge), one row, one column, a tile row in several tasks.
             (64, 70, 7, 37, true, false, true),
             (96, 64, 1, 20, false, false, false),
@@ -844,7 +849,7 @@ mod tests {
                 let mut by_route: Vec<(Group, Vec<f32>)> = Vec::new();
                 for level in isa::levels() {
                     let op = isa::with_isa(level, || Conv3x3Op::new(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let wino = matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::winograd::Winograd::worth(level, cin, cout);
+                    let wino = winograd_level(level, bf16) && super::winograd::Winograd::worth(level, cin, cout);
                     assert_eq!(op.winograd(), wino, "{level} bf16={bf16}");
                     let direct = route(level, bf16).filter(|_| !wino);
                     assert_eq!(op.direct.as_ref().map(|d| d.isa), direct, "{level} bf16={bf16}");
@@ -858,8 +863,7 @@ mod tests {
                     );
                     // Built for upsampled calls: the Winograd route takes them where it pays.
                     let ups = isa::with_isa(level, || Conv3x3Op::new_upsampling(wtensor.clone(), bias.clone(), cin, cout, bf16)).unwrap();
-                    let up_wino =
-                        matches!(route(level, bf16), Some(Isa::Avx2 | Isa::Avx512)) && !bf16 && super::winograd::Winograd::worth(level, cin, 4 * cout);
+                    let up_wino = winograd_level(level, bf16) && super::winograd::Winograd::worth(level, cin, 4 * cout);
                     assert_eq!(ups.upsampled_winograd(), up_wino, "{level} bf16={bf16} {cin}x{cout}");
                     // bf16 on AMX: the phases on the tiles, and no other weights.
                     assert_eq!(ups.up_tiles.is_some(), tiles, "{level} bf16={bf16}");

@@ -1,11 +1,12 @@
 //! 3x3 convolution with replicate padding by Winograd's F(2x2, 3x3) (Lavin and Gray, "Fast
-//! Algorithms for Convolutional Neural Networks", 2016), the f32 route at the AVX2 level.
+//! Algorithms for Convolutional Neural Networks", 2016), the f32 route at the levels with a
+//! one-tap kernel (AVX2, AVX-512F, NEON: `super::winograd_level`).
 //!
 //! Each 2x2 block of output pixels ("tile") is Aᵀ [Σ_c U_c ⊙ V_c] A with V_c = Bᵀ d_c B the
 //! transformed 4x4 input patch of channel c and U_c = G g_c Gᵀ the transformed 3x3 weight:
 //! for each of the 16 positions ξ of the 4x4 transform, one product (cout × cin) · (cin ×
 //! tiles), 16 · cin multiply-adds per tile and output channel where the direct convolution
-//! needs 36. The products are the direct route's AVX2 kernel with one tap ([`Pointwise`]);
+//! needs 36. The products are the level's one-tap kernel ([`Pointwise`], `sgemm::Micro`);
 //! the transforms are additions only (B and A hold 0 and ±1; G's halves are applied to the
 //! weights once, in f64, at load).
 //!
@@ -56,7 +57,9 @@ impl Winograd {
         cin >= min && cout >= min
     }
 
-    /// The channels in and out from which [`Winograd::worth`] takes the route at `level`.
+    /// The channels in and out from which [`Winograd::worth`] takes the route at `level`. NEON
+    /// (below AVX2 in the order) takes AVX2's 64: a kernel of the same shape, unmeasured on
+    /// Arm hardware.
     pub fn min_channels(level: isa::Isa) -> usize {
         if level >= isa::Isa::Avx512 {
             256
