@@ -15,6 +15,10 @@
 use super::NR;
 use crate::simd::{MatMut, MatRef};
 
+/// One register tile's multiply: C (mv × nv, mv ≤ MR, nv ≤ NT) (+)= A · B, A mv rows of
+/// `a.cols()` pairs, B the tile's column pairs of each quad, QUAD words apart (`load_c`: add).
+pub(super) type Tile = unsafe fn(MatRef<u32>, *const u32, MatMut<f32>, bool);
+
 /// Rows of C per register tile.
 pub(super) const MR: usize = 8;
 /// Columns of C per register tile: four column pairs, a quarter of a panel.
@@ -37,12 +41,14 @@ pub(super) fn interleave(panel: &mut [u32], kps: usize) {
 }
 
 /// All register tiles of C (`c`) for one k block: A (`a`) its rows' k pairs (an even number),
-/// B (`b`) one row per NR columns of C in the quad layout. `emulated` runs the portable twin.
+/// B (`b`) one row per NR columns of C in the quad layout. `tile` multiplies one register tile:
+/// `bfmmla`'s (`neon.rs`) or the portable twin's ([`kernel_emulated`]); the parent picks it, so
+/// that this layout does not import the instruction's file that imports the layout.
 ///
 /// # Safety
-/// Without `emulated`, the CPU has `bfmmla` (aarch64 bf16); every element of `a` and `b` is
-/// readable and every element of `c` writable.
-pub(super) unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool, emulated: bool) {
+/// The CPU runs `tile` (`bfmmla`: aarch64 bf16); every element of `a` and `b` is readable and
+/// every element of `c` writable.
+pub(super) unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool, tile: Tile) {
     let (rows, cols) = (c.rows(), c.cols());
     // B's panel outer (it stays in L1 while A's rows pass); each panel is four tiles wide.
     for (jp, j0) in (0..cols).step_by(NR).enumerate() {
@@ -53,18 +59,8 @@ pub(super) unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_
             for r0 in (0..rows).step_by(MR) {
                 let mv = (rows - r0).min(MR);
                 let (at, ct) = (a.block(r0, 0, mv, a.cols()), c.block(r0, j, mv, nv));
-                if emulated {
-                    // SAFETY: the caller's promise, for one tile of it.
-                    unsafe { kernel_emulated(at, bt, ct, load_c) };
-                    continue;
-                }
-                #[cfg(target_arch = "aarch64")]
-                {
-                    // SAFETY: as above, and the CPU has bfmmla (the caller's promise).
-                    unsafe { super::neon::kernel(at, bt, ct, load_c) };
-                }
-                #[cfg(not(target_arch = "aarch64"))]
-                unreachable!("the bfmmla route exists only on aarch64");
+                // SAFETY: the caller's promise, for one tile of it.
+                unsafe { tile(at, bt, ct, load_c) };
             }
         }
     }
@@ -77,7 +73,7 @@ pub(super) unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_
 ///
 /// # Safety
 /// Every element of `a` and `c` is readable (and writable); `b` holds `a.cols() / 2` quads.
-unsafe fn kernel_emulated(a: MatRef<u32>, b: *const u32, c: MatMut<f32>, load_c: bool) {
+pub(super) unsafe fn kernel_emulated(a: MatRef<u32>, b: *const u32, c: MatMut<f32>, load_c: bool) {
     let (mv, nv, quads, lda) = (c.rows(), c.cols(), a.cols() / 2, a.stride());
     let bf = |w: u32, hi: bool| f32::from_bits(if hi { w & 0xffff_0000 } else { w << 16 });
     let mut acc = [[0f32; NT]; MR];

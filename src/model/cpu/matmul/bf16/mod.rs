@@ -902,7 +902,7 @@ impl Job<'_> {
                     // (asserted), and C's block inside this task's rectangle (`run`).
                     unsafe {
                         match self.kernel {
-                            Kernel::Mmla { emulated } => mmla::block(a, b, c, load_c, emulated),
+                            Kernel::Mmla { emulated } => mmla::block(a, b, c, load_c, mmla_tile(emulated)),
                             _ => block(a, b, c, load_c),
                         }
                     }
@@ -939,6 +939,16 @@ unsafe fn block(a: MatRef<u32>, b: MatRef<u32>, c: MatMut<f32>, load_c: bool) {
             let _ = (at, ct, b, load_c, jp);
         }
     }
+}
+
+/// The register tile of the multiply-add route: `bfmmla` (`neon.rs`), or its portable twin.
+fn mmla_tile(emulated: bool) -> mmla::Tile {
+    #[cfg(target_arch = "aarch64")]
+    if !emulated {
+        return neon::kernel;
+    }
+    assert!(emulated, "the bfmmla route exists only on aarch64");
+    mmla::kernel_emulated
 }
 
 // ---------------------------------------------------------------------------------------------
