@@ -20,7 +20,8 @@
 //! kernels write it.
 //!
 //! Routes, as the linears' ([`route`]): the kernel above on AVX512-VNNI, a 6 × 16 tile of
-//! ymm registers on AVX-VNNI (`avxvnni`); elsewhere the same quantisation emulated (the input
+//! ymm registers on AVX-VNNI (`avxvnni`), a 6 × 16 tile of NEON registers by `sdot` (dotprod)
+//! or `usdot` (i8mm) on aarch64 (`neon`); elsewhere the same quantisation emulated (the input
 //! quantised and dequantised, convolved with the dequantised weights by the f32 route).
 
 use rayon::prelude::*;
@@ -51,18 +52,18 @@ pub struct QuantConv {
 }
 
 enum Store {
-    /// The weights for the kernel of a VNNI route.
-    Vnni(VnniWeights, Route),
+    /// The weights for the kernel of a dot-product route (VNNI, or Arm's `sdot` / `usdot`).
+    Dot(DotWeights, Route),
     /// The f32 routes on the dequantised weights: a 3x3 convolution, or a 1x1 one.
     Emulated(Box<Conv3x3Op>),
     EmulatedPointwise(Box<Conv1x1Op>),
 }
 
-/// The VNNI kernels' weights, each padded with zeros to whole tiles of [`TILE_CH`] channels:
+/// The dot-product kernels' weights, each padded with zeros to whole tiles of [`TILE_CH`] channels:
 /// for each tile, tap (9, or the centre alone), quad and channel of the tile, the word of its
 /// four s8 weights (zero past cout or cin); s_w, Σ_c q per tap (as f32: exact, |Σ| < 2²⁴), and
 /// the bias, per channel.
-struct VnniWeights {
+struct DotWeights {
     words: Vec<i32>,
     scale: Vec<f32>,
     sums: Vec<f32>,
@@ -116,7 +117,7 @@ impl QuantConv {
     fn build(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, taps: usize, level: Isa, upsampling: bool) -> candle_core::Result<Self> {
         let (scale, q) = quantise_weights(w, cout, cin * taps);
         let store = match route(level).without_tiles() {
-            route @ (Route::Avx512Vnni | Route::AvxVnni) => {
+            route @ (Route::Avx512Vnni | Route::AvxVnni | Route::Dotprod | Route::I8mm) => {
                 let quads = cin.div_ceil(4);
                 let tiles = cout.div_ceil(TILE_CH);
                 let mut words = vec![0i32; tiles * taps * quads * TILE_CH];
@@ -136,10 +137,11 @@ impl QuantConv {
                 let (mut scale, mut bias) = (scale, bias);
                 scale.resize(tiles * TILE_CH, 0.0);
                 bias.resize(tiles * TILE_CH, 0.0);
-                Store::Vnni(VnniWeights { words, scale, sums, bias }, route)
+                Store::Dot(DotWeights { words, scale, sums, bias }, route)
             }
-            // aarch64: no convolution kernel of its own yet.
-            Route::Emulated | Route::Amx | Route::AmxEmulated | Route::Dotprod | Route::I8mm => {
+            // AMX: the convolutions take the VNNI kernel's place only through the linears'
+            // tiles (`route(level).without_tiles()` above gives VNNI on every AMX CPU).
+            Route::Emulated | Route::Amx | Route::AmxEmulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * taps)]).collect();
                 if taps == 1 {
                     Store::EmulatedPointwise(Box::new(crate::simd::isa::with_isa(level, || Conv1x1Op::new(dq, bias, cin, cout))?))
@@ -169,7 +171,7 @@ impl QuantConv {
 
     /// Whether the products run as int8 (else emulated).
     pub fn native(&self) -> bool {
-        matches!(self.store, Store::Vnni(..))
+        matches!(self.store, Store::Dot(..))
     }
 
     pub fn call(&self, relu_input: bool) -> QuantConvCall<'_> {
@@ -202,17 +204,15 @@ impl QuantConv {
         match &self.store {
             Store::Emulated(op) => op.run_f32(&emulated(), h, w, false, residual),
             Store::EmulatedPointwise(op) => op.run(&emulated(), h * w, residual),
-            Store::Vnni(weights, route) => Ok(self.run_vnni(x, h, w, relu, residual, weights, *route)),
+            Store::Dot(weights, route) => Ok(self.run_dot(x, h, w, relu, residual, weights, *route)),
         }
     }
 
-    // Off x86-64 no VNNI route exists (`route`): this is never called there, until an Arm
-    // dot-product route takes it.
     #[allow(clippy::too_many_arguments)]
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables, clippy::never_loop))]
-    fn run_vnni(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &VnniWeights, route: Route) -> Vec<f32> {
+    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(unused_variables, clippy::never_loop))]
+    fn run_dot(&self, x: &[f32], h: usize, w: usize, relu: bool, residual: Option<&[f32]>, weights: &DotWeights, route: Route) -> Vec<f32> {
         let (cin, cout, taps) = (self.cin, self.cout, self.taps);
-        let VnniWeights { words, scale, sums, bias } = weights;
+        let DotWeights { words, scale, sums, bias } = weights;
         let planes = QuadPlanes::new(x, cin, h, w, relu);
         let quads = cin.div_ceil(4);
         let tiles = cout.div_ceil(TILE_CH);
@@ -225,10 +225,13 @@ impl QuantConv {
         }
         let blocks = tiles.div_ceil(TILES_PER_TASK);
         // Pixels per tile: two vectors.
-        #[cfg(target_arch = "x86_64")]
-        let px = if route == Route::Avx512Vnni { TILE_PX } else { avxvnni::TILE_PX };
-        #[cfg(not(target_arch = "x86_64"))]
-        let px = TILE_PX;
+        let px = match route {
+            #[cfg(target_arch = "x86_64")]
+            Route::AvxVnni => avxvnni::TILE_PX,
+            #[cfg(target_arch = "aarch64")]
+            Route::Dotprod | Route::I8mm => neon::TILE_PX,
+            _ => TILE_PX,
+        };
         // Each tap's offset in the padded planes from the tile's (dy, dx) = (0, 0).
         let offsets: Vec<usize> = if taps == 9 { (0..9).map(|t| (t / 3) * planes.wp + t % 3).collect() } else { vec![planes.wp + 1] };
         let outp = crate::simd::SendPtr(out.as_mut_ptr());
@@ -256,21 +259,25 @@ impl QuantConv {
                         cols: nv,
                     };
                     debug_assert!(args.holds());
-                    // SAFETY: the weights were packed for this VNNI route, which the CPU has
+                    // SAFETY: the weights were packed for this dot-product route, which the CPU has
                     // (`route`); the tile (nv ≤ the route's pixels) reads inside the planes
                     // (their slack covers a whole tile past any row: `QuadPlanes::new`) and its
                     // weights, scales, sums and biases (sliced whole above); it writes its mv
                     // channels' nv pixels of row y, inside `out`, which no other task writes
                     // (tasks own (row, channel block)).
-                    #[cfg(target_arch = "x86_64")]
                     unsafe {
                         match route {
+                            #[cfg(target_arch = "x86_64")]
                             Route::Avx512Vnni => avx512vnni::conv_kernel(&args),
-                            _ => avxvnni::conv_kernel(&args),
+                            #[cfg(target_arch = "x86_64")]
+                            Route::AvxVnni => avxvnni::conv_kernel(&args),
+                            #[cfg(target_arch = "aarch64")]
+                            Route::Dotprod => neon::dotprod(&args),
+                            #[cfg(target_arch = "aarch64")]
+                            Route::I8mm => neon::i8mm(&args),
+                            _ => unreachable!("conv int8: weights packed for the {} route, which this CPU lacks", route.name()),
                         }
                     };
-                    #[cfg(not(target_arch = "x86_64"))]
-                    unreachable!("a VNNI route off x86-64");
                 }
             }
         });
@@ -281,7 +288,7 @@ impl QuantConv {
 }
 
 /// One register tile of the convolution (see the module's documentation).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 pub(super) struct ConvTile<'a> {
     pub planes: &'a QuadPlanes,
     /// The padded-plane index of the tile's first pixel at tap (0, 0): output (y, x0) reads
@@ -337,7 +344,7 @@ pub(super) struct QuadPlanes {
     pub scale: Vec<f32>,
     pub scale_zero: Vec<f32>,
     /// Every zero point is 0 (as after a ReLU): the kernel skips their correction.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
     pub zero_free: bool,
     /// The zero point per padded pixel (for the emulated route's dequantisation).
     zero: Vec<i32>,
@@ -592,6 +599,8 @@ fn quantise_pixels_body(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32
 mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
 mod avxvnni;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 /// [`QuantConv`] as a candle op: conv(relu?(x)) [+ residual] (an upsampling or transposed op
 /// takes no ReLU: [`QuantConv::run`]).
@@ -651,7 +660,8 @@ mod tests {
     use crate::simd::{isa, test_values};
 
     /// The int8 maths in f64 from the quantised operands (replicate padding), and the f32
-    /// convolution's, for one shape, at every level; the VNNI routes' outputs bit for bit alike.
+    /// convolution's, for one shape, at every level; the dot-product routes' outputs bit for bit
+    /// alike (VNNI's on x86-64, `sdot`'s and `usdot`'s on aarch64).
     /// (The AVX-VNNI kernel runs at the avx2 level only where the CPU has AVX-VNNI: not on an
     /// AVX512-VNNI Xeon before Sapphire Rapids, where that level is emulated.)
     fn check(cin: usize, cout: usize, h: usize, w: usize, relu: bool, residual: bool, seed: &mut u64) {
@@ -683,11 +693,14 @@ mod tests {
                 }
             }
         }
-        // The VNNI routes' outputs, which must agree bit for bit.
+        // The dot-product routes' outputs, which must agree bit for bit.
         let mut native: Vec<(Isa, Vec<u32>)> = Vec::new();
         for level in isa::levels() {
             let op = QuantConv::new(&wt, bias.clone(), cin, cout, level).unwrap();
             let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
+            // Every dot-product route runs its kernel, not the emulation.
+            let dot = matches!(route(level).without_tiles(), Route::Avx512Vnni | Route::AvxVnni | Route::Dotprod | Route::I8mm);
+            assert_eq!(op.native(), dot, "{level}: route {}", route(level).name());
             if op.native() {
                 native.push((level, got.iter().map(|v| v.to_bits()).collect()));
             }
