@@ -17,15 +17,8 @@ use super::mat::{MatMut, MatRef};
 /// a broadcast weight: 15 of the 16 registers (`sgemm::Micro::row_tiles` cuts rows in these).
 pub(crate) const ROWS: usize = 6;
 
-/// Where weight (row r of a tile of `rows` rows, tap t, channel c) sits in a tile's packed
-/// block: the tile's weights for one (tap, channel) side by side, read in one stream.
-#[inline(always)]
-pub(crate) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
-    (t * cin + c) * rows + r
-}
-
 /// C = bias + Σ_taps A · B_tap [+ add] for one register tile: C (`c`) is mv × nv (mv ≤ 6, nv ≤
-/// 16). A (`a`) is the tile's packed weights ([`packed_index`]), one row per inner index (the
+/// 16). A (`a`) is the tile's packed weights (`super::sgemm::packed_index`), one row per inner index (the
 /// taps' channels in turn, `taps.len() · b.rows()` rows) holding the mv weights of that index
 /// side by side, rows `a.stride()` apart (≥ mv: the tile's height where it was packed). B_tap
 /// is `b` moved on by `taps[t]` elements: `b.rows()` channels of 16 pixels, every one of the 16

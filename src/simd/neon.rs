@@ -1,8 +1,9 @@
-//! The f32 one-tap register-tile kernel for aarch64 NEON: `super::sgemm::Micro::Neon`, 6 rows ×
-//! 16 columns (24 accumulators of four lanes, four B vectors and two of A: 30 of the 32
-//! registers), for the linears, attention and the 1x1 and transposed convolutions. The AVX2
-//! kernel's arithmetic (`super::avx2`): the bias, then one fused multiply-add per inner index in
-//! order, then the residual; so its results are that kernel's bits.
+//! The f32 register-tile kernel for aarch64 NEON, 6 rows × 16 columns (24 accumulators of four
+//! lanes, four B vectors and two of A: 30 of the 32 registers): with one tap
+//! `super::sgemm::Micro::Neon` (the linears, attention, the 1x1 and transposed convolutions and
+//! Winograd's products), with nine the 3x3 convolutions' direct route. The AVX2 kernel's
+//! arithmetic (`super::avx2`): the bias, then one fused multiply-add per inner index in order,
+//! then the residual; so its results are that kernel's bits.
 //!
 //! Every aarch64 CPU has NEON; `Micro::Neon` is given at the `neon` level and above.
 
@@ -14,24 +15,26 @@ use super::mat::{MatMut, MatRef};
 /// Rows of one register tile.
 pub(crate) const ROWS: usize = 6;
 
-/// C = bias + A · B [+ add] for one register tile, as `super::avx2::kernel` with one tap: C
-/// (`c`) mv × nv (mv ≤ 6, nv ≤ 16), A one row per inner index holding its mv values (rows
-/// `a.stride()` apart), B `a.rows()` rows of 16 readable floats whatever nv, `bias` mv values,
-/// `add` (mv × nv, stride 0 for one row added to every row) added at the end. `pf` (the next
-/// panel, requested into L2 on x86-64) is not used: no ARM core here to measure it on.
+/// C = bias + Σ_taps A · B_tap [+ add] for one register tile, as `super::avx2::kernel`: C
+/// (`c`) mv × nv (mv ≤ 6, nv ≤ 16), A one row per inner index (the taps' channels in turn,
+/// `taps.len() · b.rows()` rows, `super::sgemm::packed_index`) holding its mv values (rows
+/// `a.stride()` apart), B_tap `b` moved on by `taps[t]` elements: `b.rows()` rows of 16 readable
+/// floats whatever nv, `bias` mv values, `add` (mv × nv, stride 0 for one row added to every
+/// row) added at the end. `pf` (the next panel, requested into L2 on x86-64) is not used: no
+/// ARM core here to measure it on.
 ///
 /// # Safety
-/// Every element of `a`, `bias` and `add` is readable, B's 16 columns of each of its rows, and
-/// every element of `c` is writable.
+/// Every element of `a`, `bias` and `add` is readable, B_tap's 16 columns of each of its rows
+/// for every tap, and every element of `c` is writable.
 #[inline]
-pub(crate) unsafe fn kernel(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
-    debug_assert!(c.cols() <= 16 && a.cols() == c.rows() && a.rows() == b.rows());
+pub(crate) unsafe fn kernel(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>, pf: Prefetch) {
+    debug_assert!(c.cols() <= 16 && a.cols() == c.rows() && a.rows() == taps.len() * b.rows());
     let _ = pf;
     macro_rules! go {
         ($($r:literal)*) => {
             match c.rows() {
                 // SAFETY: the caller's promise, passed on; R = mv.
-                $($r => unsafe { kern::<$r>(a, b, bias, add, c) },)*
+                $($r => unsafe { kern::<$r>(a, b, taps, bias, add, c) },)*
                 _ => unreachable!(),
             }
         };
@@ -44,42 +47,44 @@ pub(crate) unsafe fn kernel(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, ad
 /// # Safety
 /// As [`kernel`].
 #[target_feature(enable = "neon")]
-unsafe fn kern<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
+unsafe fn kern<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
     let (lda, ldb, k, nv) = (a.stride(), b.stride(), b.rows(), c.cols());
     let mut acc = [[vdupq_n_f32(0.0); 4]; R];
     for (r, acc) in acc.iter_mut().enumerate() {
         // SAFETY: `bias` holds R readable values.
         *acc = [vdupq_n_f32(unsafe { *bias.add(r) }); 4];
     }
-    let (mut at, mut bt) = (a.ptr(), b.ptr());
-    for _ in 0..k {
-        // SAFETY: `bt` is a row of B, 16 readable floats, and `at` a row of A, R readable values.
-        unsafe {
-            let bv = [vld1q_f32(bt), vld1q_f32(bt.add(4)), vld1q_f32(bt.add(8)), vld1q_f32(bt.add(12))];
-            if R == ROWS {
-                // A whole tile's six values in two loads, used by lane (`fmla` by element: the
-                // same fused product as with the value broadcast), not six broadcasts.
-                let (a03, a45) = (vld1q_f32(at), vld1_f32(at.add(4)));
-                for (j, &bv) in bv.iter().enumerate() {
-                    acc[0][j] = vfmaq_laneq_f32::<0>(acc[0][j], bv, a03);
-                    acc[1][j] = vfmaq_laneq_f32::<1>(acc[1][j], bv, a03);
-                    acc[2][j] = vfmaq_laneq_f32::<2>(acc[2][j], bv, a03);
-                    acc[3][j] = vfmaq_laneq_f32::<3>(acc[3][j], bv, a03);
-                    acc[4][j] = vfmaq_lane_f32::<0>(acc[4][j], bv, a45);
-                    acc[5][j] = vfmaq_lane_f32::<1>(acc[5][j], bv, a45);
-                }
-            } else {
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let ar = vld1q_dup_f32(at.add(r));
-                    for (acc, &bv) in acc.iter_mut().zip(&bv) {
-                        *acc = vfmaq_f32(*acc, ar, bv);
+    for (t, &tap) in taps.iter().enumerate() {
+        let (mut at, mut bt) = (a.row(t * k), b.ptr().wrapping_add(tap));
+        for _ in 0..k {
+            // SAFETY: `bt` is a row of B, 16 readable floats, and `at` a row of A, R readable values.
+            unsafe {
+                let bv = [vld1q_f32(bt), vld1q_f32(bt.add(4)), vld1q_f32(bt.add(8)), vld1q_f32(bt.add(12))];
+                if R == ROWS {
+                    // A whole tile's six values in two loads, used by lane (`fmla` by element: the
+                    // same fused product as with the value broadcast), not six broadcasts.
+                    let (a03, a45) = (vld1q_f32(at), vld1_f32(at.add(4)));
+                    for (j, &bv) in bv.iter().enumerate() {
+                        acc[0][j] = vfmaq_laneq_f32::<0>(acc[0][j], bv, a03);
+                        acc[1][j] = vfmaq_laneq_f32::<1>(acc[1][j], bv, a03);
+                        acc[2][j] = vfmaq_laneq_f32::<2>(acc[2][j], bv, a03);
+                        acc[3][j] = vfmaq_laneq_f32::<3>(acc[3][j], bv, a03);
+                        acc[4][j] = vfmaq_lane_f32::<0>(acc[4][j], bv, a45);
+                        acc[5][j] = vfmaq_lane_f32::<1>(acc[5][j], bv, a45);
+                    }
+                } else {
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let ar = vld1q_dup_f32(at.add(r));
+                        for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                            *acc = vfmaq_f32(*acc, ar, bv);
+                        }
                     }
                 }
             }
+            // The next rows (past the last ones after the last step: never read).
+            at = at.wrapping_add(lda);
+            bt = bt.wrapping_add(ldb);
         }
-        // The next rows (past the last ones after the last step: never read).
-        at = at.wrapping_add(lda);
-        bt = bt.wrapping_add(ldb);
     }
     if nv == 16 {
         for (r, acc) in acc.iter().enumerate() {

@@ -29,6 +29,15 @@ const KC: usize = 256;
 /// The kernel's per-row bias: zero (a linear's bias is a row added to every row instead).
 static ZEROS: [f32; 16] = [0.0; 16];
 
+/// Where weight (row r of a tile of `rows` rows, tap t, channel c) sits in a tile's packed
+/// block for the 6-row kernels with taps (AVX2's and NEON's, the 3x3 convolutions' direct
+/// route): the tile's weights for one (tap, channel) side by side, read in one stream
+/// ([`Micro::pack`]'s layout, its inner index t · cin + c).
+#[inline(always)]
+pub(crate) fn packed_index(rows: usize, cin: usize, r: usize, t: usize, c: usize) -> usize {
+    (t * cin + c) * rows + r
+}
+
 /// The f32 one-tap register-tile kernel of a level, chosen when its operands are packed and
 /// kept beside them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +46,7 @@ pub enum Micro {
     Avx2,
     /// AVX-512F, 14 rows × 32 columns (`super::avx512::one_tap`).
     Avx512,
-    /// aarch64 NEON, 6 rows × 16 columns (`super::neon::kernel`).
+    /// aarch64 NEON, 6 rows × 16 columns (`super::neon::kernel` with one tap).
     Neon,
 }
 
@@ -123,8 +132,8 @@ impl Micro {
         }
         #[cfg(target_arch = "aarch64")]
         match self {
-            // SAFETY: the caller's promise.
-            Micro::Neon => unsafe { super::neon::kernel(a, b, bias, add, c, pf) },
+            // SAFETY: the caller's promise (with one tap at offset 0, B is the tap's rows).
+            Micro::Neon => unsafe { super::neon::kernel(a, b, &[0], bias, add, c, pf) },
             _ => unreachable!("sgemm: an x86-64 kernel on aarch64"),
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

@@ -172,10 +172,14 @@ fn max_cpu_isa_caps_the_route_and_an_unknown_value_is_ignored() {
     let (out, _) = info(below.name());
     let capped = detected.min(below);
     assert!(out.contains(&format!("cpu route: {capped} (detected {detected}; MOGE_MAX_CPU_ISA={below})")), "{out}");
-    // On Arm from the NEON level, f32's wide 3x3 convolutions take the Winograd route.
+    // On Arm from the NEON level, f32's wide 3x3 convolutions take the Winograd route, the
+    // others the direct one.
     if cfg!(target_arch = "aarch64") {
         let (out, _) = info("neon");
-        assert!(out.contains("cpu kernels: conv3x3 winograd f(2x2,3x3) neon (64+ channels;"), "{out}");
+        assert!(
+            out.contains("cpu kernels: conv3x3 winograd f(2x2,3x3) neon (64+ channels;") && out.contains("), direct neon (fewer, fused upsample)"),
+            "{out}"
+        );
     }
     // Another architecture's level names nothing here.
     let foreign = if cfg!(target_arch = "aarch64") { "avx2" } else { "neon" };

@@ -62,27 +62,19 @@ pub fn route(precision: crate::model::Precision) -> Route {
             _ if precision == crate::model::Precision::Int8 && level == Isa::Amx => {
                 "direct amx tiles in bf16 (32+ channels; upsampled as 4 phases), winograd/direct avx512 f32 (fewer)".to_owned()
             }
-            // The op's own test (`Conv3x3Op::new`): f32 on the AVX2 or AVX-512F direct route.
-            Some(direct @ (Isa::Avx2 | Isa::Avx512)) if !bf16 => {
+            // The op's own test (`Conv3x3Op::new`): f32 on the AVX2, AVX-512F or NEON direct
+            // route, the Winograd one where it pays.
+            Some(direct @ (Isa::Avx2 | Isa::Avx512 | Isa::Neon)) if !bf16 => {
                 let min = conv3x3::winograd::Winograd::min_channels(direct);
                 format!("winograd f(2x2,3x3) {direct} ({min}+ channels; upsampled as 4 phases from {min}+), direct {direct} (fewer, fused upsample)")
             }
             Some(direct) => format!("direct {direct}"),
-            // aarch64 f32: no direct kernel, the Winograd products on the NEON one-tap kernel.
-            None if conv3x3::winograd_level(level, bf16) && precision != crate::model::Precision::Int8 => {
-                let min = conv3x3::winograd::Winograd::min_channels(level);
-                format!("winograd f(2x2,3x3) neon ({min}+ channels; upsampled as 4 phases from {min}+), im2col (fewer)")
-            }
             None => "im2col".to_owned(),
         },
         products: match (bf16, matmul::bf16::route(level)) {
             _ if precision == crate::model::Precision::Int8 => match matmul::int8::route(level) {
                 matmul::int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
                 matmul::int8::Route::Amx => "int8 amx tiles (tdpbusd) for the ViT's linears, bf16 amx tiles for the decoder's convolutions of 32+ channels (1x1: 64+; faster than int8 there), f32 for the rest".to_owned(),
-                r @ (matmul::int8::Route::Dotprod | matmul::int8::Route::I8mm) => format!(
-                    "int8 {} for the ViT's linears and the refiner's sparse convolutions, int8 emulated for the decoder's convolutions of 32+ channels (1x1: 64+; no aarch64 kernel yet), f32 for the rest",
-                    r.name()
-                ),
                 r => format!("int8 {} for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
             },
             (false, _) => match sgemm::Micro::at(level) {

@@ -10,7 +10,7 @@
 //!   [`winograd_level`]): [`winograd`]. A
 //!   convolution built for upsampled input ([`Conv3x3Op::new_upsampling`]) runs there too, on
 //!   the map before its upsample: see [`UpWinograd`].
-//! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above): a tile's input rows are
+//! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above and at NEON): a tile's input rows are
 //!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
 //!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
 //!   so the 9x unfold (a memory-bound pass at 64 channels and 600x800 pixels) never happens.
@@ -22,8 +22,6 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-#[cfg(target_arch = "x86_64")]
-use crate::simd::avx2;
 use crate::simd::isa::{self, Isa};
 use crate::simd::{Mat, MatMut, SendPtr};
 
@@ -40,9 +38,10 @@ pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
         (Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx, false) => Some(Isa::Avx512),
         (Isa::Avx2, false) => Some(Isa::Avx2),
         (Isa::Amx | Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
-        // aarch64: no direct kernel; f32 takes the Winograd route where it pays
-        // ([`winograd_level`]), else im2col on the `gemm` crate's NEON kernels.
-        (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, _) => None,
+        // aarch64: f32 on the NEON kernel with nine taps (where the Winograd route does not
+        // pay, [`winograd_level`]); bf16 through im2col (`bfmmla`'s GEMM, or emulated).
+        (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, false) => Some(Isa::Neon),
+        (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, true) => None,
     }
 }
 
@@ -186,8 +185,9 @@ pub(crate) fn interleave_phases(y: &[f32], h: usize, w: usize, cout: usize, resi
 
 /// Direct-route weights: row o holds the 9 taps one after another, each over the input
 /// channels: in bf16, word t·cinp + cp is channels (2cp, 2cp + 1) as a bf16 pair; in f32, word
-/// t·cin + c is channel c's f32 bits. On the AVX2 route the rows of each of its row tiles are
-/// interleaved instead (`avx2::packed_index`), so the kernel reads its weights in one stream.
+/// t·cin + c is channel c's f32 bits. On the AVX2 and NEON routes the rows of each of their
+/// row tiles are interleaved instead (`sgemm::packed_index`), so the kernel reads its weights
+/// in one stream.
 struct Direct {
     words: Vec<u32>,
     bf16: bool,
@@ -210,7 +210,6 @@ const TILE_FLOATS: usize = 256 * 1024;
 /// every block of output channels reads it.
 const SLAB_WORDS: usize = 128 * 1024;
 /// Bytes of direct weights per output-channel block, beside the slab in L2.
-#[cfg(target_arch = "x86_64")]
 const A_BLOCK_BYTES: usize = 256 * 1024;
 
 impl Conv3x3Op {
@@ -427,17 +426,16 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
     let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
     let kc = words_per_tap(cin, bf16);
     let mut words = vec![0u32; cout * 9 * kc];
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // In the AVX2 kernel's row tiles, each tile's weights interleaved (`avx2::packed_index`).
-        let b = crate::simd::sgemm::Micro::Avx2.row_tiles(cout);
+    if let Some(micro) = six_rows(isa) {
+        // In the 6-row kernel's row tiles, each tile's weights interleaved (`packed_index`).
+        let b = micro.row_tiles(cout);
         for tile in b.windows(2) {
             let (o0, rows) = (tile[0], tile[1] - tile[0]);
             let block = &mut words[o0 * 9 * kc..][..rows * 9 * kc];
             for r in 0..rows {
                 for t in 0..9 {
                     for k in 0..kc {
-                        block[avx2::packed_index(rows, kc, r, t, k)] = at(o0 + r, k, t).to_bits();
+                        block[crate::simd::sgemm::packed_index(rows, kc, r, t, k)] = at(o0 + r, k, t).to_bits();
                     }
                 }
             }
@@ -591,77 +589,84 @@ fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
 /// `d` and `plan` are this op's, every element of `out` is writable, and `slab` was built for
 /// this tile by [`Direct::build_slab`].
 unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y1): (usize, usize), out: MatMut<f32>, residual: Option<Mat<&[f32]>>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use super::matmul::bf16::MR;
-        use crate::simd::mat::Prefetch;
-        let Plan { cout, w, kc, .. } = plan;
-        let kp = 9 * kc;
-        let wp = w + 2;
-        // Output channels in blocks whose weights stay in L2 beside the slab, each block cut into
-        // row panels of equal height: ≤ 6 rows on AVX2 (the tiles its weights were packed in,
-        // `Micro::Avx2.row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16 or 32
-        // pixels at a time.
-        let avx2 = d.isa == Isa::Avx2;
-        let blocks: Vec<Vec<(usize, usize)>> = if avx2 {
-            let b = crate::simd::sgemm::Micro::Avx2.row_tiles(cout);
-            let tiles = b.len() - 1;
-            let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
-            (0..nb).map(|blk| (tiles * blk / nb..tiles * (blk + 1) / nb).map(|t| (b[t], b[t + 1])).collect()).collect()
-        } else {
-            let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, cout);
-            (0..nb)
-                .map(|blk| {
-                    let (o0, o1) = (cout * blk / nb, cout * (blk + 1) / nb);
-                    let np = (o1 - o0).div_ceil(MR);
-                    (0..np).map(|p| (o0 + (o1 - o0) * p / np, o0 + (o1 - o0) * (p + 1) / np)).collect()
-                })
-                .collect()
-        };
-        let step = if avx2 { 16 } else { 32 };
-        // Tap (ky, kx) of a pixel is ky slab rows below it and kx columns right.
-        let taps: [usize; 9] = std::array::from_fn(|t| (t / 3) * kc * wp + t % 3);
-        // The weights: row o output channel o's taps (on AVX2, each row tile's interleaved).
-        let weights = Mat::from_ptr(d.words.as_ptr(), cout, kp, kp);
-        for panels in &blocks {
-            for y in y0..y1 {
-                let ry = y - y0;
-                for x0 in (0..w).step_by(step) {
-                    let nv = (w - x0).min(step);
-                    // The slab's channel rows at pixel x0 of slab row ry: tap (0, 0) of the
-                    // tile's pixels, every other tap `taps` further.
-                    let b = Mat::from_ptr(slab.as_ptr().wrapping_add(ry * kc * wp + x0), kc, step, wp);
-                    for &(r0, r1) in panels {
-                        let c = out.block(r0, y * w + x0, r1 - r0, nv);
-                        let res = residual.map(|r| r.as_raw().block(r0, y * w + x0, r1 - r0, nv));
-                        let bias = bias.as_ptr().wrapping_add(r0);
-                        // `d` exists only on a direct route (AVX2 or AVX-512F for f32,
-                        // AVX512-BF16 for bf16), which `route` gives only where the CPU has it.
-                        if avx2 {
-                            // The tile's weights interleaved: a row per (tap, channel).
-                            let a = Mat::from_ptr(weights.row(r0) as *const f32, kp, r1 - r0, r1 - r0);
-                            // SAFETY: the CPU has AVX2 (above); the tile's r1 - r0 rows of kp
-                            // weights, and its bias, are inside the op's (asserted by
-                            // `run_direct`); each tap's 16 words of the slab's kc channel rows
-                            // are inside the slab (its rows are w + 2 words and it has 32 to
-                            // spare past the last); `c` and `res` are inside `out` and
-                            // `residual` (asserted by `block`).
-                            unsafe { avx2::kernel(a, b.cast(), &taps, bias, res, c, Prefetch::NONE) };
-                        } else {
-                            // SAFETY: as above, on AVX-512F (AVX512-BF16 in bf16), with 32 words
-                            // of each slab row.
-                            unsafe { avx512::kernel(d.bf16, weights.block(r0, 0, r1 - r0, kp), b, &taps, bias, res, c) };
-                        }
+    use super::matmul::bf16::MR;
+    use crate::simd::mat::Prefetch;
+    let Plan { cout, w, kc, .. } = plan;
+    let kp = 9 * kc;
+    let wp = w + 2;
+    // Output channels in blocks whose weights stay in L2 beside the slab, each block cut into
+    // row panels of equal height: ≤ 6 rows on AVX2 and NEON (the tiles their weights were
+    // packed in, `Micro::row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16
+    // or 32 pixels at a time.
+    let six = six_rows(d.isa);
+    let blocks: Vec<Vec<(usize, usize)>> = if let Some(micro) = six {
+        let b = micro.row_tiles(cout);
+        let tiles = b.len() - 1;
+        let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
+        (0..nb).map(|blk| (tiles * blk / nb..tiles * (blk + 1) / nb).map(|t| (b[t], b[t + 1])).collect()).collect()
+    } else {
+        let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, cout);
+        (0..nb)
+            .map(|blk| {
+                let (o0, o1) = (cout * blk / nb, cout * (blk + 1) / nb);
+                let np = (o1 - o0).div_ceil(MR);
+                (0..np).map(|p| (o0 + (o1 - o0) * p / np, o0 + (o1 - o0) * (p + 1) / np)).collect()
+            })
+            .collect()
+    };
+    let step = if six.is_some() { 16 } else { 32 };
+    // Tap (ky, kx) of a pixel is ky slab rows below it and kx columns right.
+    let taps: [usize; 9] = std::array::from_fn(|t| (t / 3) * kc * wp + t % 3);
+    // The weights: row o output channel o's taps (on the 6-row routes, each row tile's
+    // interleaved).
+    let weights = Mat::from_ptr(d.words.as_ptr(), cout, kp, kp);
+    for panels in &blocks {
+        for y in y0..y1 {
+            let ry = y - y0;
+            for x0 in (0..w).step_by(step) {
+                let nv = (w - x0).min(step);
+                // The slab's channel rows at pixel x0 of slab row ry: tap (0, 0) of the
+                // tile's pixels, every other tap `taps` further.
+                let b = Mat::from_ptr(slab.as_ptr().wrapping_add(ry * kc * wp + x0), kc, step, wp);
+                for &(r0, r1) in panels {
+                    let c = out.block(r0, y * w + x0, r1 - r0, nv);
+                    let res = residual.map(|r| r.as_raw().block(r0, y * w + x0, r1 - r0, nv));
+                    let bias = bias.as_ptr().wrapping_add(r0);
+                    // The tile's weights interleaved: a row per (tap, channel) (6-row routes).
+                    let a = Mat::from_ptr(weights.row(r0) as *const f32, kp, r1 - r0, r1 - r0);
+                    // `d` exists only on a direct route (AVX2, AVX-512F or NEON for f32,
+                    // AVX512-BF16 for bf16), which `route` gives only where the CPU has it.
+                    // The arms' SAFETY: the CPU has the route's instructions (above); the
+                    // tile's r1 - r0 rows of kp weights, and its bias, are inside the op's
+                    // (asserted by `run_direct`); each tap's 16 (32 on AVX-512) words of the
+                    // slab's kc channel rows are inside the slab (its rows are w + 2 words and
+                    // it has 32 to spare past the last); `c` and `res` are inside `out` and
+                    // `residual` (asserted by `block`).
+                    match d.isa {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above, on AVX2 and FMA.
+                        Isa::Avx2 => unsafe { crate::simd::avx2::kernel(a, b.cast(), &taps, bias, res, c, Prefetch::NONE) },
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above, on AVX-512F (AVX512-BF16 in bf16).
+                        Isa::Avx512 | Isa::Avx512Bf16 => unsafe { avx512::kernel(d.bf16, weights.block(r0, 0, r1 - r0, kp), b, &taps, bias, res, c) },
+                        #[cfg(target_arch = "aarch64")]
+                        // SAFETY: as above, on NEON (every aarch64 CPU).
+                        Isa::Neon => unsafe { crate::simd::neon::kernel(a, b.cast(), &taps, bias, res, c, Prefetch::NONE) },
+                        isa => unreachable!("direct conv3x3 on the {isa} route, which this CPU lacks"),
                     }
                 }
             }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        // The direct route is only built where AVX2 or AVX-512 exists.
-        let _ = (d, plan, slab, bias, y0, y1, out, residual);
-        unreachable!("direct conv3x3 without AVX2");
+}
+
+/// The 6-row kernel (with taps) of direct route `isa`, if it takes one: AVX2's or NEON's
+/// (AVX-512 and AVX512-BF16 have their own tiles, `avx512::kernel`).
+fn six_rows(isa: Isa) -> Option<crate::simd::sgemm::Micro> {
+    match isa {
+        Isa::Avx2 => Some(crate::simd::sgemm::Micro::Avx2),
+        Isa::Neon => Some(crate::simd::sgemm::Micro::Neon),
+        _ => None,
     }
 }
 
