@@ -48,22 +48,11 @@ pub(super) unsafe fn lerp_taps(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], 
                 _mm256_storeu_ps(op.add(i), r);
             }
         } else {
-            scalar(src, x0, x1, w0, w1, out, i..i + 8);
+            super::lerp_scalar(src, x0, x1, w0, w1, out, i..i + 8);
         }
         i += 8;
     }
-    scalar(src, x0, x1, w0, w1, out, i..n);
-}
-
-/// The portable loop's arithmetic over `range` (blocks the permutes cannot take, the tail).
-#[cold]
-#[inline(never)]
-fn scalar(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32], range: std::ops::Range<usize>) {
-    let last = src.len() - 1;
-    for i in range {
-        let (a, b) = ((x0[i] as usize).min(last), (x1[i] as usize).min(last));
-        out[i] = src[a] * w0[i] + src[b] * w1[i];
-    }
+    super::lerp_scalar(src, x0, x1, w0, w1, out, i..n);
 }
 
 /// The 8x8 transpose of eight vectors (row r of the result holds lane r of each input).

@@ -135,6 +135,29 @@ impl<'a> BilinearRows<'a> {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
+/// Whether `level` takes the `neon` routes here (every Arm level but `portable`, never above
+/// what the CPU has: `usable`).
+#[cfg(target_arch = "aarch64")]
+fn neon_route(level: crate::simd::isa::Isa) -> bool {
+    use crate::simd::isa::{usable, Isa};
+    matches!(usable(level), Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16)
+}
+
+/// The portable loop's arithmetic over `range`: the blocks the vector routes' permutes cannot
+/// take, and their tails.
+#[cold]
+#[inline(never)]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+fn lerp_scalar(src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32], range: std::ops::Range<usize>) {
+    let last = src.len() - 1;
+    for i in range {
+        let (a, b) = ((x0[i] as usize).min(last), (x1[i] as usize).min(last));
+        out[i] = src[a] * w0[i] + src[b] * w1[i];
+    }
+}
 
 /// Whether `level` takes the `avx2` routes here (AVX2 and AVX-512 levels, never above what
 /// the CPU has: `usable`).
@@ -146,13 +169,18 @@ fn avx2_route(level: crate::simd::isa::Isa) -> bool {
 
 /// out[i] = src[x0[i]]·w0[i] + src[x1[i]]·w1[i] (the post-processing runs it once per source
 /// row of each map): on AVX2 and above by in-register permutes where a block of columns allows
-/// (`avx2`), else the portable loop compiled for the widest vectors the CPU has (gathers). The
+/// (`avx2`), on NEON by table lookups (`neon`), else the portable loop compiled for the widest vectors the CPU has (gathers). The
 /// same arithmetic on every route, so every level gives the same bits.
 fn lerp_taps(level: crate::simd::isa::Isa, src: &[f32], x0: &[u32], x1: &[u32], w0: &[f32], w1: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx2_route(level) {
         // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA.
         return unsafe { avx2::lerp_taps(src, x0, x1, w0, w1, out) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if neon_route(level) {
+        // SAFETY: NEON is every aarch64 CPU's.
+        return unsafe { neon::lerp_taps(src, x0, x1, w0, w1, out) };
     }
     lerp_taps_gather(level, src, x0, x1, w0, w1, out)
 }
@@ -291,6 +319,11 @@ fn rows_to_lanes(level: crate::simd::isa::Isa, planes: &[f32], c: usize, w: usiz
         // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA.
         return unsafe { avx2::rows_to_lanes(&rows, lanes) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if neon_route(level) {
+        // SAFETY: NEON is every aarch64 CPU's.
+        return unsafe { neon::rows_to_lanes(&rows, lanes) };
+    }
     let _ = level;
     for (x, l) in lanes.chunks_exact_mut(LANES).enumerate().take(w) {
         for (v, r) in l.iter_mut().zip(&rows) {
@@ -308,6 +341,12 @@ fn lanes_to_rows(level: crate::simd::isa::Isa, lanes: &[f32], ring: &mut [f32], 
         // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA; every
         // row `at[r]..at[r] + ow` is inside the ring (asserted above).
         return unsafe { avx2::lanes_to_rows(lanes, ring, ow, at) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if at.len() == LANES && neon_route(level) {
+        // SAFETY: NEON is every aarch64 CPU's; every row `at[r]..at[r] + ow` is inside the
+        // ring (asserted above).
+        return unsafe { neon::lanes_to_rows(lanes, ring, ow, at) };
     }
     let _ = level;
     for (r, &a) in at.iter().enumerate() {
@@ -495,6 +534,41 @@ mod rows_tests {
             let mut got = vec![f32::NAN; n];
             lerp_taps(level, &src, &x0, &x1, &w0, &w1, &mut got);
             assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{level}");
+        }
+    }
+
+    /// The antialiased downscale's transposes (rows to lanes and back) move every value to the
+    /// portable loops' place at every level, at widths around the vector widths (4 and 8), and
+    /// leave what lies past them untouched.
+    #[test]
+    fn lane_transposes_match_the_portable_loops_at_every_level() {
+        for w in [1, 3, 4, 5, 8, 9, 13, 16, 37] {
+            let planes: Vec<f32> = (0..LANES * 3 * w).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let run = |level: isa::Isa| {
+                let mut lanes = vec![f32::NAN; LANES * w + 5];
+                rows_to_lanes(level, &planes, 1, w, &mut lanes[..LANES * w]);
+                // Back into a ring of rows at scattered starts, a sentinel between them.
+                let at: Vec<usize> = (0..LANES).map(|r| (LANES - 1 - r) * (w + 3) + 1).collect();
+                let mut ring = vec![-1f32; LANES * (w + 3) + 2];
+                lanes_to_rows(level, &lanes, &mut ring, w, &at);
+                (lanes.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), ring)
+            };
+            let (lanes, ring) = run(isa::Isa::Portable);
+            for x in 0..w {
+                for r in 0..LANES {
+                    assert_eq!(f32::from_bits(lanes[x * LANES + r]), planes[(r * 3 + 1) * w + x], "w {w}: lane {r} of column {x}");
+                }
+            }
+            assert!(lanes[LANES * w..].iter().all(|&v| f32::from_bits(v).is_nan()), "w {w}: written past the lanes");
+            // Each row back where it was sent, and -1 between the rows.
+            let mut want = vec![-1f32; ring.len()];
+            for r in 0..LANES {
+                want[(LANES - 1 - r) * (w + 3) + 1..][..w].copy_from_slice(&planes[(r * 3 + 1) * w..][..w]);
+            }
+            assert_eq!(ring, want, "w {w}: the rows from the lanes");
+            for level in isa::levels() {
+                assert_eq!(run(level), (lanes.clone(), ring.clone()), "{level}: w {w}");
+            }
         }
     }
 
