@@ -93,13 +93,14 @@ unsafe fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
     }
 }
 
-/// `lanes[x * 8 + r] = rows[r][x]` for x below the shortest row (and `lanes`' length / 8).
+/// `lanes[x * 8 + r] = rows[r][x]` for whole blocks of 8 columns below the shortest row (and
+/// `lanes`' length / 8): returns the columns done (the caller's portable loop does the rest).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA. Every read and write stays inside the slices, whatever their
 /// lengths.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) {
+pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) -> usize {
     let w = rows.iter().map(|r| r.len()).min().unwrap_or(0).min(lanes.len() / 8);
     let lp = lanes.as_mut_ptr();
     let mut x = 0;
@@ -114,20 +115,17 @@ pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) {
         }
         x += 8;
     }
-    for x in x..w {
-        for (r, row) in rows.iter().enumerate() {
-            lanes[x * 8 + r] = row[x];
-        }
-    }
+    x
 }
 
-/// `ring[at[r] + i] = lanes[i * 8 + r]` for i in 0..ow.
+/// `ring[at[r] + i] = lanes[i * 8 + r]` for whole blocks of 8 values of i in 0..ow: returns
+/// the values done (the caller's portable loop does the rest).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA, and every `at[r] + ow <= ring.len()`, `8 * ow <= lanes.len()`
 /// (the caller asserts it).
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
+pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) -> usize {
     let at: &[usize; 8] = at.try_into().expect("eight rows");
     let (lp, rp) = (lanes.as_ptr(), ring.as_mut_ptr());
     let mut i = 0;
@@ -142,9 +140,5 @@ pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, a
         }
         i += 8;
     }
-    for i in i..ow {
-        for (r, &a) in at.iter().enumerate() {
-            ring[a + i] = lanes[i * 8 + r];
-        }
-    }
+    i
 }

@@ -314,18 +314,21 @@ const LANES: usize = 8;
 fn rows_to_lanes(level: crate::simd::isa::Isa, planes: &[f32], c: usize, w: usize, lanes: &mut [f32]) {
     let row = |r: usize| &planes[(r * 3 + c) * w..][..w];
     let rows: [&[f32]; LANES] = std::array::from_fn(row);
+    // The columns a vector route did in whole blocks; this loop does the rest.
+    #[allow(unused_mut)]
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if avx2_route(level) {
         // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA.
-        return unsafe { avx2::rows_to_lanes(&rows, lanes) };
+        done = unsafe { avx2::rows_to_lanes(&rows, lanes) };
     }
     #[cfg(target_arch = "aarch64")]
     if neon_route(level) {
         // SAFETY: NEON is every aarch64 CPU's.
-        return unsafe { neon::rows_to_lanes(&rows, lanes) };
+        done = unsafe { neon::rows_to_lanes(&rows, lanes) };
     }
     let _ = level;
-    for (x, l) in lanes.chunks_exact_mut(LANES).enumerate().take(w) {
+    for (x, l) in lanes.chunks_exact_mut(LANES).enumerate().take(w).skip(done) {
         for (v, r) in l.iter_mut().zip(&rows) {
             *v = r[x];
         }
@@ -336,21 +339,24 @@ fn rows_to_lanes(level: crate::simd::isa::Isa, planes: &[f32], c: usize, w: usiz
 /// rows given (distinct rows of the ring).
 fn lanes_to_rows(level: crate::simd::isa::Isa, lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
     assert!(lanes.len() >= ow * LANES && at.len() <= LANES && at.iter().all(|&a| a + ow <= ring.len()));
+    // The values a vector route did in whole blocks; this loop does the rest.
+    #[allow(unused_mut)]
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if at.len() == LANES && avx2_route(level) {
         // SAFETY: `avx2_route` holds only where the CPU has AVX2 and FMA; every
         // row `at[r]..at[r] + ow` is inside the ring (asserted above).
-        return unsafe { avx2::lanes_to_rows(lanes, ring, ow, at) };
+        done = unsafe { avx2::lanes_to_rows(lanes, ring, ow, at) };
     }
     #[cfg(target_arch = "aarch64")]
     if at.len() == LANES && neon_route(level) {
         // SAFETY: NEON is every aarch64 CPU's; every row `at[r]..at[r] + ow` is inside the
         // ring (asserted above).
-        return unsafe { neon::lanes_to_rows(lanes, ring, ow, at) };
+        done = unsafe { neon::lanes_to_rows(lanes, ring, ow, at) };
     }
     let _ = level;
     for (r, &a) in at.iter().enumerate() {
-        for (o, l) in ring[a..a + ow].iter_mut().zip(lanes.chunks_exact(LANES)) {
+        for (o, l) in ring[a + done..a + ow].iter_mut().zip(lanes.chunks_exact(LANES).skip(done)) {
             *o = l[r];
         }
     }

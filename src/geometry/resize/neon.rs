@@ -74,12 +74,13 @@ fn transpose4(v: [float32x4_t; 4]) -> [float32x4_t; 4] {
     }
 }
 
-/// `lanes[x * 8 + r] = rows[r][x]` for x below the shortest row (and `lanes`' length / 8).
+/// `lanes[x * 8 + r] = rows[r][x]` for whole blocks of 4 columns below the shortest row (and
+/// `lanes`' length / 8): returns the columns done (the caller's portable loop does the rest).
 ///
 /// # Safety
 /// None beyond NEON: every read and write stays inside the slices, whatever their lengths.
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) {
+pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) -> usize {
     let w = rows.iter().map(|r| r.len()).min().unwrap_or(0).min(lanes.len() / 8);
     let lp = lanes.as_mut_ptr();
     let mut x = 0;
@@ -99,19 +100,16 @@ pub(super) unsafe fn rows_to_lanes(rows: &[&[f32]; 8], lanes: &mut [f32]) {
         }
         x += 4;
     }
-    for x in x..w {
-        for (r, row) in rows.iter().enumerate() {
-            lanes[x * 8 + r] = row[x];
-        }
-    }
+    x
 }
 
-/// `ring[at[r] + i] = lanes[i * 8 + r]` for i in 0..ow.
+/// `ring[at[r] + i] = lanes[i * 8 + r]` for whole blocks of 4 values of i in 0..ow: returns
+/// the values done (the caller's portable loop does the rest).
 ///
 /// # Safety
 /// Every `at[r] + ow <= ring.len()` and `8 * ow <= lanes.len()` (the caller asserts it).
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) {
+pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, at: &[usize]) -> usize {
     let at: &[usize; 8] = at.try_into().expect("eight rows");
     let (lp, rp) = (lanes.as_ptr(), ring.as_mut_ptr());
     let mut i = 0;
@@ -133,9 +131,5 @@ pub(super) unsafe fn lanes_to_rows(lanes: &[f32], ring: &mut [f32], ow: usize, a
         }
         i += 4;
     }
-    for i in i..ow {
-        for (r, &a) in at.iter().enumerate() {
-            ring[a + i] = lanes[i * 8 + r];
-        }
-    }
+    i
 }
