@@ -139,8 +139,8 @@ impl QuantConv {
                 bias.resize(tiles * TILE_CH, 0.0);
                 Store::Dot(DotWeights { words, scale, sums, bias }, route)
             }
-            // AMX: the convolutions take the VNNI kernel's place only through the linears'
-            // tiles (`route(level).without_tiles()` above gives VNNI on every AMX CPU).
+            // (The tile routes never come here: `without_tiles` above gives AMX CPUs the VNNI
+            // kernel, and the tiles' emulation the emulated route.)
             Route::Emulated | Route::Amx | Route::AmxEmulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * taps)]).collect();
                 if taps == 1 {
@@ -224,7 +224,7 @@ impl QuantConv {
             return out;
         }
         let blocks = tiles.div_ceil(TILES_PER_TASK);
-        // Pixels per tile: two vectors.
+        // Pixels per tile: two vectors on x86-64 (16 lanes, or 8 on AVX-VNNI), four on NEON.
         let px = match route {
             #[cfg(target_arch = "x86_64")]
             Route::AvxVnni => avxvnni::TILE_PX,
