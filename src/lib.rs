@@ -73,6 +73,7 @@ pub mod loader;
 pub mod model;
 pub mod names;
 pub mod outputs;
+pub mod panorama;
 pub mod pipeline;
 pub mod predictor;
 pub mod protocol;

@@ -25,6 +25,7 @@ mod int8;
 mod layers;
 mod moge3;
 mod numerics;
+mod panorama;
 mod parity;
 mod pool;
 mod predict;
