@@ -40,6 +40,9 @@ _moge() {
             moge,models)
                 cmd="moge__subcmd__info"
                 ;;
+            moge,panorama)
+                cmd="moge__subcmd__panorama"
+                ;;
             moge,predict)
                 cmd="moge__subcmd__predict"
                 ;;
@@ -70,6 +73,9 @@ _moge() {
             moge__subcmd__help,info)
                 cmd="moge__subcmd__help__subcmd__info"
                 ;;
+            moge__subcmd__help,panorama)
+                cmd="moge__subcmd__help__subcmd__panorama"
+                ;;
             moge__subcmd__help,predict)
                 cmd="moge__subcmd__help__subcmd__predict"
                 ;;
@@ -86,7 +92,7 @@ _moge() {
 
     case "${cmd}" in
         moge)
-            opts="-h -V --help --version predict batch serve bench compare quantize download info models generate-assets help"
+            opts="-h -V --help --version predict batch panorama serve bench compare quantize download info models generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -398,7 +404,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help)
-            opts="predict batch serve bench compare quantize download info generate-assets help"
+            opts="predict batch panorama serve bench compare quantize download info generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -509,6 +515,20 @@ _moge() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        moge__subcmd__help__subcmd__panorama)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         moge__subcmd__help__subcmd__predict)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -559,6 +579,100 @@ _moge() {
             fi
             case "${prev}" in
                 --revision)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        moge__subcmd__panorama)
+            opts="-o -h --output --view-size --server --json --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --view-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --weights)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --model)
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
+                    return 0
+                    ;;
+                --revision)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --precision)
+                    COMPREPLY=($(compgen -W "auto f32 bf16 int8" -- "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --num-tokens)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --resolution-level)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fov-x)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --refine-steps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    return 0
+                    ;;
+                --depth-scale)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --edge-rtol)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --npz-compression)
+                    COMPREPLY=($(compgen -W "none fast small" -- "${cur}"))
+                    return 0
+                    ;;
+                --npz-normal-dtype)
+                    COMPREPLY=($(compgen -W "float32 float16" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-megapixels)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -28,6 +28,7 @@ complete -c moge -n "__fish_moge_needs_command" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_needs_command" -s V -l version -d 'Print version'
 complete -c moge -n "__fish_moge_needs_command" -f -a "predict" -d 'Predict geometry for image files'
 complete -c moge -n "__fish_moge_needs_command" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_needs_command" -f -a "panorama" -d '360° equirectangular panoramas: twelve views through the model, merged into one metric distance map'
 complete -c moge -n "__fish_moge_needs_command" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
 complete -c moge -n "__fish_moge_needs_command" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
 complete -c moge -n "__fish_moge_needs_command" -f -a "compare" -d 'How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale'
@@ -143,6 +144,51 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -s q -l quiet -d 'No pr
 complete -c moge -n "__fish_moge_using_subcommand batch" -l json -d 'Print one JSON line per photo on stdout: input, status, outputs, timings, error'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l stats -d 'Print where the time goes per stage, and throughput against forwards alone'
 complete -c moge -n "__fish_moge_using_subcommand batch" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -s o -l output -d 'Output directory: PANORAMA\'s stem + .npz (and the other formats\' suffixes) goes here, a directory\'s tree mirrored' -r -F
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l view-size -d 'Each of the twelve views\' size in pixels (upstream\'s: 512)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l server -d 'A running `moge serve` that runs the views instead of a model loaded here' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
+vitb-normal\t''
+vitl-normal\t''
+vitl\t''
+moge3-vitl\t''
+moge3-vitg\t''"
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l revision -d 'Branch, tag or commit of the published model\'s repo' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l precision -d 'Arithmetic of the network. auto: bf16 on a CUDA GPU, on an Intel CPU with AMX tiles, and on a CPU whose AVX512-BF16 beats f32 (AMD Zen 4 and later; every output keeps PCC >= 0.9999 against upstream fp32), else f32; f32 for number-for-number parity; int8 (never auto) for int8 products' -r -f -a "auto\t'bf16 where the CPU runs bf16 products faster than f32 (AMX tiles; AVX512-BF16 on AMD Zen 4 and later), else f32'
+f32\t'Exact float32, the parity reference'
+bf16\t'bf16 products with f32 accumulation (AMD AVX512-BF16 CPUs: several times faster; on Intel\'s, slower than f32)'
+int8\t'The ViT\'s linears, the decoder\'s convolutions and MoGe-3\'s refiner convolutions as int8 products (weights per channel, activations per token, pixel or voxel), the rest f32; CPU only, fast with AVX512-VNNI (Intel Xeon since Cascade Lake, AMD Zen 4 and later) or AVX-VNNI (Intel Core since Alder Lake). Never chosen by auto: check what it costs on your photos with `moge compare`'"
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l device -d 'Where the network runs: auto (a CUDA GPU where this moge has CUDA and the driver sees one, else the CPU), cpu, cuda or cuda:N' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l num-tokens -d 'Base ViT tokens (more: finer and slower). Upstream suggests 1200..2500' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l resolution-level -d 'Upstream\'s resolution level 0..9 (1200..3600 tokens); replaces --num-tokens' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l fov-x -d 'Known horizontal field of view in degrees (otherwise it is recovered); `exif`: each photo\'s from its EXIF focal length (FocalLengthIn35mmFilm, or FocalLength with FocalPlaneXResolution), recovered where the photo has none (the sidecar\'s `inference.fov_x_source` says which)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l intrinsics -d 'The camera matrix in pixels, where it is known: each photo\'s horizontal field of view is then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy, cx and cy are not used (said once where they differ from that)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l refine-steps -d 'MoGe-3\'s refinement passes over the depth (default 3; 0 gives the MoGe-2 output of the same network, about 1.5x faster). MoGe-2 models have none' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l format -d 'Output formats, a comma list' -r -f -a "npz\t'`x.npz`: the npz of the Tenstorrent MoGe-2 server (tt-MoGe): points, depth, normal, mask, intrinsics, ...'
+png\t'`x.depth.png` (16-bit, metres = value x scale, 0 = invalid), `x.normal.png`, `x.mask.png`, and the sidecar'
+json\t'`x.json`: the sidecar (size, field of view, intrinsics, metric scale, depth statistics, ...)'
+exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
+ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
+glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
+vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
+fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
+small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l npz-normal-dtype -d 'Element type of the npz normal: float32, or float16 as the Tenstorrent MoGe-2 server (tt-MoGe) sends it' -r -f -a "float32\t'As upstream `infer()` returns it'
+float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l json -d 'One JSON line per panorama on stdout instead of a sentence'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l per-step -d 'MoGe-3: also keep each refine step\'s maps, in the npz as upstream\'s `points_per_step`, `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l no-compress -d 'Same as --npz-compression none'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c moge -n "__fish_moge_using_subcommand serve" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
 complete -c moge -n "__fish_moge_using_subcommand serve" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
@@ -250,13 +296,14 @@ complete -c moge -n "__fish_moge_using_subcommand models" -l json -d 'Print a JS
 complete -c moge -n "__fish_moge_using_subcommand models" -l verify -d 'Re-hash every cached file and compare with the sha256 it is stored under (reads them all)'
 complete -c moge -n "__fish_moge_using_subcommand models" -s h -l help -d 'Print help'
 complete -c moge -n "__fish_moge_using_subcommand generate-assets" -s h -l help -d 'Print help'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "compare" -d 'How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "quantize" -d 'Store a checkpoint\'s weights in int8 (a scale per channel), a quarter of the size, for --precision int8'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
-complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch serve bench compare quantize download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "predict" -d 'Predict geometry for image files'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "batch" -d 'Predict geometry for every photo under directories, streaming, outputs in a mirrored tree'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "panorama" -d '360° equirectangular panoramas: twelve views through the model, merged into one metric distance map'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "serve" -d 'Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "bench" -d 'Time the model: cold start, warm per-image time, stages, peak memory'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "compare" -d 'How far the predictions in B are from those in A (npz files or output directories): PCC, depth error, mask IoU, fov, scale'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "quantize" -d 'Store a checkpoint\'s weights in int8 (a scale per channel), a quarter of the size, for --precision int8'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "download" -d 'Fetch published models into the Hugging Face cache ahead of time'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "info" -d 'List the published models: which are cached, where, their size and sha256'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "generate-assets" -d 'Write the man pages and shell completions (for packagers)'
+complete -c moge -n "__fish_moge_using_subcommand help; and not __fish_seen_subcommand_from predict batch panorama serve bench compare quantize download info generate-assets help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

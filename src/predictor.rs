@@ -167,6 +167,59 @@ impl Predictor {
         }
     }
 
+    /// An equirectangular panorama (twice as wide as high), as upstream's `moge infer_panorama`
+    /// makes it: twelve `view_size`² views ([`crate::panorama::VIEW_SIZE`] is upstream's)
+    /// through the model with their 90° field of view given, merged into one distance map
+    /// that carries the views' metric scale (see [`crate::panorama`]). The plan's options apply
+    /// to every view (tokens, resolution level), its `apply_mask` to the panorama; a field of
+    /// view or a fit other than exact is refused.
+    pub fn predict_panorama(&self, photo: &RgbImage, plan: &Plan, view_size: usize) -> Result<crate::panorama::Panorama> {
+        use crate::panorama::{cameras, split};
+        check(plan)?;
+        crate::panorama::check_size(photo.width(), photo.height()).map_err(anyhow::Error::msg)?;
+        if plan.infer.fov_x.is_some() || plan.fov != FovFrom::Estimate || plan.fit != FitMode::Exact {
+            bail!("a panorama's views have their own field of view (90°) and run at their own size: no fov_x, no fit");
+        }
+        if !(64..=4096).contains(&view_size) {
+            bail!("a view size of {view_size} pixels is outside 64..=4096");
+        }
+        let views = Plan {
+            infer: crate::infer::InferOptions { fov_x: Some(cameras::VIEW_FOV_DEGREES), apply_mask: false, point_map: true, per_step: false, ..plan.infer.clone() },
+            ..plan.clone()
+        };
+        let pictures = split::split(photo, &cameras::views(), view_size);
+        let preds = self.predict_views(pictures, &views)?;
+        crate::panorama::from_views(&preds, photo.width() as usize, photo.height() as usize, plan.infer.apply_mask)
+    }
+
+    /// Pictures one after another on the model, each prepared on a helper thread while the
+    /// one before it runs (a server's take them one by one).
+    fn predict_views(&self, pictures: Vec<RgbImage>, plan: &Plan) -> Result<Vec<Prediction>> {
+        let Middle::Local(runner) = &self.middle else {
+            return pictures.iter().map(|p| self.predict_rgb(p, plan)).collect();
+        };
+        let model = runner.model();
+        std::thread::scope(|s| {
+            let (tx, rx) = bounded(1);
+            s.spawn(move || {
+                for p in &pictures {
+                    if tx.send(guarded(|| plan::prepare(model, p, plan))).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx.iter()
+                .map(|placed| {
+                    let placed = placed?;
+                    guarded(|| {
+                        let raw = runner.forward(&placed.prep).context("forward failed")?;
+                        Ok(plan::finish(model, &placed, &raw, plan))
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn remote(&self, bytes: &[u8], photo: &RgbImage, plan: &Plan) -> Result<Prediction> {
         let Middle::Remote(client) = &self.middle else { unreachable!("remote() on a local model") };
         let r = client.predict(bytes, &remote::remote_request(client, &plan.infer, plan.fit))?;

@@ -8,6 +8,11 @@ points as the distance). Run from the repository root in the reference venv (see
 
     OMP_NUM_THREADS=2 python tests/make_panorama_fixtures.py
 
+One solver is made to converge, as in moge: upstream's `recover_focal_shift` finds each view's z-shift with
+scipy's Levenberg-Marquardt at `ftol=1e-3`, which stops short of the minimum; moge solves it to full convergence
+(`src/geometry/focal_shift.rs`), which moves each view's depth by ~1e-3. The reference runs scipy's solve with its
+tolerances at 1e-14, so that the views and the panorama compare like with like.
+
 What moge adds, computed here the same way: the metric scale. Upstream's solve fixes only differences of log
 distance, so its merged map has the scale of the solver's start (mean log distance 0 at the coarsest level). moge
 multiplies the merged distance by exp(median over views of each view's median of log(view distance) - log(merged
@@ -25,8 +30,19 @@ import cv2
 import numpy as np
 import torch
 
+import scipy.optimize
 import utils3d
 import moge.utils.panorama as pano
+
+_least_squares = scipy.optimize.least_squares
+
+
+def converged_least_squares(*args, **kwargs):
+    kwargs.update(ftol=1e-14, xtol=1e-14, gtol=1e-14)
+    return _least_squares(*args, **kwargs)
+
+
+scipy.optimize.least_squares = converged_least_squares   # imported inside solve_optimal_shift at each call
 
 sys.path.insert(0, str(Path(__file__).parent))
 from make_fixtures import CHECKPOINTS, register_tiny_backbone  # noqa: E402

@@ -7,6 +7,7 @@ mod bench;
 mod compare;
 mod download;
 mod info;
+mod panorama;
 mod predict;
 mod quantize;
 mod report;
@@ -36,6 +37,8 @@ pub enum Command {
     Predict(predict::PredictArgs),
     /// Predict geometry for every photo under directories, streaming, outputs in a mirrored tree.
     Batch(batch::BatchArgs),
+    /// 360° equirectangular panoramas: twelve views through the model, merged into one metric distance map.
+    Panorama(panorama::PanoramaArgs),
     /// Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe).
     Serve(serve::ServeArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
@@ -451,6 +454,7 @@ pub fn main() -> i32 {
         Command::Download(a) => download::run(a),
         Command::Info(a) => info::run(a),
         Command::Batch(a) => batch::run(a),
+        Command::Panorama(a) => panorama::run(a),
         Command::Serve(a) => serve::run(a),
         Command::GenerateAssets(a) => assets::run(a),
     };

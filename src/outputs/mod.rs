@@ -10,6 +10,7 @@ pub mod exr;
 pub mod glb;
 pub mod json;
 pub mod npz;
+pub mod panorama;
 pub mod ply;
 pub mod png;
 pub mod vis;

@@ -56,7 +56,7 @@ crate::names::names!(Compression, "npz compression", { None => "none", Fast => "
 crate::names::names!(NormalDtype, "normal element type", { Float16 => "float16", Float32 => "float32" });
 
 impl Compression {
-    fn zip_options(self) -> SimpleFileOptions {
+    pub(crate) fn zip_options(self) -> SimpleFileOptions {
         let deflate = |level| SimpleFileOptions::default().compression_method(CompressionMethod::Deflated).compression_level(Some(level));
         match self {
             Compression::None => SimpleFileOptions::default().compression_method(CompressionMethod::Stored),

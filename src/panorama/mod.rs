@@ -17,7 +17,10 @@ pub mod lsmr;
 pub mod merge;
 pub mod split;
 
+use anyhow::{bail, Result};
+
 use crate::geometry::resize::resize_bilinear;
+use crate::infer::Prediction;
 
 /// Upstream's view size (`splitted_resolution`).
 pub const VIEW_SIZE: usize = 512;
@@ -125,6 +128,74 @@ pub fn resize_mask(mask: &[bool], w: usize, h: usize, ow: usize, oh: usize) -> V
             (0..ow).map(move |x| ((hi(r0[x], b0) + hi(r1[x], b1) + 2) >> 2) > 0)
         })
         .collect()
+}
+
+/// A panorama's prediction and how it was made.
+#[derive(Debug, Clone)]
+pub struct Panorama {
+    /// At the picture's size: `points` in moge's camera axes (see the module), `depth` the
+    /// distance from the centre, +inf where masked when the mask is applied; `metric_scale` the
+    /// factor carried into the merged map ([`Assembled::scale`]); no normals, no intrinsics
+    /// (all zero: an equirectangular picture has none).
+    pub prediction: Prediction,
+    /// Each view's own metric scale (its scale head), in the order of [`cameras::views`].
+    pub view_metric_scales: Vec<f32>,
+    /// The merge's size and LSMR's iterations per level, coarsest first.
+    pub merge_size: (usize, usize),
+    pub iterations: Vec<usize>,
+    pub merge_ms: f64,
+}
+
+/// The panorama of a `width` x `height` picture from its views' predictions (made with the
+/// views' 90° field of view given and no mask applied, in the order of [`cameras::views`]).
+pub fn from_views(views: &[Prediction], width: usize, height: usize, apply_mask: bool) -> Result<Panorama> {
+    let started = std::time::Instant::now();
+    let cams = cameras::views();
+    if views.len() != cams.len() {
+        bail!("a panorama takes {} views, not {}", cams.len(), views.len());
+    }
+    let mut maps = Vec::with_capacity(views.len());
+    for v in views {
+        if v.width != v.height || v.points.len() != 3 * v.width * v.height {
+            bail!("a view's prediction is {}x{} without its point map", v.width, v.height);
+        }
+        let distance: Vec<f32> = v.points.chunks_exact(3).map(|p| (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt()).collect();
+        maps.push((v.width, distance));
+    }
+    let inputs: Vec<merge::ViewDistance> =
+        maps.iter().zip(views).map(|((size, d), v)| merge::ViewDistance { size: *size, distance: d, mask: &v.mask }).collect();
+    let (mw, mh) = merge_size(width, height);
+    let merged = merge::merge(mw, mh, &cams, &inputs, &lsmr::Stop::UPSTREAM)?;
+    let a = assemble(&merged, width, height);
+    let (mut points, mut depth) = (a.points, a.distance);
+    if apply_mask {
+        for (i, _) in a.mask.iter().enumerate().filter(|(_, &m)| !m) {
+            depth[i] = f32::INFINITY;
+            points[3 * i..3 * i + 3].fill(f32::INFINITY);
+        }
+    }
+    let prediction = Prediction {
+        width,
+        height,
+        points,
+        depth,
+        normal: None,
+        normal_png: None,
+        mask: a.mask,
+        intrinsics: [[0.0; 3]; 3],
+        metric_scale: a.scale,
+        focal: 0.0,
+        shift: 0.0,
+        per_step: Vec::new(),
+        grid: views[0].grid,
+    };
+    Ok(Panorama {
+        prediction,
+        view_metric_scales: views.iter().map(|v| v.metric_scale).collect(),
+        merge_size: (mw, mh),
+        iterations: merged.iterations,
+        merge_ms: started.elapsed().as_secs_f64() * 1e3,
+    })
 }
 
 #[cfg(test)]
