@@ -184,7 +184,13 @@ impl Predictor {
             bail!("a view size of {view_size} pixels is outside 64..=4096");
         }
         let views = Plan {
-            infer: crate::infer::InferOptions { fov_x: Some(cameras::VIEW_FOV_DEGREES), apply_mask: false, point_map: true, per_step: false, ..plan.infer.clone() },
+            infer: crate::infer::InferOptions {
+                fov_x: Some(cameras::VIEW_FOV_DEGREES),
+                apply_mask: false,
+                point_map: true,
+                per_step: false,
+                ..plan.infer.clone()
+            },
             ..plan.clone()
         };
         let pictures = split::split(photo, &cameras::views(), view_size);

@@ -42,8 +42,6 @@ def converged_least_squares(*args, **kwargs):
     return _least_squares(*args, **kwargs)
 
 
-scipy.optimize.least_squares = converged_least_squares   # imported inside solve_optimal_shift at each call
-
 sys.path.insert(0, str(Path(__file__).parent))
 from make_fixtures import CHECKPOINTS, register_tiny_backbone  # noqa: E402
 
@@ -108,6 +106,7 @@ def remap_checks(rng) -> dict:
 
 def main():
     torch.set_num_threads(2)
+    scipy.optimize.least_squares = converged_least_squares   # imported inside solve_optimal_shift at each call
     out = FIX / "panorama"
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(7)

@@ -10,7 +10,7 @@
 //! - exr, png (depth and mask), vis (depth), ply and glb (an equirectangular mesh, y up) as for
 //!   a photo.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -20,6 +20,7 @@ use ndarray_npy::WriteNpyExt;
 use serde_json::json;
 use zip::ZipWriter;
 
+use super::npz::Compression;
 use super::{edges, exr, glb, json::DepthStats, ply, png, vis, with_suffix, write_atomic, Format, OutputOptions};
 use crate::panorama::Panorama;
 
@@ -70,25 +71,30 @@ pub fn write(stem: &Path, pano: &Panorama, image: &RgbImage, opts: &OutputOption
 }
 
 fn write_npz(path: &Path, pano: &Panorama, opts: &OutputOptions) -> Result<()> {
-    let p = &pano.prediction;
-    let (h, w) = (p.height, p.width);
-    let options = opts.npz_compression.zip_options().large_file(12 * (h * w) as u64 + 256 >= u32::MAX as u64);
     write_atomic(path, |f| {
-        let mut zip = ZipWriter::new(BufWriter::with_capacity(1 << 20, f));
-        zip.start_file("points.npy", options)?;
-        ArrayView3::from_shape((h, w, 3), &p.points[..])?.write_npy(&mut zip)?;
-        zip.start_file("depth.npy", options)?;
-        ArrayView2::from_shape((h, w), &p.depth[..])?.write_npy(&mut zip)?;
-        let mask: Vec<u8> = p.mask.iter().map(|&m| u8::from(m)).collect();
-        zip.start_file("mask.npy", options)?;
-        ArrayView2::from_shape((h, w), &mask[..])?.write_npy(&mut zip)?;
-        zip.start_file("metric_scale.npy", options)?;
-        arr0(p.metric_scale).write_npy(&mut zip)?;
-        zip.start_file("view_metric_scale.npy", options)?;
-        ArrayView1::from(&pano.view_metric_scales[..]).write_npy(&mut zip)?;
-        zip.finish()?.flush()?;
+        encode_npz(BufWriter::with_capacity(1 << 20, f), pano, opts.npz_compression)?.flush()?;
         Ok(())
     })
+}
+
+/// The panorama's npz into `out` (a file, or a `Cursor<Vec<u8>>` for an HTTP answer).
+pub fn encode_npz<W: Write + Seek>(out: W, pano: &Panorama, compression: Compression) -> Result<W> {
+    let p = &pano.prediction;
+    let (h, w) = (p.height, p.width);
+    let options = compression.zip_options().large_file(12 * (h * w) as u64 + 256 >= u32::MAX as u64);
+    let mut zip = ZipWriter::new(out);
+    zip.start_file("points.npy", options)?;
+    ArrayView3::from_shape((h, w, 3), &p.points[..])?.write_npy(&mut zip)?;
+    zip.start_file("depth.npy", options)?;
+    ArrayView2::from_shape((h, w), &p.depth[..])?.write_npy(&mut zip)?;
+    let mask: Vec<u8> = p.mask.iter().map(|&m| u8::from(m)).collect();
+    zip.start_file("mask.npy", options)?;
+    ArrayView2::from_shape((h, w), &mask[..])?.write_npy(&mut zip)?;
+    zip.start_file("metric_scale.npy", options)?;
+    arr0(p.metric_scale).write_npy(&mut zip)?;
+    zip.start_file("view_metric_scale.npy", options)?;
+    ArrayView1::from(&pano.view_metric_scales[..]).write_npy(&mut zip)?;
+    Ok(zip.finish()?)
 }
 
 fn sidecar(pano: &Panorama, opts: &OutputOptions, saturated: usize) -> serde_json::Value {

@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::error::ApiError;
-use super::metrics::Metrics;
+use super::metrics::{Held, Metrics};
 use super::response::{Meta, JSON_MAX_PIXELS};
 use super::service::{DeviceJob, Phase, Service, Shared};
 use super::{metrics, request, response};
@@ -27,6 +27,7 @@ use crate::protocol::OutputFormat;
 pub fn app(state: Arc<Service>) -> Router {
     Router::new()
         .route("/predict", post(predict))
+        .route("/predict_panorama", post(predict_panorama))
         .route("/health", get(health))
         .route("/health/live", get(live))
         .route("/metrics", get(metrics))
@@ -105,35 +106,7 @@ async fn predict_inner(
     body: Body,
     started: Instant,
 ) -> Result<Response, ApiError> {
-    // Admission first: the body is held in memory from here on.
-    let _permit = st
-        .admit
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::busy(format!("busy: {} requests in progress, the most this server takes (moge serve --queue)", st.cfg.queue)))?;
-    let _in_progress = metrics.in_progress();
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is over this server's limit of {} bytes (moge serve --max-body-mb)", st.cfg.max_body),
-        )
-    };
-    if let Some(n) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
-        if n > st.cfg.max_body as u64 {
-            return Err(too_large());
-        }
-    }
-    let bytes = match tokio::time::timeout(st.cfg.body_timeout, axum::body::to_bytes(body, st.cfg.max_body)).await {
-        Err(_) => {
-            return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {} s", st.cfg.body_timeout.as_secs())))
-        }
-        Ok(Err(e)) if is_length_limit(&e) => return Err(too_large()),
-        Ok(Err(e)) => return Err(ApiError::bad_request(format!("cannot read the request body: {e}"))),
-        Ok(Ok(b)) => b,
-    };
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    let req = request::parse(content_type, query, &bytes, st.cfg.max_tokens)?;
-    drop(bytes);
+    let (_permit, _in_progress, req) = admit_and_read(st, metrics, headers, query, body).await?;
     if req.infer.refine_steps.is_some_and(|n| n > 0) && !st.model.has_refiner() {
         return Err(ApiError::bad_request("refine_steps: this server runs a MoGe-2 model, which has no refiner (refine_steps needs MoGe-3)"));
     }
@@ -203,6 +176,131 @@ async fn predict_inner(
     })
     .await?;
     Ok(response)
+}
+
+async fn predict_panorama(State(sv): State<Arc<Service>>, headers: HeaderMap, RawQuery(query): RawQuery, body: Body) -> Response {
+    let started = Instant::now();
+    let answer = match sv.serving() {
+        Ok(st) => panorama_inner(st, &sv.metrics, &headers, query.as_deref(), body, started).await,
+        Err(e) => Err(e),
+    };
+    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    sv.metrics.answered(response.status().as_u16(), started.elapsed().as_secs_f64());
+    response
+}
+
+/// `POST /predict_panorama`: an equirectangular photo, as `moge panorama` makes it (views of
+/// upstream's 512 pixels), answered with the panorama's npz file itself (`moge panorama`'s
+/// layout) and its figures in the `x-moge-meta` header. Takes `/predict`'s request forms and its `num_tokens`,
+/// `resolution_level` and `apply_mask`; `fov_x` and a fit do not apply.
+async fn panorama_inner(
+    st: &Arc<Shared>,
+    metrics: &Metrics,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Body,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    use crate::panorama::{cameras, split};
+    let (_permit, _in_progress, req) = admit_and_read(st, metrics, headers, query, body).await?;
+    if req.infer.fov_x.is_some() || req.fit != crate::fit::FitMode::Exact {
+        return Err(ApiError::bad_request("a panorama's views have their own field of view (90°) and size: no fov_x, no fit"));
+    }
+    if !matches!(req.format, OutputFormat::Npz | OutputFormat::NpzBinary) {
+        return Err(ApiError::bad_request("a panorama is answered as its npz file (output_format npz or npz_binary)"));
+    }
+    let apply_mask = req.infer.apply_mask;
+    let plan = Plan { infer: crate::infer::InferOptions { fov_x: Some(cameras::VIEW_FOV_DEGREES), apply_mask: false, ..req.infer.clone() }, ..Plan::default() };
+    let (st2, image) = (st.clone(), req.image);
+    let (photo, views) = host(move || {
+        let d =
+            crate::image_io::decode_bytes(&image, &st2.cfg.decode).map_err(|e| ApiError::bad_request(format!("image: {}", crate::console::error_line(&e))))?;
+        crate::panorama::check_size(d.image.width(), d.image.height()).map_err(|e| ApiError::bad_request(format!("image: {e}")))?;
+        let views = split::split(&d.image, &cameras::views(), crate::panorama::VIEW_SIZE);
+        Ok((d.image, views))
+    })
+    .await?;
+    // The views one after another on the device worker, each waiting its turn in its queue.
+    let mut preds = Vec::with_capacity(views.len());
+    let mut device_ms = 0.0;
+    for view in views {
+        let (st2, plan2) = (st.clone(), plan.clone());
+        let placed = host(move || plan::prepare(&st2.model, &view, &plan2).map_err(|e| ApiError::bad_request(format!("image: {e:#}")))).await?;
+        let (tx, rx) = oneshot::channel();
+        let at_device = metrics.at_device();
+        match st.worker.try_submit(DeviceJob { placed, reply: tx }) {
+            Ok(()) => {}
+            Err(Refused::Busy(_)) => return Err(ApiError::busy("busy: the device queue is full")),
+            Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
+        }
+        let (placed, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
+        drop(at_device);
+        let (raw, ms_) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
+        metrics.forward(ms_ / 1e3);
+        device_ms += ms_;
+        let (st2, plan2) = (st.clone(), plan.clone());
+        preds.push(host(move || Ok(plan::finish(&st2.model, &placed, &raw, &plan2))).await?);
+    }
+    let compression = st.cfg.npz_compression;
+    let (w, h) = (photo.width() as usize, photo.height() as usize);
+    host(move || {
+        let pano = crate::panorama::from_views(&preds, w, h, apply_mask).map_err(|e| ApiError::internal(format!("{e:#}")))?;
+        let body = crate::outputs::panorama::encode_npz(std::io::Cursor::new(Vec::new()), &pano, compression)
+            .map_err(|e| ApiError::internal(format!("cannot encode the outputs: {e:#}")))?
+            .into_inner();
+        let p = &pano.prediction;
+        let meta = json!({
+            "width": p.width, "height": p.height, "projection": "equirectangular", "metric_scale": p.metric_scale,
+            "view_metric_scale": pano.view_metric_scales, "lsmr_iterations": pano.iterations,
+            "timing_ms": { "device": device_ms, "merge": pano.merge_ms, "total": ms(started) },
+        });
+        let mut r = (StatusCode::OK, body).into_response();
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-npz"));
+        if let Ok(v) = HeaderValue::from_str(&response::ascii_json(&meta.to_string())) {
+            r.headers_mut().insert("x-moge-meta", v);
+        }
+        Ok(r)
+    })
+    .await
+}
+
+/// Admission, then the body read within its limits and parsed: how both predictions start.
+async fn admit_and_read<'m>(
+    st: &Arc<Shared>,
+    metrics: &'m Metrics,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Body,
+) -> Result<(OwnedSemaphorePermit, Held<'m>, request::Request), ApiError> {
+    // Admission first: the body is held in memory from here on.
+    let permit = st
+        .admit
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy(format!("busy: {} requests in progress, the most this server takes (moge serve --queue)", st.cfg.queue)))?;
+    let in_progress = metrics.in_progress();
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over this server's limit of {} bytes (moge serve --max-body-mb)", st.cfg.max_body),
+        )
+    };
+    if let Some(n) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
+        if n > st.cfg.max_body as u64 {
+            return Err(too_large());
+        }
+    }
+    let bytes = match tokio::time::timeout(st.cfg.body_timeout, axum::body::to_bytes(body, st.cfg.max_body)).await {
+        Err(_) => {
+            return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {} s", st.cfg.body_timeout.as_secs())))
+        }
+        Ok(Err(e)) if is_length_limit(&e) => return Err(too_large()),
+        Ok(Err(e)) => return Err(ApiError::bad_request(format!("cannot read the request body: {e}"))),
+        Ok(Ok(b)) => b,
+    };
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let req = request::parse(content_type, query, &bytes, st.cfg.max_tokens)?;
+    Ok((permit, in_progress, req))
 }
 
 /// Runs host work on tokio's blocking pool, a panic in it being this request's 500.

@@ -615,3 +615,46 @@ fn a_moge3_server_takes_refine_steps() {
     let mut z = Npz::open(&dir.path().join("out/p.npz"));
     assert!(same_f32(&z.vec_f32("depth"), &depths[1]), "the client's answer is one step's");
 }
+
+/// `POST /predict_panorama` answers with `moge panorama`'s npz for the same photo and options
+/// (views of 512 pixels); a photo that is not a panorama is a 400 that says why.
+#[test]
+fn a_panorama_is_answered_with_the_commands_npz() {
+    let s = Server::start(&[]);
+    let path = fixtures().join("images/pano_384x192.png");
+    let png = std::fs::read(&path).unwrap();
+    let r = post(&format!("{}/predict_panorama?num_tokens=300", s.url), "image/png", &png);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("application/x-npz"));
+    let meta: Value = serde_json::from_str(r.header("x-moge-meta").unwrap()).unwrap();
+    assert_eq!((meta["width"].as_u64(), meta["height"].as_u64()), (Some(384), Some(192)));
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixtures().join("tiny_normal.pt");
+    let o = run(&[
+        "panorama",
+        path.to_str().unwrap(),
+        "-o",
+        dir.path().to_str().unwrap(),
+        "--weights",
+        tiny.to_str().unwrap(),
+        "--precision",
+        "f32",
+        "--num-tokens",
+        "300",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (_keep, mut served) = npz(&r.body);
+    let mut made = Npz::open(&dir.path().join("pano_384x192.npz"));
+    for k in ["points", "depth", "view_metric_scale"] {
+        assert!(same_f32(&served.vec_f32(k), &made.vec_f32(k)), "{k} differs from moge panorama's");
+    }
+    assert_eq!(served.u8("mask"), made.u8("mask"));
+    assert_eq!(meta["metric_scale"].as_f64().unwrap() as f32, made.scalar_f32("metric_scale"));
+
+    let r = post(&format!("{}/predict_panorama", s.url), "image/png", &photo_png(64, 48));
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("twice its height"), "{}", r.error());
+    let r = post(&format!("{}/predict_panorama?fov_x=60", s.url), "image/png", &png);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("fov_x"), "{}", r.error());
+}

@@ -196,6 +196,35 @@ impl Model {
         output(py, pred)
     }
 
+    /// An (H, W, 3) uint8 RGB equirectangular panorama (W = 2H): twelve `view_size` views
+    /// merged at metric scale (`moge panorama`). Returns points (H, W, 3) in moge's axes, depth
+    /// (the distance from the centre), mask, metric_scale and view_metric_scale.
+    fn predict_panorama<'py>(
+        &self,
+        py: Python<'py>,
+        image: PyReadonlyArray3<'py, u8>,
+        opts: &Bound<'py, Options>,
+        view_size: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (p, plan) = (self.get()?, &opts.get().plan);
+        let &[h, w, c] = image.shape() else { unreachable!("a 3-d array") };
+        if c != 3 {
+            return Err(PyValueError::new_err(format!("a panorama is H x W x 3 (RGB, 8-bit); this one is {h} x {w} x {c}")));
+        }
+        supported(w, h)?;
+        let data = contiguous(&image.as_array()).into_owned();
+        let photo = image::RgbImage::from_raw(w as u32, h as u32, data).ok_or_else(|| PyValueError::new_err("internal: the pixels do not fill the image"))?;
+        let pano = py.detach(|| p.predict_panorama(&photo, plan, view_size)).map_err(py_err)?;
+        let d = PyDict::new(py);
+        let q = pano.prediction;
+        d.set_item("points", PyArray1::from_vec(py, q.points).reshape([h, w, 3])?)?;
+        d.set_item("depth", PyArray1::from_vec(py, q.depth).reshape([h, w])?)?;
+        d.set_item("mask", PyArray1::from_vec(py, q.mask).reshape([h, w])?)?;
+        d.set_item("metric_scale", q.metric_scale)?;
+        d.set_item("view_metric_scale", PyArray1::from_vec(py, pano.view_metric_scales))?;
+        Ok(d)
+    }
+
     /// Photo files through the pipeline, their outputs in order.
     fn predict_many(&self, py: Python<'_>, paths: Vec<PathBuf>, opts: &Bound<'_, Options>) -> PyResult<Predictions> {
         let (p, plan) = (self.get()?, opts.get().plan.clone());

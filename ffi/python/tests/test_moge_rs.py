@@ -211,6 +211,21 @@ def test_torch_tensors_when_torch_is_installed(model):
     assert isinstance(t["points"], torch.Tensor)
 
 
+def test_infer_panorama_is_the_clis_panorama(model, tmp_path):
+    pano = IMAGES / "pano_384x192.png"
+    r = cli("panorama", pano, "-o", tmp_path, "--weights", TINY, "--precision", "f32", "--view-size", 96, "--num-tokens", 300)
+    assert r.returncode == 0, r.stderr
+    out = model.infer_panorama(pano, view_size=96, num_tokens=300)
+    with np.load(tmp_path / "pano_384x192.npz") as z:
+        for k in ("points", "depth", "view_metric_scale"):
+            assert np.array_equal(bits(out[k]), bits(z[k])), f"{k} differs from moge panorama's"
+        assert np.array_equal(out["mask"], z["mask"].astype(bool))
+        assert out["metric_scale"] == z["metric_scale"]
+    assert out["depth"].shape == (192, 384) and out["points"].shape == (192, 384, 3)
+    with pytest.raises(MoGeError, match="twice its height"):
+        model.infer_panorama(IMAGES / "rgb_64x48.png", view_size=96, num_tokens=300)
+
+
 # -- against upstream's reference outputs (made by tests/make_fixtures.py with dlr-moge 2.0.0)
 
 CASES = json.loads((FIX / "cases.json").read_text())["cases"]

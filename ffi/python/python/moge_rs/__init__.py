@@ -352,6 +352,35 @@ class MoGeModel:
             result = {k: [tensor(x) for x in v] if isinstance(v, list) else tensor(v) for k, v in result.items()}
         return result
 
+    def infer_panorama(
+        self,
+        image: ImageLike,
+        *,
+        view_size: int = 512,
+        num_tokens: Optional[int] = None,
+        resolution_level: Optional[int] = None,
+        apply_mask: bool = True,
+        refine_steps: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """A 360° equirectangular panorama (W = 2H; a path, an (H, W, 3) uint8 array, or a PIL
+        image), as upstream's ``moge infer_panorama`` makes it: twelve 90° views of ``view_size``
+        pixels through the model, merged into one distance map that keeps the views' metric
+        scale. Returns ``points`` (H, W, 3) in moge's axes (x right, y down, z forward = the
+        picture's centre column), ``depth`` (H, W) the distance from the centre (inf where masked
+        with ``apply_mask``), ``mask``, ``metric_scale`` and ``view_metric_scale`` (12,)."""
+        if _is_path(image):
+            from PIL import Image
+
+            with Image.open(os.fspath(image)) as im:
+                arr = np.asarray(im.convert("RGB"))
+        else:
+            arr = _to_numpy(image)
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+            raise ValueError(f"infer_panorama() takes an H x W x 3 uint8 RGB image; this is {arr.dtype} {' x '.join(map(str, arr.shape))}")
+        opts = self._options("exact", None, apply_mask, True, num_tokens, resolution_level, None, refine_steps, False)
+        return self._native.predict_panorama(arr, opts, int(view_size))
+
     # -- helpers
 
     @staticmethod
