@@ -7,6 +7,8 @@
 //! parity with it needs scipy's tests on scipy's own estimates of ‖r‖, ‖Aᵀr‖ and ‖A‖. faer's
 //! LSMR stops on ‖Aᵀr‖ / ‖Aᵀb‖ only, and its callback cannot stop it.
 
+use rayon::prelude::*;
+
 /// A linear map and its transpose, as LSMR uses them.
 pub trait Operator: Sync {
     fn rows(&self) -> usize;
@@ -15,6 +17,21 @@ pub trait Operator: Sync {
     fn apply(&self, x: &[f64], out: &mut [f64]);
     /// `out = Aᵀ u`.
     fn apply_transpose(&self, u: &[f64], out: &mut [f64]);
+
+    /// `y = k·A x − s·y`, and ‖y‖: the bidiagonalisation's step, one pass where the operator
+    /// can fuse it (this default goes through [`Operator::apply`]).
+    fn apply_sub(&self, x: &[f64], k: f64, s: f64, y: &mut [f64]) -> f64 {
+        let mut ax = vec![0.0; y.len()];
+        self.apply(x, &mut ax);
+        combine(y, &ax, k, s)
+    }
+
+    /// `y = k·Aᵀ u − s·y`, and ‖y‖.
+    fn apply_transpose_sub(&self, u: &[f64], k: f64, s: f64, y: &mut [f64]) -> f64 {
+        let mut atu = vec![0.0; y.len()];
+        self.apply_transpose(u, &mut atu);
+        combine(y, &atu, k, s)
+    }
 }
 
 /// scipy's stopping parameters.
@@ -43,12 +60,34 @@ pub struct Outcome {
     pub residual: f64,
 }
 
-fn norm(v: &[f64]) -> f64 {
-    v.iter().map(|x| x * x).sum::<f64>().sqrt()
+/// Elements per parallel task. Sums are taken per task and then added in order, so a solve
+/// gives the same bits on any number of threads.
+const CHUNK: usize = 1 << 14;
+
+/// Partial sums added in their order.
+pub fn in_order(parts: Vec<f64>) -> f64 {
+    parts.iter().sum()
 }
 
-fn scale(v: &mut [f64], s: f64) {
-    v.iter_mut().for_each(|x| *x *= s);
+fn norm(v: &[f64]) -> f64 {
+    in_order(v.par_chunks(CHUNK).map(|c| c.iter().map(|x| x * x).sum()).collect()).sqrt()
+}
+
+/// `y = k·a − s·y`, and ‖y‖.
+fn combine(y: &mut [f64], a: &[f64], k: f64, s: f64) -> f64 {
+    let parts = y
+        .par_chunks_mut(CHUNK)
+        .zip(a.par_chunks(CHUNK))
+        .map(|(y, a)| {
+            let mut sum = 0.0;
+            for (yi, &ai) in y.iter_mut().zip(a) {
+                *yi = k * ai - s * *yi;
+                sum += *yi * *yi;
+            }
+            sum
+        })
+        .collect();
+    in_order(parts).sqrt()
 }
 
 /// A stable Givens rotation: (c, s, r) with [c s; −s c] [a; b] = [r; 0].
@@ -83,24 +122,22 @@ pub fn lsmr(a: &impl Operator, b: &[f64], x: &mut [f64], stop: &Stop) -> Outcome
     assert_eq!((b.len(), x.len()), (m, n));
     let max_iterations = stop.max_iterations.unwrap_or(m.min(n));
     let normb = norm(b);
+    // u and v are kept unnormalised, divided by their norms where they are read (û = u / u_div,
+    // v̂ = v / v_div): a pass over each saved per iteration.
     let mut u = vec![0.0; m];
     a.apply(x, &mut u);
-    u.iter_mut().zip(b).for_each(|(ui, bi)| *ui = bi - *ui);
-    let mut beta = norm(&u);
+    let mut beta = combine(&mut u, b, 1.0, 1.0);
     let mut v = vec![0.0; n];
     let mut alpha = 0.0;
+    let mut u_div = if beta > 0.0 { beta } else { 1.0 };
     if beta > 0.0 {
-        scale(&mut u, 1.0 / beta);
-        a.apply_transpose(&u, &mut v);
-        alpha = norm(&v);
+        alpha = a.apply_transpose_sub(&u, 1.0 / beta, 0.0, &mut v);
     }
-    if alpha > 0.0 {
-        scale(&mut v, 1.0 / alpha);
-    }
+    let mut v_div = if alpha > 0.0 { alpha } else { 1.0 };
     let mut zetabar = alpha * beta;
     let mut alphabar = alpha;
     let (mut rho, mut rhobar, mut cbar, mut sbar) = (1.0, 1.0, 1.0, 0.0);
-    let mut h = v.clone();
+    let mut h: Vec<f64> = v.iter().map(|&vi| vi / v_div).collect();
     let mut hbar = vec![0.0; n];
     // For the estimate of ‖r‖.
     let (mut betadd, mut betad, mut rhodold, mut tautildeold, mut thetatilde, mut zeta, mut d) = (beta, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0);
@@ -111,23 +148,15 @@ pub fn lsmr(a: &impl Operator, b: &[f64], x: &mut [f64], stop: &Stop) -> Outcome
     if alpha * beta == 0.0 {
         return Outcome { iterations: 0, reason: 0, residual: normr };
     }
-    let mut av = vec![0.0; m];
-    let mut atu = vec![0.0; n];
     let mut it = 0;
     loop {
         it += 1;
-        // The bidiagonalisation: β u = A v − α u, α v = Aᵀ u − β v.
-        a.apply(&v, &mut av);
-        u.iter_mut().zip(&av).for_each(|(ui, &avi)| *ui = avi - alpha * *ui);
-        beta = norm(&u);
+        // The bidiagonalisation: β û' = A v̂ − α û, α' v̂' = Aᵀ û' − β v̂.
+        beta = a.apply_sub(&v, 1.0 / v_div, alpha / u_div, &mut u);
+        u_div = if beta > 0.0 { beta } else { 1.0 };
         if beta > 0.0 {
-            scale(&mut u, 1.0 / beta);
-            a.apply_transpose(&u, &mut atu);
-            v.iter_mut().zip(&atu).for_each(|(vi, &ai)| *vi = ai - beta * *vi);
-            alpha = norm(&v);
-            if alpha > 0.0 {
-                scale(&mut v, 1.0 / alpha);
-            }
+            alpha = a.apply_transpose_sub(&u, 1.0 / beta, beta / v_div, &mut v);
+            v_div = if alpha > 0.0 { alpha } else { 1.0 };
         }
         // The rotations (no damping: the first is the identity up to sign).
         let (chat, shat, alphahat) = givens(alphabar, 0.0);
@@ -148,9 +177,25 @@ pub fn lsmr(a: &impl Operator, b: &[f64], x: &mut [f64], stop: &Stop) -> Outcome
         let hbar_scale = -(thetabar * rho / (rhoold * rhobarold));
         let x_step = zeta / (rho * rhobar);
         let h_scale = -(thetanew / rho);
-        hbar.iter_mut().zip(&h).for_each(|(hb, &hi)| *hb = *hb * hbar_scale + hi);
-        x.iter_mut().zip(&hbar).for_each(|(xi, &hb)| *xi += x_step * hb);
-        h.iter_mut().zip(&v).for_each(|(hi, &vi)| *hi = *hi * h_scale + vi);
+        // One pass for the three, and ‖x‖ for the tests.
+        let v_inv = 1.0 / v_div;
+        let parts = hbar
+            .par_chunks_mut(CHUNK)
+            .zip(h.par_chunks_mut(CHUNK))
+            .zip(x.par_chunks_mut(CHUNK))
+            .zip(v.par_chunks(CHUNK))
+            .map(|(((hbar, h), x), v)| {
+                let mut sum = 0.0;
+                for (((hb, hi), xi), &vi) in hbar.iter_mut().zip(h.iter_mut()).zip(x.iter_mut()).zip(v) {
+                    *hb = *hb * hbar_scale + *hi;
+                    *xi += x_step * *hb;
+                    *hi = *hi * h_scale + vi * v_inv;
+                    sum += *xi * *xi;
+                }
+                sum
+            })
+            .collect();
+        let normx = in_order(parts).sqrt();
         // ‖r‖.
         let betaacute = chat * betadd;
         let betacheck = -shat * betadd;
@@ -176,7 +221,6 @@ pub fn lsmr(a: &impl Operator, b: &[f64], x: &mut [f64], stop: &Stop) -> Outcome
         let cond_a = maxrbar.max(rhotemp) / minrbar.min(rhotemp);
         // The tests, in scipy's order of precedence.
         let normar = zetabar.abs();
-        let normx = norm(x);
         let test1 = normr / normb;
         let test2 = if norm_a * normr != 0.0 { normar / (norm_a * normr) } else { f64::INFINITY };
         let test3 = 1.0 / cond_a;

@@ -17,7 +17,7 @@ use anyhow::{bail, Result};
 use rayon::prelude::*;
 
 use super::cameras::{grid_directions, View};
-use super::lsmr::{lsmr, Operator, Stop};
+use super::lsmr::{in_order, lsmr, Operator, Stop};
 use crate::geometry::remap;
 use crate::geometry::resize::resize_bilinear;
 
@@ -180,62 +180,57 @@ fn level(
 
     // The system, row by row in upstream's order: x differences, y differences (on the
     // (W + 1)-column grid upstream pads, its last column repeating column 0), Laplacians.
-    let mut row_ptr = vec![0usize];
-    let mut cols: Vec<u32> = Vec::new();
-    let mut vals: Vec<f32> = Vec::new();
-    let mut b: Vec<f64> = Vec::new();
-    let mut push = |entries: &mut Vec<(u32, f32)>, target: f64| {
-        entries.sort_unstable_by_key(|e| e.0);
-        let start = cols.len();
-        for &(c, v) in entries.iter() {
-            if cols.len() > start && *cols.last().expect("a column") == c {
-                *vals.last_mut().expect("a value") += v;
-            } else {
-                cols.push(c);
-                vals.push(v);
-            }
-        }
-        row_ptr.push(cols.len());
-        b.push(target);
-        entries.clear();
-    };
     let mean = |sum: f32, count: u16| sum as f64 / (count as f64).max(1e-3);
-    let mut e = Vec::with_capacity(5);
+    let mut st = Stencils::new(w, h);
+    let mut b: Vec<f64> = Vec::new();
     for i in 0..n {
         if gx_n[i] > 0 {
-            e.extend([(i as u32, 1.0), (g.right(i) as u32, -1.0)]);
-            push(&mut e, mean(gx[i], gx_n[i]));
+            st.rx[i] = b.len() as u32;
+            st.xrows.push(st.tagged(i));
+            b.push(mean(gx[i], gx_n[i]));
         }
     }
     for y in 0..h - 1 {
         for x in 0..=w {
             let i = y * w + x % w;
             if gy_n[i] > 0 {
-                e.extend([(i as u32, 1.0), ((i + w) as u32, -1.0)]);
-                push(&mut e, mean(gy[i], gy_n[i]));
+                if x < w {
+                    st.ry[i] = b.len() as u32;
+                } else {
+                    st.ry_wrap[y] = b.len() as u32;
+                }
+                st.yrows.push(i as u32);
+                b.push(mean(gy[i], gy_n[i]));
             }
         }
     }
     for i in 0..n {
         if lap_n[i] > 0 {
-            let (up, down, lf, r) = (g.up(i), g.down(i), g.left(i), g.right(i));
-            e.extend([(i as u32, -4.0), (up as u32, 1.0), (down as u32, 1.0), (lf as u32, 1.0), (r as u32, 1.0)]);
-            push(&mut e, mean(lap[i], lap_n[i]));
+            st.rl[i] = b.len() as u32;
+            st.lrows.push(st.tagged(i));
+            b.push(mean(lap[i], lap_n[i]));
         }
     }
     let rows = b.len();
 
-    let a = Csr { row_ptr, cols, vals, cols_n: n };
-    let at = a.transpose();
-    let system = System { a, at };
     let mut x = match &init {
         Some(init) => init.iter().map(|&v| v.ln() as f64).collect(),
         None => vec![0.0; n],
     };
-    let its = if rows > 0 { lsmr(&system, &b, &mut x, stop).iterations } else { 0 };
+    let its = if rows > 0 { lsmr(&st, &b, &mut x, stop).iterations } else { 0 };
     iterations.push(its);
     let distance: Vec<f32> = x.iter().map(|&v| v.exp() as f32).collect();
     Ok(Merged { width: w, height: h, distance, mask: any, log_offsets: Vec::new(), iterations: Vec::new() })
+}
+
+/// `o = k·value(row) − s·o` over a task's rows, and the sum of the squares.
+fn sub_rows(o: &mut [f64], rows: &[u32], k: f64, s: f64, value: impl Fn(u32) -> f64) -> f64 {
+    let mut sum = 0.0;
+    for (o, &t) in o.iter_mut().zip(rows) {
+        *o = k * value(t) - s * *o;
+        sum += *o * *o;
+    }
+    sum
 }
 
 /// Neighbours on the panorama's grid, as upstream pads it: columns wrap around, the rows
@@ -276,71 +271,208 @@ impl Grid {
     }
 }
 
-/// A sparse matrix by rows; its entries are small integers (the stencils' weights).
-struct Csr {
-    row_ptr: Vec<usize>,
-    cols: Vec<u32>,
-    vals: Vec<f32>,
-    cols_n: usize,
+/// No row index.
+const NONE: u32 = u32::MAX;
+
+/// The system without a matrix: every row is a stencil at a pixel (x difference, y difference
+/// or Laplacian, weights ±1 and −4), so a product reads the pixels and the rows' indices only.
+struct Stencils {
+    g: Grid,
+    h: usize,
+    /// The pixel of each row of each kind, in the rows' order; x and Laplacian rows' tagged
+    /// with [`FIRST`] / [`LAST`] where the pixel is in the first / last column.
+    xrows: Vec<u32>,
+    yrows: Vec<u32>,
+    lrows: Vec<u32>,
+    /// Per pixel its row of each kind, or [`NONE`]; `ry_wrap[y]`: the second y row of column 0
+    /// (upstream's padded column).
+    rx: Vec<u32>,
+    ry: Vec<u32>,
+    ry_wrap: Vec<u32>,
+    rl: Vec<u32>,
 }
 
-impl Csr {
+/// Rows or pixels per parallel task.
+const CHUNK: usize = 1 << 14;
+
+/// Tags of a row's pixel: in the first column, in the last; the rest is the pixel.
+const FIRST: u32 = 1 << 31;
+const LAST: u32 = 1 << 30;
+const PIXEL: u32 = LAST - 1;
+
+impl Stencils {
+    fn new(w: usize, h: usize) -> Self {
+        assert!(w >= 3, "a {w} pixels wide panorama has neighbours that coincide");
+        let n = w * h;
+        Stencils {
+            g: Grid { w, n },
+            h,
+            xrows: Vec::new(),
+            yrows: Vec::new(),
+            lrows: Vec::new(),
+            rx: vec![NONE; n],
+            ry: vec![NONE; n],
+            ry_wrap: vec![NONE; h],
+            rl: vec![NONE; n],
+        }
+    }
+
+    /// Pixel `i` with its column's tags, so that the products need no division.
+    fn tagged(&self, i: usize) -> u32 {
+        let col = i % self.g.w;
+        i as u32 | if col == 0 { FIRST } else { 0 } | if col + 1 == self.g.w { LAST } else { 0 }
+    }
+}
+
+impl Operator for Stencils {
     fn rows(&self) -> usize {
-        self.row_ptr.len() - 1
+        self.xrows.len() + self.yrows.len() + self.lrows.len()
     }
 
-    fn transpose(&self) -> Csr {
-        let mut count = vec![0usize; self.cols_n + 1];
-        for &c in &self.cols {
-            count[c as usize + 1] += 1;
-        }
-        for i in 0..self.cols_n {
-            count[i + 1] += count[i];
-        }
-        let row_ptr = count.clone();
-        let mut next = count;
-        let mut cols = vec![0u32; self.cols.len()];
-        let mut vals = vec![0f32; self.vals.len()];
-        for r in 0..self.rows() {
-            for k in self.row_ptr[r]..self.row_ptr[r + 1] {
-                let c = self.cols[k] as usize;
-                cols[next[c]] = r as u32;
-                vals[next[c]] = self.vals[k];
-                next[c] += 1;
-            }
-        }
-        Csr { row_ptr, cols, vals, cols_n: self.rows() }
-    }
-
-    /// `out = self · x`, rows in parallel.
-    fn apply(&self, x: &[f64], out: &mut [f64]) {
-        out.par_chunks_mut(4096).enumerate().for_each(|(chunk, o)| {
-            for (k, v) in o.iter_mut().enumerate() {
-                let r = chunk * 4096 + k;
-                let (a, b) = (self.row_ptr[r], self.row_ptr[r + 1]);
-                *v = self.cols[a..b].iter().zip(&self.vals[a..b]).map(|(&c, &w)| w as f64 * x[c as usize]).sum();
-            }
-        });
-    }
-}
-
-/// The system and its transpose, each by rows, so both products run row-parallel.
-struct System {
-    a: Csr,
-    at: Csr,
-}
-
-impl Operator for System {
-    fn rows(&self) -> usize {
-        self.a.rows()
-    }
     fn cols(&self) -> usize {
-        self.a.cols_n
+        self.g.n
     }
+
     fn apply(&self, x: &[f64], out: &mut [f64]) {
-        self.a.apply(x, out)
+        out.fill(0.0);
+        self.apply_sub(x, 1.0, 0.0, out);
     }
+
     fn apply_transpose(&self, u: &[f64], out: &mut [f64]) {
-        self.at.apply(u, out)
+        out.fill(0.0);
+        self.apply_transpose_sub(u, 1.0, 0.0, out);
+    }
+
+    fn apply_sub(&self, x: &[f64], k: f64, s: f64, out: &mut [f64]) -> f64 {
+        let (w, n) = (self.g.w, self.g.n);
+        let (ox, rest) = out.split_at_mut(self.xrows.len());
+        let (oy, ol) = rest.split_at_mut(self.yrows.len());
+        let x_rows = |t: u32| {
+            let p = (t & PIXEL) as usize;
+            x[p] - x[if t & LAST != 0 { p + 1 - w } else { p + 1 }]
+        };
+        let y_rows = |p: u32| x[p as usize] - x[p as usize + w];
+        let l_rows = |t: u32| {
+            let p = (t & PIXEL) as usize;
+            let up = if p >= w { p - w } else { p };
+            let down = if p + w < n { p + w } else { p };
+            let left = if t & FIRST != 0 { p + w - 1 } else { p - 1 };
+            let right = if t & LAST != 0 { p + 1 - w } else { p + 1 };
+            x[up] + x[down] + x[left] + x[right] - 4.0 * x[p]
+        };
+        let mut parts: Vec<f64> = ox.par_chunks_mut(CHUNK).zip(self.xrows.par_chunks(CHUNK)).map(|(o, px)| sub_rows(o, px, k, s, x_rows)).collect();
+        parts.extend(oy.par_chunks_mut(CHUNK).zip(self.yrows.par_chunks(CHUNK)).map(|(o, px)| sub_rows(o, px, k, s, y_rows)).collect::<Vec<_>>());
+        parts.extend(ol.par_chunks_mut(CHUNK).zip(self.lrows.par_chunks(CHUNK)).map(|(o, px)| sub_rows(o, px, k, s, l_rows)).collect::<Vec<_>>());
+        in_order(parts).sqrt()
+    }
+
+    fn apply_transpose_sub(&self, u: &[f64], k: f64, s: f64, out: &mut [f64]) -> f64 {
+        let (w, h) = (self.g.w, self.h);
+        let at = |r: u32| if r == NONE { 0.0 } else { u[r as usize] };
+        // A task per picture row, so that the row and the column are known without division.
+        let parts = out
+            .par_chunks_mut(w)
+            .enumerate()
+            .map(|(y, o)| {
+                let mut sum = 0.0;
+                for (col, o) in o.iter_mut().enumerate() {
+                    let p = y * w + col;
+                    let left = if col == 0 { p + w - 1 } else { p - 1 };
+                    let right = if col + 1 == w { p + 1 - w } else { p + 1 };
+                    // x[p] − x[right p] at p, x[left p] − x[p] at its left neighbour.
+                    let mut v = at(self.rx[p]) - at(self.rx[left]);
+                    // x[p] − x[p + W] at p, x[p − W] − x[p] above (column 0's twice).
+                    if y + 1 < h {
+                        v += at(self.ry[p]);
+                        if col == 0 {
+                            v += at(self.ry_wrap[y]);
+                        }
+                    }
+                    if y > 0 {
+                        v -= at(self.ry[p - w]);
+                        if col == 0 {
+                            v -= at(self.ry_wrap[y - 1]);
+                        }
+                    }
+                    // Its own Laplacian (a pole row counts itself as its missing neighbour),
+                    // and its four neighbours'.
+                    let own = -4.0 + f64::from(u8::from(y == 0)) + f64::from(u8::from(y + 1 == h));
+                    v += own * at(self.rl[p]) + at(self.rl[left]) + at(self.rl[right]);
+                    if y > 0 {
+                        v += at(self.rl[p - w]);
+                    }
+                    if y + 1 < h {
+                        v += at(self.rl[p + w]);
+                    }
+                    *o = k * v - s * *o;
+                    sum += *o * *o;
+                }
+                sum
+            })
+            .collect();
+        in_order(parts).sqrt()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stencils' products against the matrix they stand for, built entry by entry.
+    #[test]
+    fn the_stencils_products_are_the_systems_matrix_and_its_transpose() {
+        let (w, h) = (7, 5);
+        let n = w * h;
+        let mut st = Stencils::new(w, h);
+        let g = Grid { w, n };
+        let mut dense: Vec<Vec<f64>> = Vec::new();
+        let row = |dense: &mut Vec<Vec<f64>>, entries: &[(usize, f64)]| {
+            let mut r = vec![0.0; n];
+            for &(c, v) in entries {
+                r[c] += v;
+            }
+            dense.push(r);
+        };
+        // Some pixels without rows of a kind, as masks leave them.
+        let keep = |i: usize, salt: usize| !(i * 7 + salt).is_multiple_of(5);
+        for i in (0..n).filter(|&i| keep(i, 1)) {
+            st.rx[i] = dense.len() as u32;
+            st.xrows.push(st.tagged(i));
+            row(&mut dense, &[(i, 1.0), (g.right(i), -1.0)]);
+        }
+        for y in 0..h - 1 {
+            for x in 0..=w {
+                let i = y * w + x % w;
+                if keep(i, 2) {
+                    if x < w {
+                        st.ry[i] = dense.len() as u32;
+                    } else {
+                        st.ry_wrap[y] = dense.len() as u32;
+                    }
+                    st.yrows.push(i as u32);
+                    row(&mut dense, &[(i, 1.0), (i + w, -1.0)]);
+                }
+            }
+        }
+        for i in (0..n).filter(|&i| keep(i, 3)) {
+            st.rl[i] = dense.len() as u32;
+            st.lrows.push(st.tagged(i));
+            row(&mut dense, &[(i, -4.0), (g.up(i), 1.0), (g.down(i), 1.0), (g.left(i), 1.0), (g.right(i), 1.0)]);
+        }
+        let m = dense.len();
+        assert_eq!(st.rows(), m);
+        let x: Vec<f64> = (0..n).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.3).collect();
+        let u: Vec<f64> = (0..m).map(|i| ((i * 13 % 7) as f64 - 3.0) * 0.7).collect();
+        let (mut ax, mut atu) = (vec![0.0; m], vec![0.0; n]);
+        st.apply(&x, &mut ax);
+        st.apply_transpose(&u, &mut atu);
+        for r in 0..m {
+            let want: f64 = (0..n).map(|c| dense[r][c] * x[c]).sum();
+            assert!((ax[r] - want).abs() < 1e-12, "row {r}: {} vs {want}", ax[r]);
+        }
+        for c in 0..n {
+            let want: f64 = (0..m).map(|r| dense[r][c] * u[r]).sum();
+            assert!((atu[c] - want).abs() < 1e-12, "column {c}: {} vs {want}", atu[c]);
+        }
     }
 }
