@@ -89,8 +89,16 @@ async fn models(State(sv): State<Arc<Service>>) -> Response {
 
 async fn predict(State(sv): State<Arc<Service>>, headers: HeaderMap, RawQuery(query): RawQuery, body: Body) -> Response {
     let started = Instant::now();
+    counted(&sv, started, |st| predict_inner(st, &sv.metrics, &headers, query.as_deref(), body, started)).await
+}
+
+/// A prediction's answer on the loaded model (or why there is none), counted in the metrics.
+async fn counted<'a, F>(sv: &'a Service, started: Instant, inner: impl FnOnce(&'a Arc<Shared>) -> F) -> Response
+where
+    F: std::future::Future<Output = Result<Response, ApiError>> + 'a,
+{
     let answer = match sv.serving() {
-        Ok(st) => predict_inner(st, &sv.metrics, &headers, query.as_deref(), body, started).await,
+        Ok(st) => inner(st).await,
         Err(e) => Err(e),
     };
     let response = answer.unwrap_or_else(IntoResponse::into_response);
@@ -180,19 +188,13 @@ async fn predict_inner(
 
 async fn predict_panorama(State(sv): State<Arc<Service>>, headers: HeaderMap, RawQuery(query): RawQuery, body: Body) -> Response {
     let started = Instant::now();
-    let answer = match sv.serving() {
-        Ok(st) => panorama_inner(st, &sv.metrics, &headers, query.as_deref(), body, started).await,
-        Err(e) => Err(e),
-    };
-    let response = answer.unwrap_or_else(IntoResponse::into_response);
-    sv.metrics.answered(response.status().as_u16(), started.elapsed().as_secs_f64());
-    response
+    counted(&sv, started, |st| panorama_inner(st, &sv.metrics, &headers, query.as_deref(), body, started)).await
 }
 
 /// `POST /predict_panorama`: an equirectangular photo, as `moge panorama` makes it (views of
 /// upstream's 512 pixels), answered with the panorama's npz file itself (`moge panorama`'s
-/// layout) and its figures in the `x-moge-meta` header. Takes `/predict`'s request forms and its `num_tokens`,
-/// `resolution_level` and `apply_mask`; `fov_x` and a fit do not apply.
+/// layout) and its figures in the `x-moge-meta` header. Takes `/predict`'s request forms and
+/// its `num_tokens`, `resolution_level` and `apply_mask`; `fov_x` and a fit do not apply.
 async fn panorama_inner(
     st: &Arc<Shared>,
     metrics: &Metrics,
