@@ -85,7 +85,7 @@ pub fn merge(width: usize, height: usize, cams: &[View], views: &[ViewDistance],
     if cams.len() != views.len() || views.is_empty() {
         bail!("{} views for {} cameras", views.len(), cams.len());
     }
-    if width < 2 || height < 2 {
+    if width < 3 || height < 2 {
         bail!("a {width}x{height} merge is too small");
     }
     for v in views {
@@ -143,6 +143,9 @@ fn level(
         None
     };
     let (w, h) = (width, height);
+    if w < 3 || h == 0 {
+        bail!("a {w}x{h} level of the merge is too small: its columns' neighbours coincide");
+    }
     let n = w * h;
     let g = Grid { w, n };
     let dirs = grid_directions(w, h);
@@ -301,8 +304,8 @@ const LAST: u32 = 1 << 30;
 const PIXEL: u32 = LAST - 1;
 
 impl Stencils {
+    /// `w` >= 3: fewer columns would make a pixel its own left or right neighbour.
     fn new(w: usize, h: usize) -> Self {
-        assert!(w >= 3, "a {w} pixels wide panorama has neighbours that coincide");
         let n = w * h;
         Stencils {
             g: Grid { w, n },
@@ -474,5 +477,25 @@ mod tests {
             let want: f64 = (0..m).map(|r| dense[r][c] * u[r]).sum();
             assert!((atu[c] - want).abs() < 1e-12, "column {c}: {} vs {want}", atu[c]);
         }
+    }
+
+    #[test]
+    fn degenerate_sizes_are_errors_or_maps_never_panics() {
+        let (size, d, m) = (8, vec![2.0f32; 64], vec![true; 64]);
+        let views: Vec<_> = (0..12).map(|_| ViewDistance { size, distance: &d, mask: &m }).collect();
+        let cams = crate::panorama::cameras::views();
+        let stop = Stop::UPSTREAM;
+        assert!(merge(2, 2, &cams, &views, &stop).unwrap_err().to_string().contains("too small"));
+        // A tall, narrow merge halves to two columns before it is coarse enough.
+        assert!(merge(4, 600, &cams, &views, &stop).is_err());
+        // A wide, flat one halves to one row: a map, and constant views give a constant map.
+        let flat = merge(600, 4, &cams, &views, &stop).unwrap();
+        assert_eq!(flat.distance.len(), 2400);
+        // (the bilinear weights' products round, so the warped logs differ by an ulp here and there)
+        assert!(flat.distance.iter().all(|&v| (v / flat.distance[0] - 1.0).abs() < 1e-5));
+        // The views are 2 m everywhere they see: the scale carried into the map makes it 2 m.
+        let a = crate::panorama::assemble(&flat, 600, 4);
+        assert!((a.scale - 2.0 / flat.distance[0]).abs() < 1e-5, "{}", a.scale);
+        assert!(merge(8, 4, &cams, &views[..3], &stop).is_err());
     }
 }

@@ -105,6 +105,21 @@ impl Model {
     fn wrap(p: Predictor) -> Self {
         Self { inner: RwLock::new(Some(Arc::new(p))) }
     }
+
+    /// The dict of `predict_panorama` and `predict_panorama_file`.
+    fn panorama<'py>(&self, py: Python<'py>, photo: &image::RgbImage, opts: &Bound<'py, Options>, view_size: usize) -> PyResult<Bound<'py, PyDict>> {
+        let (p, plan) = (self.get()?, &opts.get().plan);
+        let pano = py.detach(|| p.predict_panorama(photo, plan, view_size)).map_err(py_err)?;
+        let (h, w) = (photo.height() as usize, photo.width() as usize);
+        let d = PyDict::new(py);
+        let q = pano.prediction;
+        d.set_item("points", PyArray1::from_vec(py, q.points).reshape([h, w, 3])?)?;
+        d.set_item("depth", PyArray1::from_vec(py, q.depth).reshape([h, w])?)?;
+        d.set_item("mask", PyArray1::from_vec(py, q.mask).reshape([h, w])?)?;
+        d.set_item("metric_scale", q.metric_scale)?;
+        d.set_item("view_metric_scale", PyArray1::from_vec(py, pano.view_metric_scales))?;
+        Ok(d)
+    }
 }
 
 #[pymethods]
@@ -206,7 +221,6 @@ impl Model {
         opts: &Bound<'py, Options>,
         view_size: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let (p, plan) = (self.get()?, &opts.get().plan);
         let &[h, w, c] = image.shape() else { unreachable!("a 3-d array") };
         if c != 3 {
             return Err(PyValueError::new_err(format!("a panorama is H x W x 3 (RGB, 8-bit); this one is {h} x {w} x {c}")));
@@ -214,15 +228,13 @@ impl Model {
         supported(w, h)?;
         let data = contiguous(&image.as_array()).into_owned();
         let photo = image::RgbImage::from_raw(w as u32, h as u32, data).ok_or_else(|| PyValueError::new_err("internal: the pixels do not fill the image"))?;
-        let pano = py.detach(|| p.predict_panorama(&photo, plan, view_size)).map_err(py_err)?;
-        let d = PyDict::new(py);
-        let q = pano.prediction;
-        d.set_item("points", PyArray1::from_vec(py, q.points).reshape([h, w, 3])?)?;
-        d.set_item("depth", PyArray1::from_vec(py, q.depth).reshape([h, w])?)?;
-        d.set_item("mask", PyArray1::from_vec(py, q.mask).reshape([h, w])?)?;
-        d.set_item("metric_scale", q.metric_scale)?;
-        d.set_item("view_metric_scale", PyArray1::from_vec(py, pano.view_metric_scales))?;
-        Ok(d)
+        self.panorama(py, &photo, opts, view_size)
+    }
+
+    /// A panorama's file, read as `moge panorama` reads it.
+    fn predict_panorama_file<'py>(&self, py: Python<'py>, path: PathBuf, opts: &Bound<'py, Options>, view_size: usize) -> PyResult<Bound<'py, PyDict>> {
+        let photo = py.detach(|| moge::image_io::load_rgb_with(&path, &Default::default())).map_err(py_err)?.image;
+        self.panorama(py, &photo, opts, view_size)
     }
 
     /// Photo files through the pipeline, their outputs in order.

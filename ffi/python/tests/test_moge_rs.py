@@ -222,6 +222,12 @@ def test_infer_panorama_is_the_clis_panorama(model, tmp_path):
         assert np.array_equal(out["mask"], z["mask"].astype(bool))
         assert out["metric_scale"] == z["metric_scale"]
     assert out["depth"].shape == (192, 384) and out["points"].shape == (192, 384, 3)
+    # An array gives the same as the file.
+    from PIL import Image
+
+    arr = np.asarray(Image.open(pano).convert("RGB"))
+    same = model.infer_panorama(arr, view_size=96, num_tokens=300)
+    assert np.array_equal(bits(same["depth"]), bits(out["depth"]))
     with pytest.raises(MoGeError, match="twice its height"):
         model.infer_panorama(IMAGES / "rgb_64x48.png", view_size=96, num_tokens=300)
 

@@ -368,17 +368,12 @@ class MoGeModel:
         scale. Returns ``points`` (H, W, 3) in moge's axes (x right, y down, z forward = the
         picture's centre column), ``depth`` (H, W) the distance from the centre (inf where masked
         with ``apply_mask``), ``mask``, ``metric_scale`` and ``view_metric_scale`` (12,)."""
+        opts = self._options("exact", None, apply_mask, True, num_tokens, resolution_level, None, refine_steps, False)
         if _is_path(image):
-            from PIL import Image
-
-            with Image.open(os.fspath(image)) as im:
-                arr = np.asarray(im.convert("RGB"))
-        else:
-            arr = _to_numpy(image)
-        arr = np.ascontiguousarray(arr)
+            return self._native.predict_panorama_file(os.fspath(image), opts, int(view_size))
+        arr = np.ascontiguousarray(_to_numpy(image))
         if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
             raise ValueError(f"infer_panorama() takes an H x W x 3 uint8 RGB image; this is {arr.dtype} {' x '.join(map(str, arr.shape))}")
-        opts = self._options("exact", None, apply_mask, True, num_tokens, resolution_level, None, refine_steps, False)
         return self._native.predict_panorama(arr, opts, int(view_size))
 
     # -- helpers
