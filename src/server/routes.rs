@@ -145,17 +145,7 @@ async fn predict_inner(
 
     // The forward.
     let queued = Instant::now();
-    let (tx, rx) = oneshot::channel();
-    let at_device = metrics.at_device();
-    match st.worker.try_submit(DeviceJob { placed, reply: tx }) {
-        Ok(()) => {}
-        Err(Refused::Busy(_)) => return Err(ApiError::busy("busy: the device queue is full")),
-        Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
-    }
-    let (placed, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
-    drop(at_device);
-    let (raw, device_ms) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
-    metrics.forward(device_ms / 1e3);
+    let (placed, raw, device_ms) = forward(st, metrics, placed).await?;
     let queue_ms = (ms(queued) - device_ms).max(0.0);
 
     // Post-process and encode on a host thread.
@@ -228,17 +218,7 @@ async fn panorama_inner(
     for view in views {
         let (st2, plan2) = (st.clone(), plan.clone());
         let placed = host(move || plan::prepare(&st2.model, &view, &plan2).map_err(|e| ApiError::bad_request(format!("image: {e:#}")))).await?;
-        let (tx, rx) = oneshot::channel();
-        let at_device = metrics.at_device();
-        match st.worker.try_submit(DeviceJob { placed, reply: tx }) {
-            Ok(()) => {}
-            Err(Refused::Busy(_)) => return Err(ApiError::busy("busy: the device queue is full")),
-            Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
-        }
-        let (placed, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
-        drop(at_device);
-        let (raw, ms_) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
-        metrics.forward(ms_ / 1e3);
+        let (placed, raw, ms_) = forward(st, metrics, placed).await?;
         device_ms += ms_;
         let (st2, plan2) = (st.clone(), plan.clone());
         preds.push(host(move || Ok(plan::finish(&st2.model, &placed, &raw, &plan2))).await?);
@@ -264,6 +244,23 @@ async fn panorama_inner(
         Ok(r)
     })
     .await
+}
+
+/// One forward on the device worker, in its queue: the staged photo back, the network's
+/// output and the device's milliseconds (counted in the metrics).
+async fn forward(st: &Arc<Shared>, metrics: &Metrics, placed: plan::Placed) -> Result<(plan::Placed, crate::model::RawOutput, f64), ApiError> {
+    let (tx, rx) = oneshot::channel();
+    let at_device = metrics.at_device();
+    match st.worker.try_submit(DeviceJob { placed, reply: tx }) {
+        Ok(()) => {}
+        Err(Refused::Busy(_)) => return Err(ApiError::busy("busy: the device queue is full")),
+        Err(Refused::Gone(_)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
+    }
+    let (placed, out) = rx.await.map_err(|_| ApiError::internal("the device worker stopped"))?;
+    drop(at_device);
+    let (raw, device_ms) = out.map_err(|e| ApiError::internal(crate::console::error_line(&e)))?;
+    metrics.forward(device_ms / 1e3);
+    Ok((placed, raw, device_ms))
 }
 
 /// Admission, then the body read within its limits and parsed: how both predictions start.
