@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every test of the project, as README.md gives it: cargo's (the library, the `moge` binary and
 # its command line), the C++ library's (built with CMake and g++), then the Python bindings' (built
-# with maturin into a fresh virtual environment and imported by a real interpreter) and deploy/'s.
+# with maturin into a fresh virtual environment and imported by a real interpreter) and deploy/'s,
+# then the web page's in headless Chromium.
 # Needs cmake, ffmpeg (the video tests), libheif-dev (the HEIC/AVIF tests), python3 with venv and
-# pip, and PyPI.
+# pip, and PyPI; node, npm and chromium (the web page's tests), and the npm registry.
 # Each step's wall time goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,9 @@ PATH="$PWD/$venv/bin:$PATH" step "${pip[@]}" install --no-build-isolation ./ffi/
 # The bindings, then deploy/ (the Kubernetes manifests against their schema, the Slurm script run as
 # array tasks, the Dockerfile read), both with the binary built above.
 MOGE_BIN="$PWD/target/ci/moge" step "$venv/bin/python" -m pytest ffi/python/tests deploy/tests -q -p no:cacheprovider
+# The page of `moge serve` in headless Chromium, with the binary built above (needs node, npm
+# and chromium; screenshots in target/web-test/).
+step scripts/test-web.sh target/ci/moge
 # HEIC and AVIF photos, decoded by the system's libheif in a build with the `heif` feature (off by
 # default, so that a fresh machine builds without libheif-dev): that feature's tests, and the
 # damaged-input ones that a HEIF header meets, on a second build of the crate (features change the

@@ -13,7 +13,10 @@
 //! stopping; `GET /metrics` is in the Prometheus text format ([`metrics`]).
 
 //!
-//! - `service`: the server's state and phases; `routes`: the API's handlers;
+//! `GET /` is a web page (`page`), upstream's `moge app` without Python: its files are in the
+//! binary and it calls `/predict` like any client.
+//!
+//! - `service`: the server's state and phases; `routes`: the API's handlers; `page`: the page;
 //!   `listen`: binding and stopping;
 //! - [`request`] and [`response`]: a prediction's way in and out; `error`: what a refused
 //!   request says; [`metrics`]: `GET /metrics`.
@@ -21,6 +24,7 @@
 mod error;
 mod listen;
 pub mod metrics;
+mod page;
 pub mod request;
 pub mod response;
 mod routes;

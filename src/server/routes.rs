@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::metrics::{Held, Metrics};
 use super::response::{Meta, JSON_MAX_PIXELS};
 use super::service::{DeviceJob, Phase, Service, Shared};
-use super::{metrics, request, response};
+use super::{metrics, page, request, response};
 use crate::outputs::json::DepthStats;
 use crate::pipeline::guard::catch;
 use crate::pipeline::plan::{self, ms, Plan};
@@ -26,6 +26,8 @@ use crate::protocol::OutputFormat;
 /// The routes, on `state` (tests drive this without a socket).
 pub fn app(state: Arc<Service>) -> Router {
     Router::new()
+        .route("/", get(page::index))
+        .route("/page/{name}", get(page::asset))
         .route("/predict", post(predict))
         .route("/predict_panorama", post(predict_panorama))
         .route("/health", get(health))
@@ -78,6 +80,7 @@ async fn info(State(sv): State<Arc<Service>>) -> Response {
         "jobs": st.cfg.jobs,
         "queue": st.cfg.queue,
         "max_body_bytes": st.cfg.max_body,
+        "depth_png_scale": st.cfg.depth_png_scale,
     }))
     .into_response()
 }

@@ -658,3 +658,38 @@ fn a_panorama_is_answered_with_the_commands_npz() {
     assert_eq!(r.status, 400);
     assert!(r.error().contains("fov_x"), "{}", r.error());
 }
+
+#[test]
+fn the_page_and_its_files_are_served_from_the_binary() {
+    let s = Server::start(&[]);
+    let page = get(&format!("{}/", s.url));
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-type").is_some_and(|c| c.starts_with("text/html")));
+    // Nothing from elsewhere: the page's policy allows only this server.
+    let csp = page.header("content-security-policy").unwrap_or_default().to_owned();
+    assert!(csp.contains("default-src 'self'") && csp.contains("connect-src 'self'"), "{csp}");
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(!html.contains("http://") && !html.contains("https://"), "the page links outside the server");
+    // Every file the page loads is there, with its media type; a module's imports too.
+    let mut files: Vec<String> = html.split("\"/page/").skip(1).map(|r| r.split('"').next().unwrap().to_owned()).collect();
+    let mut seen = Vec::new();
+    while let Some(name) = files.pop() {
+        if seen.contains(&name) {
+            continue;
+        }
+        let r = get(&format!("{}/page/{name}", s.url));
+        assert_eq!(r.status, 200, "{name}");
+        let media = if name.ends_with(".js") { "text/javascript" } else { "text/css" };
+        assert!(r.header("content-type").is_some_and(|c| c.starts_with(media)), "{name}: {:?}", r.header("content-type"));
+        let body = String::from_utf8(r.body).unwrap();
+        files.extend(body.split("from \"./").skip(1).map(|r| r.split('"').next().unwrap().to_owned()));
+        seen.push(name);
+    }
+    assert!(seen.len() >= 7, "{seen:?}");
+    for missing in ["nope.js", "index.html", "..%2Fmod.rs"] {
+        assert_eq!(get(&format!("{}/page/{missing}", s.url)).status, 404, "{missing}");
+    }
+    // The page writes depth PNGs at the server's scale.
+    let info = get(&format!("{}/info", s.url)).json();
+    assert_eq!(info["depth_png_scale"].as_f64(), Some(0.001f32 as f64));
+}
