@@ -118,9 +118,6 @@ async fn predict_inner(
     started: Instant,
 ) -> Result<Response, ApiError> {
     let (_permit, _in_progress, req) = admit_and_read(st, metrics, headers, query, body).await?;
-    if req.infer.refine_steps.is_some_and(|n| n > 0) && !st.model.has_refiner() {
-        return Err(ApiError::bad_request("refine_steps: this server runs a MoGe-2 model, which has no refiner (refine_steps needs MoGe-3)"));
-    }
     let req = Arc::new(req);
 
     // Decode and prepare on a host thread.
@@ -266,7 +263,8 @@ async fn forward(st: &Arc<Shared>, metrics: &Metrics, placed: plan::Placed) -> R
     Ok((placed, raw, device_ms))
 }
 
-/// Admission, then the body read within its limits and parsed: how both predictions start.
+/// Admission, then the body read within its limits, parsed and checked against the model: how
+/// both predictions start.
 async fn admit_and_read<'m>(
     st: &Arc<Shared>,
     metrics: &'m Metrics,
@@ -302,6 +300,9 @@ async fn admit_and_read<'m>(
     };
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let req = request::parse(content_type, query, &bytes, st.cfg.max_tokens)?;
+    if req.infer.refine_steps.is_some_and(|n| n > 0) && !st.model.has_refiner() {
+        return Err(ApiError::bad_request("refine_steps: this server runs a MoGe-2 model, which has no refiner (refine_steps needs MoGe-3)"));
+    }
     Ok((permit, in_progress, req))
 }
 

@@ -657,6 +657,10 @@ fn a_panorama_is_answered_with_the_commands_npz() {
     let r = post(&format!("{}/predict_panorama?fov_x=60", s.url), "image/png", &png);
     assert_eq!(r.status, 400);
     assert!(r.error().contains("fov_x"), "{}", r.error());
+    // As /predict: a MoGe-2 server has no refiner to run.
+    let r = post(&format!("{}/predict_panorama?refine_steps=2", s.url), "image/png", &png);
+    assert_eq!(r.status, 400);
+    assert!(r.error().contains("no refiner"), "{}", r.error());
 }
 
 #[test]
