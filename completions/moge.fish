@@ -66,7 +66,7 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
 mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
-complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
@@ -113,7 +113,7 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
 mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
-complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
@@ -174,7 +174,7 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
 mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
-complete -c moge -n "__fish_moge_using_subcommand panorama" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"
@@ -248,7 +248,7 @@ glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
 mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
-complete -c moge -n "__fish_moge_using_subcommand bench" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all)' -r
+complete -c moge -n "__fish_moge_using_subcommand bench" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
 fast\t'Deflate level 1: float maps take several times less time than numpy\'s default level 6, at a small cost in size'
 small\t'Deflate level 9 (`np.savez_compressed` is level 6): the smallest, the slowest'"

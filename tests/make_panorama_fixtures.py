@@ -147,6 +147,15 @@ def main():
     distance = cv2.resize((merged * factor).astype(np.float32), (w, h), cv2.INTER_LINEAR)
     mask = cv2.resize(merged_mask.astype(np.uint8), (w, h), cv2.INTER_NEAREST) > 0
     points = distance[:, :, None] * pano.spherical_uv_to_directions(utils3d.np.uv_map(h, w))
+    # The mesh's pixels, as infer_panorama.py chooses them (its --threshold default 0.03).
+    normals, normals_mask = utils3d.np.point_map_to_normal_map(points, mask)
+    mesh_mask = mask & ~(utils3d.np.depth_map_edge(distance, rtol=0.03) & utils3d.np.normal_map_edge(normals, tol=5, mask=normals_mask))
+    # The same on a crop, taken as a picture of its own, with the points kept: the edges from
+    # given points, free of numpy's float32 sines (moge's are rounded from float64).
+    crop = np.s_[64:112, 0:160]
+    c_points, c_distance, c_mask = points[crop], distance[crop], mask[crop]
+    c_normals, c_normals_mask = utils3d.np.point_map_to_normal_map(c_points, c_mask)
+    c_keep = c_mask & ~(utils3d.np.depth_map_edge(c_distance, rtol=0.03) & utils3d.np.normal_map_edge(c_normals, tol=5, mask=c_normals_mask))
 
     np.savez_compressed(
         out / "tiny_384x192.npz",
@@ -157,11 +166,14 @@ def main():
         coarse=coarse.astype(np.float32), coarse_mask=coarse_mask.astype(np.uint8),
         view_log_offsets=offsets.astype(np.float64), metric_factor=np.float64(factor),
         # the merge's size is the panorama's here, so the last resize keeps the map: distance = merged x factor
-        mask=mask.astype(np.uint8), points_upstream_axes_every_7th=points[::7, ::7].astype(np.float32),
+        mask=mask.astype(np.uint8), distance=distance, mesh_mask=mesh_mask.astype(np.uint8),
+        crop_points=c_points.astype(np.float32), crop_distance=c_distance, crop_mask=c_mask.astype(np.uint8), crop_mesh_mask=c_keep.astype(np.uint8),
+        points_upstream_axes_every_7th=points[::7, ::7].astype(np.float32),
         view_size=np.int64(VIEW), num_tokens=np.int64(TOKENS),
         **remap_checks(rng),
     )
-    print("views", len(views), "mask share", float(mask.mean()), "factor", factor,
+    print("views", len(views), "mask share", float(mask.mean()), "mesh share", float(mesh_mask.mean()),
+          "depth-edge-only share", float((mask & ~utils3d.np.depth_map_edge(distance, rtol=0.03)).mean()), "factor", factor,
           "merged range", float(merged.min()), float(merged.max()))
 
 

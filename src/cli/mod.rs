@@ -66,9 +66,11 @@ pub struct OutputArgs {
     /// Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate).
     #[arg(long, value_name = "M", default_value_t = 0.001, value_parser = parse_positive)]
     pub depth_scale: f32,
-    /// Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb ('inf' keeps all).
-    #[arg(long, value_name = "R", default_value_t = 0.04, value_parser = parse_positive)]
-    pub edge_rtol: f32,
+    /// Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb ('inf'
+    /// keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream's defaults; a
+    /// panorama's pixel goes only where its surface also turns).
+    #[arg(long, value_name = "R", value_parser = parse_positive)]
+    pub edge_rtol: Option<f32>,
     /// How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller,
     /// several times slower to write), small (deflate level 9).
     #[arg(long, value_enum, value_name = "HOW", default_value_t = moge::outputs::npz::Compression::default().into())]
@@ -95,7 +97,7 @@ impl OutputArgs {
         moge::outputs::OutputOptions {
             formats: self.format.iter().map(|&f| f.into()).collect(),
             depth_png_scale: self.depth_scale,
-            edge_rtol: self.edge_rtol,
+            edge_rtol: self.edge_rtol.unwrap_or(moge::outputs::OutputOptions::default().edge_rtol),
             npz_compression: if self.no_compress { moge::outputs::npz::Compression::None } else { self.npz_compression.into() },
             npz_normal: self.npz_normal_dtype.into(),
         }

@@ -50,7 +50,8 @@ pub fn run(args: PanoramaArgs) -> Result<i32> {
     if plan.infer.per_step {
         bail!("--per-step does not apply to a panorama: its views' maps are merged");
     }
-    let opts = args.out.options();
+    let mut opts = args.out.options();
+    opts.edge_rtol = args.out.edge_rtol.unwrap_or(moge::panorama::edges::DEFAULT_RTOL);
     if opts.wants(Format::Mp4) {
         bail!("--format mp4 is for videos");
     }

@@ -52,11 +52,16 @@ pub struct Surface {
 }
 
 impl Surface {
-    /// `image` must have the prediction's size.
+    /// A photo's surface: `image` must have the prediction's size.
     pub fn build(pred: &Prediction, image: &RgbImage, rtol: f32) -> Surface {
+        Surface::from_mask(pred, image, &clean_mask(&pred.depth, &pred.mask, pred.width, pred.height, rtol))
+    }
+
+    /// The surface over the pixels of `mask` (one per pixel of the prediction).
+    pub fn from_mask(pred: &Prediction, image: &RgbImage, mask: &[bool]) -> Surface {
         let (w, h) = (pred.width, pred.height);
         debug_assert_eq!((image.width() as usize, image.height() as usize), (w, h));
-        let mask = clean_mask(&pred.depth, &pred.mask, w, h, rtol);
+        debug_assert_eq!(mask.len(), w * h);
         // Quads (TL, BL, BR, TR) with all four corners valid → (TL, BL, BR), (TL, BR, TR).
         let mut used = vec![false; w * h];
         let mut quads = Vec::new();

@@ -8,7 +8,8 @@
 //! - `x.json` (with json or png): size, projection, metric scale, the views, the merge, depth
 //!   statistics, the depth PNG's scale.
 //! - exr, png (depth and mask), vis (depth), ply and glb (an equirectangular mesh, y up) as for
-//!   a photo.
+//!   a photo; the mesh drops the pixels upstream's does (`panorama::edges`: where the distance
+//!   jumps and the surface turns, `--edge-rtol` default 0.03 as upstream's `--threshold`).
 
 use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -53,7 +54,8 @@ pub fn write(stem: &Path, pano: &Panorama, image: &RgbImage, opts: &OutputOption
         file("depth_vis.png", &mut |path| vis::write_depth(path, p))?;
     }
     if opts.wants(Format::Ply) || opts.wants(Format::Glb) {
-        let s = edges::Surface::build(p, image, opts.edge_rtol);
+        let keep = crate::panorama::edges::mesh_mask(&pano.distance, &p.mask, p.width, p.height, opts.edge_rtol);
+        let s = edges::Surface::from_mask(p, image, &keep);
         if opts.wants(Format::Ply) {
             file("ply", &mut |path| ply::write(path, &s))?;
         }

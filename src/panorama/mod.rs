@@ -10,9 +10,11 @@
 //! scale head) into the panorama.
 //!
 //! Points are in moge's camera axes (x right, y down, z forward), forward being the picture's
-//! centre column on the horizon; depth is the distance from the centre.
+//! centre column on the horizon; depth is the distance from the centre. The mesh keeps the
+//! pixels upstream's does ([`edges`]).
 
 pub mod cameras;
+pub mod edges;
 pub mod lsmr;
 pub mod merge;
 pub mod split;
@@ -138,6 +140,9 @@ pub struct Panorama {
     /// factor carried into the merged map ([`Assembled::scale`]); no normals, no intrinsics
     /// (all zero: an equirectangular picture has none).
     pub prediction: Prediction,
+    /// The metric distance of every pixel, the mask not applied (what the mesh's edges are
+    /// found on, as upstream finds them).
+    pub distance: Vec<f32>,
     /// Each view's own metric scale (its scale head), in the order of [`cameras::views`].
     pub view_metric_scales: Vec<f32>,
     /// The merge's size and LSMR's iterations per level, coarsest first.
@@ -167,7 +172,7 @@ pub fn from_views(views: &[Prediction], width: usize, height: usize, apply_mask:
     let (mw, mh) = merge_size(width, height);
     let merged = merge::merge(mw, mh, &cams, &inputs, &lsmr::Stop::UPSTREAM)?;
     let a = assemble(&merged, width, height);
-    let (mut points, mut depth) = (a.points, a.distance);
+    let (mut points, mut depth) = (a.points, a.distance.clone());
     if apply_mask {
         for (i, _) in a.mask.iter().enumerate().filter(|(_, &m)| !m) {
             depth[i] = f32::INFINITY;
@@ -191,6 +196,7 @@ pub fn from_views(views: &[Prediction], width: usize, height: usize, apply_mask:
     };
     Ok(Panorama {
         prediction,
+        distance: a.distance,
         view_metric_scales: views.iter().map(|v| v.metric_scale).collect(),
         merge_size: (mw, mh),
         iterations: merged.iterations,

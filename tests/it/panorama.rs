@@ -246,3 +246,73 @@ fn the_command_makes_upstreams_panorama_at_metric_scale() {
     }
     assert!(checked > 1000, "{checked} points checked");
 }
+
+/// The vertices of upstream's mesh over `keep`: the pixels of the 2x2 blocks whose corners are
+/// all kept (`build_mesh_from_map`).
+fn mesh_vertices(keep: &[bool], w: usize, h: usize) -> usize {
+    let mut used = vec![false; w * h];
+    for y in 0..h - 1 {
+        for x in 0..w - 1 {
+            let tl = y * w + x;
+            if keep[tl] && keep[tl + 1] && keep[tl + w] && keep[tl + w + 1] {
+                for p in [tl, tl + 1, tl + w, tl + w + 1] {
+                    used[p] = true;
+                }
+            }
+        }
+    }
+    used.iter().filter(|&&u| u).count()
+}
+
+#[test]
+fn the_mesh_keeps_the_pixels_upstreams_keeps() {
+    use panorama::edges::{mesh_mask, mesh_mask_of, DEFAULT_RTOL};
+    let mut z = fixture();
+    // From upstream's own points (a crop taken as a picture): its edges pixel for pixel.
+    let (cw, ch) = (160, 48);
+    let points: Vec<[f32; 3]> = z.vec_f32("crop_points").chunks(3).map(|p| [p[0], p[1], p[2]]).collect();
+    let keep = mesh_mask_of(&points, &z.vec_f32("crop_distance"), &bools(&z.u8("crop_mask").into_raw_vec_and_offset().0), cw, ch, DEFAULT_RTOL);
+    let want = bools(&z.u8("crop_mesh_mask").into_raw_vec_and_offset().0);
+    assert_eq!(keep, want, "the crop's mesh pixels differ from upstream's");
+    assert!(want.iter().any(|&k| !k) && want.iter().any(|&k| k));
+
+    // The whole map, its points made here: upstream's float32 sines differ from moge's by an ulp
+    // here and there, which moves a few pixels (see `panorama::edges::points`).
+    let (w, h) = (384, 192);
+    let mask = bools(&z.u8("mask").into_raw_vec_and_offset().0);
+    let want = bools(&z.u8("mesh_mask").into_raw_vec_and_offset().0);
+    let keep = mesh_mask(&z.vec_f32("distance"), &mask, w, h, DEFAULT_RTOL);
+    let differ = keep.iter().zip(&want).filter(|(a, b)| a != b).count();
+    eprintln!("panorama mesh: {differ} of {} pixels differ from upstream's", w * h);
+    assert!(differ <= 10, "{differ} of the mesh's pixels differ from upstream's");
+
+    // Through the command: the ply's vertices are upstream's mesh's, within the maps' agreement.
+    let dir = tempfile::tempdir().unwrap();
+    let weights = fixtures().join("tiny_normal.pt");
+    let size = z.i64("view_size").into_raw_vec_and_offset().0[0].to_string();
+    let tokens = z.i64("num_tokens").into_raw_vec_and_offset().0[0].to_string();
+    let pano = fixtures().join("images/pano_384x192.png");
+    let o = crate::support::cli::run(&[
+        "panorama",
+        pano.to_str().unwrap(),
+        "-o",
+        dir.path().to_str().unwrap(),
+        "--weights",
+        weights.to_str().unwrap(),
+        "--precision",
+        "f32",
+        "--view-size",
+        &size,
+        "--num-tokens",
+        &tokens,
+        "--format",
+        "ply",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ply = std::fs::read(dir.path().join("pano_384x192.ply")).unwrap();
+    let header = String::from_utf8_lossy(&ply[..ply.len().min(600)]).into_owned();
+    let n: usize = header.lines().find_map(|l| l.strip_prefix("element vertex ")).unwrap().parse().unwrap();
+    let upstream = mesh_vertices(&want, w, h);
+    eprintln!("panorama ply: {n} vertices, upstream's mesh {upstream}");
+    assert!((n as f64 / upstream as f64 - 1.0).abs() < 0.01, "{n} vertices vs upstream's {upstream}");
+}
