@@ -133,6 +133,7 @@ stretch\t'Stretch onto the canvas, resample the outputs back'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l canvas -d 'The canvas of --fit pad / stretch' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -s j -l jobs -d 'Host threads for each host stage (decode, post-process and write); default: the number of CPUs, at most 8' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l shard -d 'Process only shard I of N (0-based; each photo belongs to exactly one shard, by a hash of its output path). auto: the shard of this task of a Slurm job array (SLURM_ARRAY_TASK_ID, _MIN and _COUNT) or a Kubernetes indexed Job (JOB_COMPLETION_INDEX, of N with auto/N, or of JOB_COMPLETIONS)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l view-size -d 'With --panorama: each of the twelve views\' size in pixels (upstream\'s: 512)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l per-step -d 'MoGe-3: also keep each refine step\'s maps, in the npz as upstream\'s `points_per_step`, `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined'
@@ -143,10 +144,13 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l skip-existing -d 'Sk
 complete -c moge -n "__fish_moge_using_subcommand batch" -s q -l quiet -d 'No progress bar and no summary (errors are still printed)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l json -d 'Print one JSON line per photo on stdout: input, status, outputs, timings, error'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l stats -d 'Print where the time goes per stage, and throughput against forwards alone'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l panorama -d 'Every input is a 360° equirectangular panorama: `moge panorama`\'s work and outputs, with this command\'s listing, --shard, --skip-existing and --json'
 complete -c moge -n "__fish_moge_using_subcommand batch" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l from-list -d 'Also read panorama paths from FILE, one per line (\'-\' for stdin; \'#\' starts a comment)' -r -F
 complete -c moge -n "__fish_moge_using_subcommand panorama" -s o -l output -d 'Output directory: PANORAMA\'s stem + .npz (and the other formats\' suffixes) goes here, a directory\'s tree mirrored' -r -F
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l view-size -d 'Each of the twelve views\' size in pixels (upstream\'s: 512)' -r
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l server -d 'A running `moge serve` that runs the views instead of a model loaded here' -r
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l shard -d 'Process only shard I of N, as `moge batch --shard` (auto: the Slurm array task\'s or the Kubernetes indexed Job\'s)' -r
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
@@ -182,6 +186,8 @@ complete -c moge -n "__fish_moge_using_subcommand panorama" -l npz-normal-dtype 
 float16\t'IEEE half, rounded to nearest even as numpy\'s `astype(np.float16)`: the layout of the Tenstorrent MoGe-2 server (tt-MoGe), half the bytes (unit normals keep ~3 decimal digits)'"
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l max-megapixels -d 'Refuse images larger than this, from their header, before decoding (a small damaged or hostile file can claim any size)' -r
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l json -d 'One JSON line per panorama on stdout instead of a sentence'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -s q -l quiet -d 'No line per panorama (errors are still printed)'
+complete -c moge -n "__fish_moge_using_subcommand panorama" -l skip-existing -d 'Skip panoramas whose requested outputs all exist (resume an interrupted run)'
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l no-mask -d 'Keep invalid pixels (no inf / zero normals outside the mask)'
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l no-force-projection -d 'Keep the predicted x, y instead of re-projecting the depth through the intrinsics'
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l per-step -d 'MoGe-3: also keep each refine step\'s maps, in the npz as upstream\'s `points_per_step`, `depth_per_step`, `intrinsics_per_step` (and `mask_per_step`), step 0 unrefined'

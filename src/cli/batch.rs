@@ -72,6 +72,48 @@ pub struct BatchArgs {
     /// Print where the time goes per stage, and throughput against forwards alone.
     #[arg(long)]
     pub stats: bool,
+    /// Every input is a 360° equirectangular panorama: `moge panorama`'s work and outputs, with
+    /// this command's listing, --shard, --skip-existing and --json.
+    #[arg(long, help_heading = "Panoramas")]
+    pub panorama: bool,
+    /// With --panorama: each of the twelve views' size in pixels (upstream's: 512).
+    #[arg(long, value_name = "PX", requires = "panorama", help_heading = "Panoramas",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(64..=4096))]
+    pub view_size: Option<usize>,
+}
+
+/// `batch --panorama` as `moge panorama`'s arguments; what only photos and videos take is
+/// refused rather than ignored.
+fn panorama_args(a: BatchArgs) -> Result<super::panorama::PanoramaArgs> {
+    let refuse = |what: &str, why: &str| anyhow::bail!("{what} does not apply to --panorama: {why}");
+    if FitMode::from(a.fit) != FitMode::Exact || a.canvas != Canvas::FULL_HD {
+        refuse("--fit / --canvas", "a panorama's views have their own size (--view-size)")?;
+    }
+    if a.video.every.is_some() || a.video.fps.is_some() || a.video.video_scale.0.is_some() {
+        refuse("--every / --fps / --video-scale", "they are for videos")?;
+    }
+    if a.jobs.is_some() || a.stats {
+        refuse("--jobs / --stats", "a panorama's twelve views go through the model one after another")?;
+    }
+    let mut servers = a.remote.server;
+    if servers.len() > 1 {
+        refuse("more than one --server", "a panorama's views go to one server")?;
+    }
+    Ok(super::panorama::PanoramaArgs {
+        inputs: a.inputs,
+        from_list: a.from_list,
+        output: a.output,
+        view_size: a.view_size.unwrap_or(moge::panorama::VIEW_SIZE),
+        server: servers.pop(),
+        json: a.json,
+        quiet: a.quiet,
+        shard: a.shard,
+        skip_existing: a.skip_existing,
+        model: a.model,
+        infer: a.infer,
+        out: a.out,
+        input: a.input,
+    })
 }
 
 /// Which frames of a video are taken.
@@ -118,7 +160,7 @@ impl VideoArgs {
 
 /// Ctrl-C (or SIGTERM) once: stop taking new photos and finish the ones in progress. Twice:
 /// remove the temporary files of writes in progress and exit at once. Both exit 130.
-fn install_signals(stop: Arc<AtomicBool>) {
+pub(super) fn install_signals(stop: Arc<AtomicBool>) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
         moge::errln!("moge: warning: cannot install the Ctrl-C handler");
@@ -151,6 +193,9 @@ pub fn check_output_dir(dir: &Path) -> Result<()> {
 }
 
 pub fn run(args: BatchArgs) -> Result<i32> {
+    if args.panorama {
+        return super::panorama::run(panorama_args(args)?);
+    }
     let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
     if inputs.is_empty() {
         if !args.quiet {

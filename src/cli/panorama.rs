@@ -8,17 +8,21 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use super::{report, InferArgs, InputArgs, ModelArgs, OutputArgs, EXIT_OK, EXIT_SOME_FAILED};
+use super::{report, InferArgs, InputArgs, ModelArgs, OutputArgs, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
 use moge::image_io::FovFrom;
 use moge::outputs::Format;
-use moge::pipeline::inputs;
+use moge::pipeline::inputs::{self, Shard};
 use moge::Predictor;
 
 #[derive(Args, Debug)]
+#[command(after_help = "Exit status: 0 all done, 1 some inputs failed, 2 usage or fatal error, 130 interrupted.")]
 pub struct PanoramaArgs {
     /// Equirectangular panoramas (twice as wide as high), or directories of them.
-    #[arg(required = true, value_name = "PANORAMA")]
+    #[arg(value_name = "PANORAMA", required_unless_present = "from_list")]
     pub inputs: Vec<PathBuf>,
+    /// Also read panorama paths from FILE, one per line ('-' for stdin; '#' starts a comment).
+    #[arg(long, value_name = "FILE")]
+    pub from_list: Option<PathBuf>,
     /// Output directory: PANORAMA's stem + .npz (and the other formats' suffixes) goes here,
     /// a directory's tree mirrored.
     #[arg(short, long, value_name = "DIR", default_value = "output")]
@@ -32,6 +36,16 @@ pub struct PanoramaArgs {
     /// One JSON line per panorama on stdout instead of a sentence.
     #[arg(long)]
     pub json: bool,
+    /// No line per panorama (errors are still printed).
+    #[arg(short, long, conflicts_with = "json")]
+    pub quiet: bool,
+    /// Process only shard I of N, as `moge batch --shard` (auto: the Slurm array task's or the
+    /// Kubernetes indexed Job's).
+    #[arg(long, value_name = "I/N|auto[/N]")]
+    pub shard: Option<Shard>,
+    /// Skip panoramas whose requested outputs all exist (resume an interrupted run).
+    #[arg(long)]
+    pub skip_existing: bool,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
@@ -55,19 +69,45 @@ pub fn run(args: PanoramaArgs) -> Result<i32> {
     if opts.wants(Format::Mp4) {
         bail!("--format mp4 is for videos");
     }
-    let list = inputs::from_args(&args.inputs, Some(&args.output), &report::print_notice)?;
+    let (list, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
+    if list.is_empty() {
+        if !args.quiet {
+            let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
+            moge::errln!("moge: {s} has none of the {total} panoramas");
+        }
+        return Ok(EXIT_OK);
+    }
+    let suffixes = moge::outputs::panorama::suffixes(&opts);
     let predictor = match &args.server {
         Some(url) => Predictor::connect(url, moge::remote::ClientOptions::default())?,
         None => Predictor::local(Arc::new(args.model.load()?.1)),
     };
     let decode = args.input.options();
     let mut failed = 0;
+    // Ctrl-C: the panorama in progress is finished, the rest left for --skip-existing.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    super::batch::install_signals(stop.clone());
     for input in &list {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            moge::errln!("moge: interrupted; run again with --skip-existing to do the rest");
+            return Ok(EXIT_INTERRUPTED);
+        }
         let started = Instant::now();
+        let stem = args.output.join(&input.rel);
+        if args.skip_existing && suffixes.iter().all(|s| moge::outputs::with_suffix(&stem, s).is_file()) {
+            if args.json {
+                moge::outln!("{}", serde_json::json!({ "input": input.path, "status": "skipped" }));
+            } else if !args.quiet {
+                moge::outln!("{}: skipped (its outputs exist)", input.path.display());
+            }
+            continue;
+        }
         let done = (|| -> Result<_> {
+            if let Some(problem) = &input.problem {
+                bail!("{problem}");
+            }
             let photo = moge::image_io::load_rgb_with(&input.path, &decode)?.image;
             let pano = predictor.predict_panorama(&photo, &plan, args.view_size)?;
-            let stem = args.output.join(&input.rel);
             if let Some(dir) = stem.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
             }
@@ -94,7 +134,7 @@ pub fn run(args: PanoramaArgs) -> Result<i32> {
                 "merge_ms": pano.merge_ms, "total_ms": ms, "outputs": names,
             });
             moge::outln!("{line}");
-        } else {
+        } else if !args.quiet {
             let median = median.map(|m| format!("{m:.3}")).unwrap_or_else(|| "none".into());
             moge::outln!(
                 "{}: {}x{} panorama, median distance {median}, metric scale {:.4}, {:.1} s (merge {:.0} ms) -> {}",

@@ -25,6 +25,28 @@ use super::npz::Compression;
 use super::{edges, exr, glb, json::DepthStats, ply, png, vis, with_suffix, write_atomic, Format, OutputOptions};
 use crate::panorama::Panorama;
 
+/// The suffixes of the files [`write`] makes for `opts`, in its order (`--skip-existing`).
+pub fn suffixes(opts: &OutputOptions) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let table: [(Format, &[&'static str]); 6] = [
+        (Format::Npz, &["npz"]),
+        (Format::Png, &["depth.png", "mask.png"]),
+        (Format::Exr, &["depth.exr", "points.exr"]),
+        (Format::Vis, &["depth_vis.png"]),
+        (Format::Ply, &["ply"]),
+        (Format::Glb, &["glb"]),
+    ];
+    for (format, names) in table {
+        if opts.wants(format) {
+            out.extend_from_slice(names);
+        }
+    }
+    if opts.wants_sidecar() {
+        out.push("json");
+    }
+    out
+}
+
 /// Writes the formats `opts` asks for (mp4 does not apply) beside `stem`; returns the files.
 pub fn write(stem: &Path, pano: &Panorama, image: &RgbImage, opts: &OutputOptions) -> Result<Vec<PathBuf>> {
     let p = &pano.prediction;

@@ -316,3 +316,69 @@ fn the_mesh_keeps_the_pixels_upstreams_keeps() {
     eprintln!("panorama ply: {n} vertices, upstream's mesh {upstream}");
     assert!((n as f64 / upstream as f64 - 1.0).abs() < 0.01, "{n} vertices vs upstream's {upstream}");
 }
+
+#[test]
+fn batch_panorama_is_the_panorama_command_with_shards_and_resuming() {
+    let mut z = fixture();
+    let size = z.i64("view_size").into_raw_vec_and_offset().0[0].to_string();
+    let tokens = z.i64("num_tokens").into_raw_vec_and_offset().0[0].to_string();
+    let weights = fixtures().join("tiny_normal.pt");
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir_all(inputs.join("sub")).unwrap();
+    for name in ["a.png", "sub/b.png"] {
+        std::fs::copy(fixtures().join("images/pano_384x192.png"), inputs.join(name)).unwrap();
+    }
+    let common = ["--weights", weights.to_str().unwrap(), "--precision", "f32", "--num-tokens", &tokens, "--format", "npz,json", "--json"];
+    let run = |cmd: &[&str], out: &std::path::Path| {
+        let mut args: Vec<&str> = cmd.to_vec();
+        args.extend([inputs.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        args.extend(common);
+        let o = crate::support::cli::run(&args);
+        let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (o, lines)
+    };
+    // The same files as `moge panorama`, the tree mirrored.
+    let (by_panorama, by_batch) = (dir.path().join("p"), dir.path().join("b"));
+    let (o, _) = run(&["panorama", "--view-size", &size], &by_panorama);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (o, lines) = run(&["batch", "--panorama", "--view-size", &size], &by_batch);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(lines.len(), 2);
+    let want = moge::outputs::panorama::suffixes(&moge::outputs::OutputOptions {
+        formats: vec![moge::outputs::Format::Npz, moge::outputs::Format::Json],
+        ..Default::default()
+    });
+    for rel in ["a", "sub/b"] {
+        let line = lines.iter().find(|l| l["input"].as_str().unwrap().ends_with(&format!("{rel}.png"))).unwrap();
+        let outputs: Vec<&str> = line["outputs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let named: Vec<String> = want.iter().map(|s| by_batch.join(format!("{rel}.{s}")).display().to_string()).collect();
+        assert_eq!(outputs, named, "the files written are the ones --skip-existing looks for");
+        let (a, b) = (std::fs::read(by_panorama.join(format!("{rel}.npz"))).unwrap(), std::fs::read(by_batch.join(format!("{rel}.npz"))).unwrap());
+        assert!(a == b, "{rel}: batch --panorama's npz differs from moge panorama's");
+    }
+    // Resuming: nothing is redone.
+    let before = std::fs::metadata(by_batch.join("a.npz")).unwrap().modified().unwrap();
+    let (o, lines) = run(&["batch", "--panorama", "--view-size", &size, "--skip-existing"], &by_batch);
+    assert!(o.status.success());
+    assert!(lines.iter().all(|l| l["status"] == "skipped") && lines.len() == 2, "{lines:?}");
+    assert_eq!(std::fs::metadata(by_batch.join("a.npz")).unwrap().modified().unwrap(), before);
+    // Shards: each panorama in exactly one.
+    let mut seen = Vec::new();
+    for shard in ["0/2", "1/2"] {
+        let out = dir.path().join(format!("s{}", &shard[..1]));
+        let (o, lines) = run(&["batch", "--panorama", "--view-size", &size, "--shard", shard], &out);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        seen.extend(lines.iter().map(|l| l["input"].as_str().unwrap().to_owned()));
+    }
+    seen.sort();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_ne!(seen[0], seen[1]);
+    // What only photos take is refused, with the reason.
+    let (o, _) = run(&["batch", "--panorama", "--fit", "pad"], &dir.path().join("x"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not apply to --panorama"), "{}", String::from_utf8_lossy(&o.stderr));
+    let (o, _) = run(&["batch", "--view-size", "128"], &dir.path().join("x"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--panorama"), "{}", String::from_utf8_lossy(&o.stderr));
+}
