@@ -6,7 +6,10 @@
 #     (`examples/panorama_merge.rs`), their times and how far apart the two maps are;
 #  2. `moge panorama` on a synthetic photo with CHECKPOINT, f32 and bf16: the views' time, the
 #     merge's, and the merge's share.
-# With UPSTREAM_VIEWS=1 it also times upstream's model on one 512 view (PyTorch fp32, 2 threads).
+# With UPSTREAM=1, 3. upstream's command on the same photo and checkpoint, as its
+# `infer_panorama.py` does it with the MoGe-2 class (its script loads MoGe-1's): split, the views
+# in batches of 4 through `model.infer` (PyTorch fp32, 2 threads) at TOKENS, the merge, the resize
+# and the points; outputs not written. TOKENS 3600 is upstream's default (resolution level 9).
 #
 #   scripts/bench-panorama.sh VENV CHECKPOINT [TOKENS]
 #
@@ -77,15 +80,34 @@ print(f"moge panorama 3840x1920, {sys.argv[2]}, {sys.argv[3]} tokens: {total:.2f
       f"= {100 * merge / (total - merge):.1f} % of the rest (reading, views, writing)")
 PY
 done
-if [ "${UPSTREAM_VIEWS:-0}" = 1 ]; then
-  "$venv/bin/python" - "$ckpt" "$tokens" <<'PY'
-import sys, time, torch
-torch.set_num_threads(2)
+if [ "${UPSTREAM:-0}" = 1 ]; then
+  "$venv/bin/python" - "$ckpt" "$tokens" "$work/pano.png" <<'PY'
+import sys, time, cv2, numpy as np, torch, utils3d
+from moge.utils.panorama import get_panorama_cameras, split_panorama_image, merge_panorama_depth, spherical_uv_to_directions
 from moge.model.v2 import MoGeModel
-m = MoGeModel.from_pretrained(sys.argv[1]).eval()
-x = torch.rand(1, 3, 512, 512)
+torch.set_num_threads(2)
+model = MoGeModel.from_pretrained(sys.argv[1]).eval()
+tokens = int(sys.argv[2])
+start = time.time()
+image = cv2.cvtColor(cv2.imread(sys.argv[3]), cv2.COLOR_BGR2RGB)
+height, width = image.shape[:2]
+ext, intr = get_panorama_cameras()
+views = split_panorama_image(image, ext, intr, 512)
+dist, masks = [], []
 with torch.no_grad():
-    s = time.time(); m.infer(x, fov_x=torch.tensor([90.0]), apply_mask=False, num_tokens=int(sys.argv[2])); t = time.time() - s
-print(f"upstream model, one 512 view, fp32: {t:.1f} s (x 12 = {12 * t:.0f} s)")
+    for i in range(0, len(views), 4):
+        t = torch.tensor(np.stack(views[i:i + 4]) / 255, dtype=torch.float32).permute(0, 3, 1, 2)
+        fov_x, _ = np.rad2deg(utils3d.np.intrinsics_to_fov(np.array(intr[i:i + 4])))
+        o = model.infer(t, fov_x=torch.tensor(fov_x, dtype=torch.float32), apply_mask=False, num_tokens=tokens)
+        dist.extend(list(o["points"].norm(dim=-1).numpy())); masks.extend(list(o["mask"].numpy()))
+views_s = time.time() - start
+s = time.time()
+d, m = merge_panorama_depth(min(1920, width), min(960, height), dist, masks, ext, intr)
+merge_s = time.time() - s
+d = cv2.resize(d.astype(np.float32), (width, height), cv2.INTER_LINEAR)
+m = cv2.resize(m.astype(np.uint8), (width, height), cv2.INTER_NEAREST) > 0
+points = d[:, :, None] * spherical_uv_to_directions(utils3d.np.uv_map(height, width))
+total = time.time() - start
+print(f"upstream's command (fp32), 3840x1920, {tokens} tokens: {total:.2f} s, of which the views {views_s:.2f} s, the merge {merge_s:.2f} s")
 PY
 fi

@@ -274,6 +274,38 @@ test("a photo dropped or pasted is run too", { timeout: 120_000 }, async () => {
   }
 });
 
+test("a large photo is drawn from every other pixel, and downloaded whole", { timeout: 180_000 }, async () => {
+  // 1600 x 1200, made by the browser as a JPEG (a phone photo's kind of file).
+  await page.evaluate(async () => {
+    document.getElementById("status").textContent = "";
+    const c = new OffscreenCanvas(1600, 1200);
+    const g = c.getContext("2d");
+    const grad = g.createLinearGradient(0, 0, 1600, 1200);
+    grad.addColorStop(0, "#3a6"); grad.addColorStop(0.5, "#ca4"); grad.addColorStop(1, "#46c");
+    g.fillStyle = grad;
+    g.fillRect(0, 0, 1600, 1200);
+    g.fillStyle = "#222";
+    g.fillRect(500, 300, 400, 600);
+    const blob = await c.convertToBlob({ type: "image/jpeg", quality: 0.9 });
+    const dt = new DataTransfer();
+    dt.items.add(new File([blob], "large.jpg", { type: "image/jpeg" }));
+    document.getElementById("drop").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+  });
+  await waitDone();
+  assert.match(await page.locator("#facts").textContent(), /1600 × 1200 pixels/);
+  const view = page.locator("#view3d");
+  assert.equal(await view.getAttribute("data-stride"), "2");
+  const shown = Number(await view.getAttribute("data-vertices"));
+  assert.ok(shown > 1000 && shown <= 800 * 600, `${shown} vertices drawn`);
+  const drawn = await canvas3d();
+  assert.ok(drawn.drawn > drawn.total * 0.05, `only ${drawn.drawn} of ${drawn.total} pixels drawn`);
+  const ply = await download("ply");
+  assert.equal(ply.name, "large.ply");
+  const header = ply.bytes.subarray(0, 400).toString("latin1");
+  const vertices = Number(/element vertex (\d+)/.exec(header)[1]);
+  assert.ok(vertices > 2 * shown, `the ply has ${vertices} vertices, the view ${shown}`);
+});
+
 test("a damaged photo, a non-photo, a too-large photo and a busy server are told in the page", { timeout: 120_000 }, async () => {
   const cut = path.join(tmp, "cut.jpg");
   const jpeg = fs.readFileSync(path.join(root, "tests/fixtures/images/exif_f35_26mm_80x60.jpg"));

@@ -8,6 +8,9 @@ import { depthPng, glb, ply } from "./export.js";
 import { Viewer } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
+// Pixels the 3D view draws at most: a larger map is drawn from every k-th pixel each way (the
+// downloads keep every pixel).
+const VIEW_PIXELS = 1_000_000;
 const state = { info: null, file: null, result: null, marks: [], viewer: null, request: null };
 
 function showError(message) {
@@ -198,19 +201,47 @@ async function show(file, buffer, meta) {
   measure();
 }
 
-// The surface again (a new answer, or new edge options) and the 3D view with it.
+// Every k-th pixel each way of the maps and the photo's pixels.
+function decimate(maps, rgba, k) {
+  const [w, h] = [Math.ceil(maps.width / k), Math.ceil(maps.height / k)];
+  const pick = (src, c) => {
+    const out = new src.constructor(w * h * c);
+    for (let y = 0; y < h; y++) for (let x = 0; x < w; x++) {
+      const [i, j] = [y * w + x, y * k * maps.width + x * k];
+      for (let q = 0; q < c; q++) out[i * c + q] = src[j * c + q];
+    }
+    return out;
+  };
+  const small = { width: w, height: h, points: pick(maps.points, 3), depth: pick(maps.depth, 1), mask: pick(maps.mask, 1), normal: maps.normal ? pick(maps.normal, 3) : null };
+  return [small, pick(rgba, 4)];
+}
+
+function rtol() {
+  return $("remove-edges").checked ? Number($("edge-rtol").value) || 0.04 : Infinity;
+}
+
+// The full surface, for the downloads (made when first asked for, for the current edge options).
+function fullSurface(r) {
+  if (!r.surface || r.surface.rtol !== rtol()) {
+    r.surface = buildSurface(r.maps, r.photo.rgba, rtol());
+    r.surface.rtol = rtol();
+  }
+  return r.surface;
+}
+
+// The 3D view again (a new answer, or new edge options).
 function rebuild() {
   const r = state.result;
   if (!r) return;
-  const rtol = $("remove-edges").checked ? Number($("edge-rtol").value) || 0.04 : Infinity;
-  r.surface = buildSurface(r.maps, r.photo.rgba, rtol);
-  r.rtol = rtol;
+  const k = Math.ceil(Math.sqrt((r.maps.width * r.maps.height) / VIEW_PIXELS));
+  const shown = k > 1 ? buildSurface(...decimate(r.maps, r.photo.rgba, k), rtol()) : fullSurface(r);
   if (state.viewer) {
     const fovY = ((r.meta.fov_y_deg ?? 60) * Math.PI) / 180;
-    state.viewer.setSurface(r.surface, fovY);
+    state.viewer.setSurface(shown, fovY);
     state.viewer.setMarks(markPoints());
   }
-  $("view3d").dataset.vertices = r.surface.count;
+  $("view3d").dataset.vertices = shown.count;
+  $("view3d").dataset.stride = k;
 }
 
 function facts(meta, maps) {
@@ -323,10 +354,10 @@ async function download(kind) {
   const version = state.info?.version ?? "";
   try {
     if (kind === "npz") [blob, suffix] = [new Blob([r.buffer], { type: "application/x-npz" }), "npz"];
-    else if (kind === "ply") [blob, suffix] = [new Blob([ply(r.surface, version)], { type: "application/octet-stream" }), "ply"];
+    else if (kind === "ply") [blob, suffix] = [new Blob([ply(fullSurface(r), version)], { type: "application/octet-stream" }), "ply"];
     else if (kind === "glb") {
       const png = new Uint8Array(await (await new Promise((ok) => r.photo.canvas.toBlob(ok, "image/png"))).arrayBuffer());
-      [blob, suffix] = [new Blob([glb(r.surface, png, version)], { type: "model/gltf-binary" }), "glb"];
+      [blob, suffix] = [new Blob([glb(fullSurface(r), png, version)], { type: "model/gltf-binary" }), "glb"];
     } else [blob, suffix] = [await depthPng(r.maps, state.info?.depth_png_scale ?? 0.001), "depth.png"];
   } catch (e) {
     showError(`${kind}: ${e.message}`);
