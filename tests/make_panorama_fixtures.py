@@ -7,6 +7,9 @@ script drives the same functions of `moge.utils.panorama` (`get_panorama_cameras
 points as the distance). Run from the repository root in the reference venv (see tests/make_fixtures.py):
 
     OMP_NUM_THREADS=2 python tests/make_panorama_fixtures.py
+    OMP_NUM_THREADS=2 python tests/make_panorama_fixtures.py --fullsize vits-normal SCRATCH/vits-normal.pt
+
+(the second with a synthetic full-size checkpoint of tests/make_fullsize_reference.py --save-checkpoint SCRATCH).
 
 One solver is made to converge, as in moge: upstream's `recover_focal_shift` finds each view's z-shift with
 scipy's Levenberg-Marquardt at `ftol=1e-3`, which stops short of the minimum; moge solves it to full convergence
@@ -104,6 +107,54 @@ def remap_checks(rng) -> dict:
     }
 
 
+def reference(model, image, view, tokens, coarse=False):
+    """Upstream's steps on `image` with `model`: the views, their distances and masks, the merge (and at half
+    the size with `coarse`), each view's offset to the merged map and the metric factor."""
+    h, w = image.shape[:2]
+    extrinsics, intrinsics = pano.get_panorama_cameras()
+    views = pano.split_panorama_image(image, extrinsics, intrinsics, view)
+
+    distances, masks = [], []
+    with torch.no_grad():
+        for i in range(0, len(views), 4):   # upstream's batch size
+            t = torch.tensor(np.stack(views[i:i + 4]) / 255, dtype=torch.float32).permute(0, 3, 1, 2)
+            fov_x, _ = np.rad2deg(utils3d.np.intrinsics_to_fov(np.array(intrinsics[i:i + 4])))
+            o = model.infer(t, fov_x=torch.tensor(fov_x, dtype=torch.float32), apply_mask=False, num_tokens=tokens)
+            distances.extend(list(o["points"].norm(dim=-1).numpy()))
+            masks.extend(list(o["mask"].numpy()))
+
+    mw, mh = min(1920, w), min(960, h)
+    merged, merged_mask = pano.merge_panorama_depth(mw, mh, distances, masks, extrinsics, intrinsics)
+    coarse_maps = pano.merge_panorama_depth(mw // 2, mh // 2, distances, masks, extrinsics, intrinsics) if coarse else None
+
+    offsets = []
+    for logd, m in remapped_views(mw, mh, distances, masks, extrinsics, intrinsics):
+        offsets.append(np.median((logd - np.log(merged))[m]) if m.any() else np.nan)
+    offsets = np.array(offsets)
+    factor = np.exp(np.median(offsets[np.isfinite(offsets)]))
+
+    distance = cv2.resize((merged * factor).astype(np.float32), (w, h), cv2.INTER_LINEAR)
+    mask = cv2.resize(merged_mask.astype(np.uint8), (w, h), cv2.INTER_NEAREST) > 0
+    return dict(extrinsics=extrinsics, intrinsics=intrinsics, views=views, distances=distances, masks=masks,
+                merged=merged, merged_mask=merged_mask, coarse=coarse_maps, offsets=offsets, factor=factor,
+                distance=distance, mask=mask)
+
+
+def fullsize(variant: str, checkpoint: str):
+    """The same panorama through a full-size architecture (a synthetic checkpoint of
+    tests/make_fullsize_reference.py --save-checkpoint): its merged map at metric scale and mask."""
+    from moge.model.v2 import MoGeModel
+    model = MoGeModel.from_pretrained(checkpoint).eval()
+    image = cv2.cvtColor(cv2.imread(str(FIX / "images" / "pano_384x192.png")), cv2.COLOR_BGR2RGB)
+    r = reference(model, image, VIEW, TOKENS)
+    np.savez_compressed(
+        FIX / "panorama" / f"{variant}_384x192.npz",
+        distance=r["distance"], mask=r["mask"].astype(np.uint8), metric_factor=np.float64(r["factor"]),
+        view_size=np.int64(VIEW), num_tokens=np.int64(TOKENS),
+    )
+    print(variant, "mask share", float(r["mask"].mean()), "factor", r["factor"])
+
+
 def main():
     torch.set_num_threads(2)
     scipy.optimize.least_squares = converged_least_squares   # imported inside solve_optimal_shift at each call
@@ -122,30 +173,13 @@ def main():
     from moge.model.v2 import MoGeModel
     model = MoGeModel.from_pretrained(str(FIX / "tiny_normal.pt")).eval()
 
-    extrinsics, intrinsics = pano.get_panorama_cameras()
-    views = pano.split_panorama_image(image, extrinsics, intrinsics, VIEW)
+    r = reference(model, image, VIEW, TOKENS, coarse=True)
+    extrinsics, intrinsics, views = r["extrinsics"], r["intrinsics"], r["views"]
+    distances, masks, merged, merged_mask = r["distances"], r["masks"], r["merged"], r["merged_mask"]
+    coarse, coarse_mask = r["coarse"]
+    offsets, factor = r["offsets"], r["factor"]
 
-    distances, masks = [], []
-    with torch.no_grad():
-        for i in range(0, len(views), 4):   # upstream's batch size
-            t = torch.tensor(np.stack(views[i:i + 4]) / 255, dtype=torch.float32).permute(0, 3, 1, 2)
-            fov_x, _ = np.rad2deg(utils3d.np.intrinsics_to_fov(np.array(intrinsics[i:i + 4])))
-            o = model.infer(t, fov_x=torch.tensor(fov_x, dtype=torch.float32), apply_mask=False, num_tokens=TOKENS)
-            distances.extend(list(o["points"].norm(dim=-1).numpy()))
-            masks.extend(list(o["mask"].numpy()))
-
-    mw, mh = min(1920, w), min(960, h)
-    merged, merged_mask = pano.merge_panorama_depth(mw, mh, distances, masks, extrinsics, intrinsics)
-    coarse, coarse_mask = pano.merge_panorama_depth(mw // 2, mh // 2, distances, masks, extrinsics, intrinsics)
-
-    offsets = []
-    for logd, m in remapped_views(mw, mh, distances, masks, extrinsics, intrinsics):
-        offsets.append(np.median((logd - np.log(merged))[m]) if m.any() else np.nan)
-    offsets = np.array(offsets)
-    factor = np.exp(np.median(offsets[np.isfinite(offsets)]))
-
-    distance = cv2.resize((merged * factor).astype(np.float32), (w, h), cv2.INTER_LINEAR)
-    mask = cv2.resize(merged_mask.astype(np.uint8), (w, h), cv2.INTER_NEAREST) > 0
+    distance, mask = r["distance"], r["mask"]
     points = distance[:, :, None] * pano.spherical_uv_to_directions(utils3d.np.uv_map(h, w))
     # The mesh's pixels, as infer_panorama.py chooses them (its --threshold default 0.03).
     normals, normals_mask = utils3d.np.point_map_to_normal_map(points, mask)
@@ -178,4 +212,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    torch.set_num_threads(2)
+    scipy.optimize.least_squares = converged_least_squares
+    if sys.argv[1:2] == ["--fullsize"]:
+        fullsize(sys.argv[2], sys.argv[3])
+    else:
+        main()

@@ -382,3 +382,30 @@ fn batch_panorama_is_the_panorama_command_with_shards_and_resuming() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--panorama"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// The fixture panorama through the full-size ViT-S (synthetic weights, regenerated here bit for
+/// bit) against upstream's steps on the same checkpoint (`tests/make_panorama_fixtures.py
+/// --fullsize`): the merged map at metric scale and the mask.
+#[test]
+fn a_full_size_vit_s_makes_upstreams_panorama() {
+    let mut z = Npz::open(&fixtures().join("panorama/vits-normal_384x192.npz"));
+    let size = z.i64("view_size").into_raw_vec_and_offset().0[0] as usize;
+    let tokens = z.i64("num_tokens").into_raw_vec_and_offset().0[0] as u32;
+    let (config, tensors) = crate::support::reference::fullsize_weights("vits-normal");
+    let model = moge::Model::build(config, tensors, &moge::model::BuildOptions::default()).unwrap();
+    let predictor = moge::Predictor::local(std::sync::Arc::new(model));
+    let photo = moge::image_io::load_rgb(&fixtures().join("images/pano_384x192.png"), true).unwrap();
+    let plan = moge::Plan { infer: moge::InferOptions { num_tokens: Some(tokens), ..Default::default() }, ..Default::default() };
+    let pano = predictor.predict_panorama(&photo, &plan, size).unwrap();
+    let p = &pano.prediction;
+    let want = z.vec_f32("distance");
+    let want_mask = bools(&z.u8("mask").into_raw_vec_and_offset().0);
+    let agree = agreement(&p.mask, &want_mask);
+    let both: Vec<usize> = (0..want.len()).filter(|&i| p.mask[i] && want_mask[i]).collect();
+    let (g, w): (Vec<f32>, Vec<f32>) = both.iter().map(|&i| (pano.distance[i], want[i])).unzip();
+    let (r, rel) = (pcc(&g, &w), median_rel(&g, &w));
+    let factor = z.f64("metric_factor").into_raw_vec_and_offset().0[0] as f32;
+    eprintln!("ViT-S panorama: PCC {r:.7}, median rel {rel:.2e}, mask {agree:.5}, metric scale {} vs {factor}", p.metric_scale);
+    assert!(r >= 0.9999 && rel <= 1e-3 && agree >= 0.995, "PCC {r}, median rel {rel}, mask {agree}");
+    assert!((p.metric_scale / factor - 1.0).abs() < 2e-3, "metric scale {} vs {factor}", p.metric_scale);
+}
