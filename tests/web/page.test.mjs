@@ -10,6 +10,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import fs from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -323,11 +324,25 @@ test("a damaged photo, a non-photo, a too-large photo and a busy server are told
   await page.screenshot({ path: path.join(shots, "page-error.png"), fullPage: true });
   assert.match(await shown(text), /^notes\.png: image: /);
   assert.match(await shown(big), /^big\.png: 1\.2 MB, over this server's limit of 1\.0 MB/);
-  // A busy server's own answer (as /predict gives it with its queue full), through the page.
-  await page.route("**/predict?**", (route) =>
-    route.fulfill({ status: 503, headers: { "retry-after": "1", "content-type": "application/json" }, body: JSON.stringify({ error: "busy: the device queue is full" }) }));
-  assert.match(await shown(photo), /^rgb_64x48\.png: The server is busy: busy: the device queue is full/);
-  await page.unroute("**/predict?**");
+  // A busy server: the server's four slots (--queue 4) held by requests whose bodies have not
+  // arrived, so that the page's is the fifth; its 503 is shown in the page.
+  const { port, hostname } = new URL(url);
+  const held = await Promise.all([0, 1, 2, 3].map(() => new Promise((ok, fail) => {
+    const socket = net.connect(Number(port), hostname, () => {
+      socket.write("POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: 100000\r\n\r\n\x89PNG");
+      ok(socket);
+    });
+    socket.on("error", fail);
+  })));
+  // Each is admitted once the server has read its head: until then a fifth could get in.
+  const t0 = Date.now();
+  while (Date.now() - t0 < 10_000) {
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    if (/^moge_requests_in_progress 4$/m.test(metrics)) break;
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  assert.match(await shown(photo), /^rgb_64x48\.png: The server is busy: busy: 4 requests in progress/);
+  for (const socket of held) socket.destroy();
   // Once the server takes it again, Run runs the same photo.
   await page.click("#run");
   await waitDone();
