@@ -124,6 +124,8 @@ function run() {
     if (state.request === xhr) state.request = null;
     $("run").disabled = false;
   };
+  // A new photo or Run replaces a request in flight: its timer stops with it.
+  xhr.onabort = done;
   xhr.onerror = () => {
     done();
     setStatus("");
