@@ -181,6 +181,12 @@ pub(super) fn install_signals(stop: Arc<AtomicBool>) {
     });
 }
 
+/// What a run whose shard holds none of the `total` inputs says (it exits 0).
+pub(super) fn say_none_in_shard(shard: Option<Shard>, total: usize, what: &str) {
+    let s = shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
+    moge::errln!("moge: {s} has none of the {total} {what}");
+}
+
 /// Creates `dir` and checks that a file can be written there.
 pub fn check_output_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the output directory", dir.display()))?;
@@ -199,8 +205,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
     if inputs.is_empty() {
         if !args.quiet {
-            let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
-            moge::errln!("moge: {s} has none of the {total} images");
+            say_none_in_shard(args.shard, total, "images");
         }
         return Ok(EXIT_OK);
     }

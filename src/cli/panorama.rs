@@ -72,8 +72,7 @@ pub fn run(args: PanoramaArgs) -> Result<i32> {
     let (list, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
     if list.is_empty() {
         if !args.quiet {
-            let s = args.shard.map(|s| format!("shard {}/{}", s.index, s.count)).unwrap_or_default();
-            moge::errln!("moge: {s} has none of the {total} panoramas");
+            super::batch::say_none_in_shard(args.shard, total, "panoramas");
         }
         return Ok(EXIT_OK);
     }

@@ -5,37 +5,16 @@
 
 use image::RgbImage;
 
+use crate::geometry::edges::depth_edge;
 use crate::geometry::uv::linspace;
 use crate::infer::Prediction;
 
-/// `mask & !depth_edge(depth, rtol)`: a pixel is an edge when the depth range over its 3x3
-/// neighbourhood (inside the image) divided by its depth exceeds `rtol`. A masked (+inf)
-/// neighbour makes the range infinite, so the pixels along the mask border go too; NaN
+/// `mask & !depth_edge(depth, rtol)` ([`depth_edge`]): a pixel is an edge when the depth range
+/// over its 3x3 neighbourhood (inside the image) divided by its depth exceeds `rtol`. A masked
+/// (+inf) neighbour makes the range infinite, so the pixels along the mask border go too; NaN
 /// comparisons are false, as in numpy.
 pub fn clean_mask(depth: &[f32], mask: &[bool], width: usize, height: usize, rtol: f32) -> Vec<bool> {
-    let mut out = vec![false; width * height];
-    for y in 0..height {
-        for x in 0..width {
-            let i = y * width + x;
-            if !mask[i] {
-                continue;
-            }
-            let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-            for yy in y.saturating_sub(1)..(y + 2).min(height) {
-                for xx in x.saturating_sub(1)..(x + 2).min(width) {
-                    let d = depth[yy * width + xx];
-                    // max/min ignore NaN, as torch's max_pool / numpy's nanmax.
-                    if !d.is_nan() {
-                        lo = lo.min(d);
-                        hi = hi.max(d);
-                    }
-                }
-            }
-            let edge = (hi - lo) / depth[i] > rtol;
-            out[i] = !edge;
-        }
-    }
-    out
+    mask.iter().zip(depth_edge(depth, width, height, rtol)).map(|(&m, edge)| m && !edge).collect()
 }
 
 /// Vertices (used pixels in row-major order) and triangles, in OpenGL axes.

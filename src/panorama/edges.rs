@@ -9,6 +9,7 @@
 //! (`ndarray.max`) and the pooling after it ignores (`nanmax`).
 
 use super::cameras;
+use crate::geometry::edges::depth_edge;
 
 /// `utils3d.np.normal_map_edge`'s tolerance in `infer_panorama.py`, degrees.
 const NORMAL_TOL_DEGREES: f64 = 5.0;
@@ -116,28 +117,6 @@ pub fn normal_edge(normals: &[[f32; 3]], valid: &[bool], width: usize, height: u
                 }
             }
             edge[y * width + x] = pooled > tol;
-        }
-    }
-    edge
-}
-
-/// `depth_map_edge(distance, rtol)` without a mask: the range over the 3x3 neighbourhood
-/// inside the picture, over the distance, above `rtol`.
-pub fn depth_edge(distance: &[f32], width: usize, height: usize, rtol: f32) -> Vec<bool> {
-    let mut edge = vec![false; width * height];
-    for y in 0..height {
-        for x in 0..width {
-            let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-            for yy in y.saturating_sub(1)..(y + 2).min(height) {
-                for xx in x.saturating_sub(1)..(x + 2).min(width) {
-                    let d = distance[yy * width + xx];
-                    if !d.is_nan() {
-                        lo = lo.min(d);
-                        hi = hi.max(d);
-                    }
-                }
-            }
-            edge[y * width + x] = (hi - lo) / distance[y * width + x] > rtol;
         }
     }
     edge

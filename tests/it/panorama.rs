@@ -26,6 +26,18 @@ fn median_rel(a: &[f32], b: &[f32]) -> f64 {
     merge::median(&mut r)
 }
 
+/// `moge panorama INPUT -o OUT` as the fixture was made (the tiny model in f32, the fixture's
+/// view size and tokens), then `extra`.
+fn panorama_cli(z: &mut Npz, input: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let size = z.i64("view_size").into_raw_vec_and_offset().0[0].to_string();
+    let tokens = z.i64("num_tokens").into_raw_vec_and_offset().0[0].to_string();
+    let weights = fixtures().join("tiny_normal.pt");
+    let mut args = vec!["panorama", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--weights", weights.to_str().unwrap()];
+    args.extend(["--precision", "f32", "--view-size", &size, "--num-tokens", &tokens]);
+    args.extend(extra);
+    crate::support::cli::run(&args)
+}
+
 #[test]
 fn the_views_cameras_are_upstreams() {
     let mut z = fixture();
@@ -166,8 +178,6 @@ fn the_views_through_the_model_match_upstreams() {
 #[test]
 fn the_command_makes_upstreams_panorama_at_metric_scale() {
     let mut z = fixture();
-    let size = z.i64("view_size").into_raw_vec_and_offset().0[0].to_string();
-    let tokens = z.i64("num_tokens").into_raw_vec_and_offset().0[0].to_string();
     let dir = tempfile::tempdir().unwrap();
     let inputs = dir.path().join("in");
     std::fs::create_dir(&inputs).unwrap();
@@ -177,24 +187,7 @@ fn the_command_makes_upstreams_panorama_at_metric_scale() {
     let png = std::fs::read(fixtures().join("images/pano_384x192.png")).unwrap();
     std::fs::write(inputs.join("cut.png"), &png[..png.len() / 3]).unwrap();
     let out = dir.path().join("out");
-    let weights = fixtures().join("tiny_normal.pt");
-    let o = crate::support::cli::run(&[
-        "panorama",
-        inputs.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--weights",
-        weights.to_str().unwrap(),
-        "--precision",
-        "f32",
-        "--view-size",
-        &size,
-        "--num-tokens",
-        &tokens,
-        "--format",
-        "npz,json,png,exr,ply,glb,vis",
-        "--json",
-    ]);
+    let o = panorama_cli(&mut z, &inputs, &out, &["--format", "npz,json,png,exr,ply,glb,vis", "--json"]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "some inputs fail: {stderr}");
     assert!(stderr.contains("photo.png") && stderr.contains("twice its height"), "{stderr}");
@@ -288,26 +281,8 @@ fn the_mesh_keeps_the_pixels_upstreams_keeps() {
 
     // Through the command: the ply's vertices are upstream's mesh's, within the maps' agreement.
     let dir = tempfile::tempdir().unwrap();
-    let weights = fixtures().join("tiny_normal.pt");
-    let size = z.i64("view_size").into_raw_vec_and_offset().0[0].to_string();
-    let tokens = z.i64("num_tokens").into_raw_vec_and_offset().0[0].to_string();
     let pano = fixtures().join("images/pano_384x192.png");
-    let o = crate::support::cli::run(&[
-        "panorama",
-        pano.to_str().unwrap(),
-        "-o",
-        dir.path().to_str().unwrap(),
-        "--weights",
-        weights.to_str().unwrap(),
-        "--precision",
-        "f32",
-        "--view-size",
-        &size,
-        "--num-tokens",
-        &tokens,
-        "--format",
-        "ply",
-    ]);
+    let o = panorama_cli(&mut z, &pano, dir.path(), &["--format", "ply"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let ply = std::fs::read(dir.path().join("pano_384x192.ply")).unwrap();
     let header = String::from_utf8_lossy(&ply[..ply.len().min(600)]).into_owned();

@@ -81,6 +81,17 @@ async function canvas3d() {
   });
 }
 
+// A left-button drag across the 3D view from its centre, by (dx, dy) pixels.
+async function drag(dx, dy, steps) {
+  const box = await page.locator("#view3d").boundingBox();
+  const [x, y] = [box.x + box.width / 2, box.y + box.height / 2];
+  await page.mouse.move(x, y);
+  await page.mouse.down();
+  await page.mouse.move(x + dx, y + dy, { steps });
+  await page.mouse.up();
+  await frames();
+}
+
 async function waitDone() {
   await page.waitForFunction(() => /^Done/.test(document.getElementById("status").textContent) || !document.getElementById("error").hidden, null, { timeout: 60_000 });
   const error = await page.locator("#error").textContent();
@@ -174,12 +185,7 @@ test("the 3D view draws the surface, and turns with the mouse", { timeout: 120_0
   assert.ok(vertices > 100, `${vertices} vertices`);
   const first = await canvas3d();
   assert.ok(first.drawn > first.total * 0.05, `only ${first.drawn} of ${first.total} pixels drawn`);
-  const box = await page.locator("#view3d").boundingBox();
-  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-  await page.mouse.down();
-  await page.mouse.move(box.x + box.width / 2 + 160, box.y + box.height / 2 + 60, { steps: 8 });
-  await page.mouse.up();
-  await frames();
+  await drag(160, 60, 8);
   const turned = await canvas3d();
   assert.notEqual(turned.digest, first.digest, "dragging did not change the view");
   assert.ok(turned.drawn > turned.total * 0.02, `after turning, only ${turned.drawn} pixels drawn`);
@@ -215,12 +221,7 @@ test("two clicked pixels give the distance between their points in the server's 
   assert.ok(Math.abs(got - want) <= 1e-6 * want, `measured ${got}, the points give ${want}`);
   assert.match(await m.textContent(), new RegExp(`${want.toFixed(3)} m`));
   // Turned a little, for the picture of the page (README.md shows it).
-  const view = await page.locator("#view3d").boundingBox();
-  await page.mouse.move(view.x + view.width / 2, view.y + view.height / 2);
-  await page.mouse.down();
-  await page.mouse.move(view.x + view.width / 2 + 70, view.y + view.height / 2 + 25, { steps: 5 });
-  await page.mouse.up();
-  await frames();
+  await drag(70, 25, 5);
   await page.screenshot({ path: path.join(shots, "page.png"), fullPage: true });
 });
 
