@@ -34,19 +34,40 @@ fn number(exif: &::exif::Exif, tag: Tag) -> Option<f64> {
 
 /// The horizontal field of view of the photo whose raw EXIF block is `raw`, stored as
 /// `stored` (width, height) and shown rotated by a quarter turn when `quarter_turn`; `None`
-/// where the EXIF gives no focal length this can use.
-pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<KnownFov> {
-    let exif = Reader::new().read_raw(raw.to_vec()).ok()?;
+/// where the EXIF gives no focal length this can use, an error (the reason) where the EXIF
+/// cannot be read at all.
+pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Result<Option<KnownFov>, String> {
+    Ok(fov_of(&read_lenient(raw)?, stored, quarter_turn))
+}
+
+/// The EXIF's entries that are whole. Writers lay EXIF out loosely: piexif ends the Exif IFD
+/// without the next-IFD offset that the TIFF layout asks for (PIL and exiftool read past it),
+/// so a damaged part costs only its own entries.
+fn read_lenient(raw: &[u8]) -> Result<::exif::Exif, String> {
+    match Reader::new().continue_on_error(true).read_raw(raw.to_vec()) {
+        Ok(exif) => Ok(exif),
+        Err(::exif::Error::PartialResult(partial)) => {
+            let (exif, errors) = partial.into_inner();
+            match errors.first() {
+                Some(e) if exif.fields().next().is_none() => Err(e.to_string()),
+                _ => Ok(exif),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn fov_of(exif: &::exif::Exif, stored: (u32, u32), quarter_turn: bool) -> Option<KnownFov> {
     let (sw, sh) = (stored.0 as f64, stored.1 as f64);
     let (w, h) = if quarter_turn { (sh, sw) } else { (sw, sh) };
-    if let Some(f35) = number(&exif, Tag::FocalLengthIn35mmFilm) {
+    if let Some(f35) = number(exif, Tag::FocalLengthIn35mmFilm) {
         let half_diagonal = FULL_FRAME_DIAGONAL / (2.0 * f35);
         let fov = degrees(half_diagonal * w / w.hypot(h));
         return finite(fov, format!("FocalLengthIn35mmFilm {f35} mm"));
     }
-    let focal_mm = number(&exif, Tag::FocalLength)?;
-    let per_unit = number(&exif, Tag::FocalPlaneXResolution)?;
-    let unit_mm = match number(&exif, Tag::FocalPlaneResolutionUnit).unwrap_or(2.0) as u32 {
+    let focal_mm = number(exif, Tag::FocalLength)?;
+    let per_unit = number(exif, Tag::FocalPlaneXResolution)?;
+    let unit_mm = match number(exif, Tag::FocalPlaneResolutionUnit).unwrap_or(2.0) as u32 {
         2 => 25.4,
         3 => 10.0,
         4 => 1.0,
@@ -55,7 +76,7 @@ pub fn fov_x(raw: &[u8], stored: (u32, u32), quarter_turn: bool) -> Option<Known
     };
     // The resolution is of the sensor's pixels, which PixelXDimension counts; a photo scaled
     // down after it was taken keeps its EXIF.
-    let sensor_width = number(&exif, Tag::PixelXDimension).unwrap_or(sw);
+    let sensor_width = number(exif, Tag::PixelXDimension).unwrap_or(sw);
     let focal_px = focal_mm * per_unit / unit_mm * (sw / sensor_width);
     let fov = degrees(w / (2.0 * focal_px));
     finite(fov, format!("FocalLength {focal_mm} mm at FocalPlaneXResolution {per_unit} per {unit_mm} mm"))

@@ -47,13 +47,17 @@ pub fn decode(bytes: &[u8], opts: &DecodeOptions, kind: &str) -> Result<(Decoded
     // The stored image turned a quarter by `irot` when the decoded one lies the other way (a
     // crop may have changed its size, not its orientation).
     let turned = (handle.ispe_width() > handle.ispe_height()) != (ow > oh) && ow != oh;
-    let known_fov = match opts.fov {
+    let known = match opts.fov {
         // The tags describe the sensor as stored; `fov_x` turns them to the photo as shown.
-        FovFrom::Exif => exif(&handle).and_then(|raw| focal::fov_x(&raw, if turned { (oh, ow) } else { (ow, oh) }, turned)),
-        other => other.of_matrix(ow, oh),
+        FovFrom::Exif => exif(&handle).map_or(Ok(None), |raw| focal::fov_x(&raw, if turned { (oh, ow) } else { (ow, oh) }, turned)),
+        other => Ok(other.of_matrix(ow, oh)),
+    };
+    let (known_fov, exif_unreadable) = match known {
+        Ok(fov) => (fov, None),
+        Err(why) => (None, Some(why)),
     };
     let source = Source { format: None, oriented: turned, wide_samples: handle.luma_bits_per_pixel() > 8, damaged: false };
-    Ok((Decoded { image: rgb, warning: None, known_fov }, source))
+    Ok((Decoded { image: rgb, warning: None, known_fov, exif_unreadable }, source))
 }
 
 /// The photo's EXIF as a TIFF stream: HEIF stores it in an `Exif` item whose first 4 bytes

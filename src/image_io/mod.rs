@@ -103,6 +103,8 @@ pub struct Decoded {
     pub warning: Option<String>,
     /// The field of view from the EXIF focal length, when asked for and there.
     pub known_fov: Option<KnownFov>,
+    /// Why the EXIF asked for could not be read at all (`--fov-x exif`).
+    pub exif_unreadable: Option<String>,
 }
 
 /// What the file held beyond its pixels: whether another decoder given the same bytes (a
@@ -216,9 +218,17 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
         FovFrom::Exif => {
             use image::metadata::Orientation as O;
             let turned = opts.apply_exif && matches!(orientation, Some(O::Rotate90 | O::Rotate270 | O::Rotate90FlipH | O::Rotate270FlipH));
-            decoder.exif_metadata().ok().flatten().and_then(|raw| focal::fov_x(&raw, (w, h), turned))
+            match decoder.exif_metadata() {
+                Ok(Some(raw)) => focal::fov_x(&raw, (w, h), turned),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
         }
-        _ => None,
+        _ => Ok(None),
+    };
+    let (known_fov, exif_unreadable) = match known_fov {
+        Ok(fov) => (fov, None),
+        Err(why) => (None, Some(why)),
     };
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(e, &name, bytes.len()))?;
     if let Some(o) = orientation.filter(|_| opts.apply_exif) {
@@ -228,7 +238,7 @@ pub fn decode_bytes_with_source(bytes: &[u8], opts: &DecodeOptions) -> Result<(D
     check_min_side(rgb.width(), rgb.height())?;
     let known_fov = known_fov.or_else(|| opts.fov.of_matrix(rgb.width(), rgb.height()));
     let source = Source { format: Some(format), oriented: orientation.is_some(), wide_samples, damaged: warning.is_some() };
-    Ok((Decoded { image: rgb, warning, known_fov }, source))
+    Ok((Decoded { image: rgb, warning, known_fov, exif_unreadable }, source))
 }
 
 /// An image decoded elsewhere (a video's frame) as a decoded photo: the size checked and the
@@ -237,7 +247,7 @@ pub fn from_pixels(image: RgbImage, opts: &DecodeOptions) -> Result<Decoded> {
     let (w, h) = image.dimensions();
     check_pixels(w, h, opts.max_pixels)?;
     check_min_side(w, h)?;
-    Ok(Decoded { known_fov: opts.fov.of_matrix(w, h), image, warning: None })
+    Ok(Decoded { known_fov: opts.fov.of_matrix(w, h), image, warning: None, exif_unreadable: None })
 }
 
 /// `HEIC/HEIF` or `AVIF` for a file in those ISO base media containers (an `ftyp` box first,

@@ -79,6 +79,8 @@ pub struct Staged<J> {
     pub warning: Option<String>,
     /// The field of view read from the photo's EXIF and used for it (`--fov-x exif`).
     pub known_fov: Option<crate::image_io::KnownFov>,
+    /// Why the photo's EXIF could not be read, where it was asked for.
+    pub exif_unreadable: Option<String>,
     /// What the middle stage takes of the photo.
     pub job: J,
     pub decode_ms: f64,

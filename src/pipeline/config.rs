@@ -92,6 +92,7 @@ impl Config {
     pub(super) fn inference_info(
         &self,
         known: Option<&KnownFov>,
+        exif_unreadable: Option<&str>,
         device: String,
         num_tokens: u32,
         grid: (usize, usize),
@@ -109,7 +110,10 @@ impl Config {
                 (Some(f), _, FovFrom::Exif) => format!("exif: {}", f.from),
                 (Some(f), _, _) => f.from.clone(),
                 (None, Some(_), _) => "given".into(),
-                (None, None, FovFrom::Exif) => "estimated: no EXIF focal length".into(),
+                (None, None, FovFrom::Exif) => match exif_unreadable {
+                    Some(why) => format!("estimated: EXIF unreadable: {why}"),
+                    None => "estimated: no EXIF focal length".into(),
+                },
                 (None, None, _) => "estimated".into(),
             },
             server,

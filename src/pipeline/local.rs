@@ -51,11 +51,11 @@ impl Backend for LocalBackend {
 
     fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staged<Placed>> {
         let t = Instant::now();
-        let crate::image_io::Decoded { image: photo, warning, known_fov } = input.decode(decode)?;
+        let crate::image_io::Decoded { image: photo, warning, known_fov, exif_unreadable } = input.decode(decode)?;
         let decode_ms = ms(t);
         let job = plan::prepare(self.model(), &photo, &plan.with_known_fov(known_fov.as_ref()))?;
         let prepare_ms = job.prepare_ms;
-        Ok(Staged { photo, warning, known_fov, job, decode_ms, prepare_ms })
+        Ok(Staged { photo, warning, known_fov, exif_unreadable, job, decode_ms, prepare_ms })
     }
 
     fn forward(&self, placed: Placed) -> Result<LocalAnswer> {

@@ -87,7 +87,7 @@ pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staged<Upload>> {
     }
     .with_context(|| format!("{}: cannot encode the photo for the server", input.name()))?;
     let job = Upload { bytes: send, fov_x: d.known_fov.as_ref().map(|f| f.degrees) };
-    Ok(Staged { photo: d.image, warning: d.warning, known_fov: d.known_fov, job, decode_ms, prepare_ms: ms(t) })
+    Ok(Staged { photo: d.image, warning: d.warning, known_fov: d.known_fov, exif_unreadable: d.exif_unreadable, job, decode_ms, prepare_ms: ms(t) })
 }
 
 /// `client`'s answer `r` for a photo of `photo_size`, and what the sidecar says of the server.

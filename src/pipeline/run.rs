@@ -88,6 +88,7 @@ pub(super) struct Photo {
     timings: Timings,
     warning: Option<String>,
     known_fov: Option<crate::image_io::KnownFov>,
+    exif_unreadable: Option<String>,
 }
 
 /// Staged photos kept for the forward-only comparison of `--stats`.
@@ -266,7 +267,10 @@ pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: 
     let size = (s.photo.width() as usize, s.photo.height() as usize);
     let image = cfg.outputs.needs_image().then_some(s.photo);
     let warning = s.warning.map(|w| format!("{}: {w}", input.name()));
-    Ok(InFlight { photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov }, work: s.job })
+    Ok(InFlight {
+        photo: Photo { input: input.clone(), image, size, timings, warning, known_fov: s.known_fov, exif_unreadable: s.exif_unreadable },
+        work: s.job,
+    })
 }
 
 /// The middle stage: the backend's lanes over a bounded queue. What is queued once the run
@@ -368,7 +372,14 @@ pub(super) fn encode<B: Backend>(
     let t = Instant::now();
     let mut sidecar = cfg.outputs.wants_sidecar().then(|| {
         let model = ModelInfo { id: backend.model_id(&cfg.model_id), weights_sha256: sha.get_or_init(|| backend.weights_digest(&cfg.weights)).clone() };
-        let inference = cfg.inference_info(photo.known_fov.as_ref(), finished.device, finished.num_tokens, finished.grid, finished.server);
+        let inference = cfg.inference_info(
+            photo.known_fov.as_ref(),
+            photo.exif_unreadable.as_deref(),
+            finished.device,
+            finished.num_tokens,
+            finished.grid,
+            finished.server,
+        );
         let input = photo.input.path.display().to_string();
         let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
         s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale });

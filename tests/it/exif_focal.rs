@@ -254,3 +254,26 @@ fn the_bindings_exif_fixture_is_what_this_writer_makes() {
     }
     assert!(std::fs::read(&path).unwrap_or_default() == made, "{} is stale: MOGE_UPDATE_FIXTURES=1 remakes it", path.display());
 }
+
+/// EXIF as tools write it (`tests/make_exif_fixtures.py`: piexif, PIL, exiftool, each a 35 mm
+/// equivalent of 26 mm on an 80x60 photo): every one is read, piexif's Exif IFD without its
+/// next-IFD offset included; an EXIF that cannot be read is said to be so, with the reason.
+#[test]
+fn exif_written_by_piexif_pil_and_exiftool_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = fixtures().join("images/exif_tools");
+    let out = dir.path().join("out");
+    let r = local_batch(&photos, &out, &["--fov-x", "exif", "--format", "json"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let want = degrees(36f64.hypot(24.0) / (2.0 * 26.0) * 80.0 / 100.0);
+    let side = |name: &str| -> Value { serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap() };
+    for name in ["piexif", "pil", "exiftool"] {
+        let s = side(name);
+        assert!((s["fov_x"].as_f64().unwrap() - want).abs() < 1e-3, "{name}: fov_x {} against the tags' {want}", s["fov_x"]);
+        assert_eq!(s["inference"]["fov_x_source"], "exif: FocalLengthIn35mmFilm 26 mm", "{name}");
+    }
+    let s = side("unreadable");
+    let said = s["inference"]["fov_x_source"].as_str().unwrap();
+    assert!(said.starts_with("estimated: EXIF unreadable: ") && said.len() > "estimated: EXIF unreadable: ".len() + 3, "{said}");
+    assert!((s["fov_x"].as_f64().unwrap() - want).abs() > 0.01);
+}
