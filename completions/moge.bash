@@ -106,7 +106,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --panorama --view-size --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --panorama --view-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -157,6 +157,10 @@ _moge() {
                     return 0
                     ;;
                 --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -248,7 +252,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__bench)
-            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
+            opts="-h --size --runs --warmup --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --json --host-only --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -299,6 +303,10 @@ _moge() {
                     return 0
                     ;;
                 --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -594,7 +602,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__panorama)
-            opts="-o -q -h --from-list --output --view-size --server --json --quiet --shard --skip-existing --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --help"
+            opts="-o -q -h --from-list --output --view-size --server --json --quiet --shard --skip-existing --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -660,6 +668,10 @@ _moge() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --intrinsics-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --refine-steps)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -696,7 +708,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__predict)
-            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
+            opts="-o -h --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -743,6 +755,10 @@ _moge() {
                     return 0
                     ;;
                 --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -13,6 +13,7 @@
 use anyhow::{bail, Result};
 use image::RgbImage;
 
+use crate::camera::{Pinhole, View};
 use crate::infer::{InferOptions, Prediction};
 
 /// How a photo meets the network; on the wire (`fit`) by its lowercase name.
@@ -70,6 +71,9 @@ pub enum Placement {
         width: usize,
         height: usize,
     },
+    /// The photo of a known camera in the view the model takes of it (square pixels, the
+    /// principal point at the centre).
+    Camera(View),
 }
 
 /// The image the network runs on (None: the photo itself) and where the photo is in it.
@@ -99,10 +103,28 @@ pub fn place(photo: &RgbImage, mode: FitMode, canvas: Canvas) -> Result<(Option<
     }
 }
 
+/// The view of a photo taken by `camera` (which is not the model's own: see
+/// [`Pinhole::is_centred`]) that the network runs on, grown to the canvas aspect for `pad`.
+/// `stretch` would make the pixels of the view unsquare again, and is refused.
+pub fn place_camera(photo: &RgbImage, camera: &Pinhole, mode: FitMode, canvas: Canvas) -> Result<(Option<RgbImage>, Placement)> {
+    let aspect = match mode {
+        FitMode::Exact => None,
+        FitMode::Pad => Some((canvas.width, canvas.height)),
+        FitMode::Stretch => bail!("--fit stretch would make a known camera's pixels unsquare: use --fit pad or exact with a camera matrix"),
+    };
+    let view = camera.view(photo.width(), photo.height(), aspect, crate::image_io::MAX_PIXELS)?;
+    Ok((Some(view.draw(photo)), Placement::Camera(view)))
+}
+
 /// The options for the work image: a known horizontal field of view of the photo becomes the
-/// wider one of the padded image (same pixel focal length); stretching keeps it.
+/// wider one of the padded image (same pixel focal length); stretching keeps it; a known
+/// camera's view has its own.
 pub fn work_options(opts: &InferOptions, placement: Placement, photo_width: usize) -> InferOptions {
     let mut o = opts.clone();
+    if let Placement::Camera(view) = placement {
+        o.fov_x = Some(view.fov_x());
+        return o;
+    }
     if let (Some(fov), Placement::Pad { width, .. }) = (opts.fov_x, placement) {
         let half = (fov as f64).to_radians() / 2.0;
         let t = half.tan() * width as f64 / photo_width as f64;
@@ -118,7 +140,15 @@ pub fn restore(mut pred: Prediction, placement: Placement, width: usize, height:
     let one = |p: Prediction| match placement {
         Placement::Exact => p,
         Placement::Pad { x, y, .. } => crop(p, x, y, width, height),
-        Placement::Stretch { .. } => resample(p, width, height, opts),
+        Placement::Stretch { .. } => {
+            let (sw, sh) = (p.width as f64, p.height as f64);
+            let k = p.intrinsics;
+            resample(p, (width, height), [(sw, width as f64, 0.0), (sh, height as f64, 0.0)], k, opts)
+        }
+        // The view's pixels back to the photo's, and the camera as given.
+        Placement::Camera(v) => {
+            resample(p, (width, height), [(v.scale.0, 1.0, v.offset.0), (v.scale.1, 1.0, v.offset.1)], v.camera.normalised(width, height), opts)
+        }
     };
     let mut pred = one(pred);
     pred.per_step = steps.into_iter().map(one).collect();
@@ -154,22 +184,25 @@ fn crop(p: Prediction, ox: usize, oy: usize, w: usize, h: usize) -> Prediction {
     }
 }
 
-/// Bilinear over the neighbours with a finite depth (so +inf never leaks into a valid
-/// pixel), validity from the nearest work pixel.
-fn resample(p: Prediction, w: usize, h: usize, opts: &InferOptions) -> Prediction {
+/// The work image's maps at the photo's `w` x `h` pixels, where along each axis the photo's
+/// coordinate u lies at the work image's `u · num / den + offset`; the outputs' camera is
+/// `intrinsics` (normalised). Bilinear over the neighbours with a finite depth (so +inf never
+/// leaks into a valid pixel), validity from the nearest work pixel.
+fn resample(p: Prediction, (w, h): (usize, usize), axes: [(f64, f64, f64); 2], intrinsics: [[f32; 3]; 3], opts: &InferOptions) -> Prediction {
     let (sw, sh) = (p.width, p.height);
-    let axis = |n_out: usize, n_in: usize| -> Vec<(usize, usize, f32, usize)> {
+    let axis = |n_out: usize, n_in: usize, (num, den, offset): (f64, f64, f64)| -> Vec<(usize, usize, f32, usize)> {
         (0..n_out)
             .map(|i| {
-                let s = ((i as f64 + 0.5) * n_in as f64 / n_out as f64 - 0.5).clamp(0.0, (n_in - 1) as f64);
+                let at = (i as f64 + 0.5) * num / den + offset;
+                let s = (at - 0.5).clamp(0.0, (n_in - 1) as f64);
                 let i0 = s.floor() as usize;
                 let i1 = (i0 + 1).min(n_in - 1);
-                let nearest = (((i as f64 + 0.5) * n_in as f64 / n_out as f64) as usize).min(n_in - 1);
+                let nearest = (at.max(0.0) as usize).min(n_in - 1);
                 (i0, i1, (s - i0 as f64) as f32, nearest)
             })
             .collect()
     };
-    let (ax, ay) = (axis(w, sw), axis(h, sh));
+    let (ax, ay) = (axis(w, sw, axes[0]), axis(h, sh, axes[1]));
     let n = w * h;
     let mut depth = vec![f32::INFINITY; n];
     let mut points = vec![f32::INFINITY; 3 * n];
@@ -222,8 +255,8 @@ fn resample(p: Prediction, w: usize, h: usize, opts: &InferOptions) -> Predictio
         }
     }
     if opts.force_projection {
-        // Same normalised intrinsics, now over the photo's pixel grid.
-        let k = p.intrinsics;
+        // The outputs' camera over the photo's pixel grid.
+        let k = intrinsics;
         for o in 0..n {
             let d = depth[o];
             if !d.is_finite() {
@@ -238,7 +271,7 @@ fn resample(p: Prediction, w: usize, h: usize, opts: &InferOptions) -> Predictio
     }
     // `normal_png` is never set here: codes cannot be resampled, so `plan::prepare` keeps the
     // float normals for any placement but the exact one.
-    Prediction { width: w, height: h, points, depth, normal, mask, ..p }
+    Prediction { width: w, height: h, points, depth, normal, mask, intrinsics, ..p }
 }
 
 #[cfg(test)]
@@ -333,7 +366,7 @@ mod tests {
                 p.points[3 * i..3 * i + 3].fill(f32::INFINITY);
             }
         }
-        let r = resample(p.clone(), 20, 15, &InferOptions::default());
+        let r = resample(p.clone(), (20, 15), [(32.0, 20.0, 0.0), (18.0, 15.0, 0.0)], p.intrinsics, &InferOptions::default());
         assert_eq!(r.intrinsics, p.intrinsics);
         assert!(!r.mask[0] && r.depth[0].is_infinite());
         for (i, (&m, &d)) in r.mask.iter().zip(&r.depth).enumerate() {

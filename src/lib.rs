@@ -8,6 +8,8 @@
 //! - [`loader`]: a model by published name or checkpoint path, on a device, at a precision.
 //! - [`image_io`]: reading photos as the upstream CLI reads them (and a camera's field of view
 //!   from their EXIF).
+//! - [`camera`]: a known camera matrix (fx != fy, an off-centre principal point) brought to the
+//!   view the model takes, and per-photo cameras from a table.
 //! - [`fit`]: `--fit pad|stretch`, every photo onto one canvas aspect and the outputs back.
 //! - [`outputs`]: writing predictions (npz, ...).
 //! - [`pipeline`]: decode threads, the device worker (or a server, or a pool of them), encode
@@ -61,6 +63,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod camera;
 pub mod compare;
 pub mod console;
 pub mod device;

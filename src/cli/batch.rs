@@ -202,7 +202,8 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     if args.panorama {
         return super::panorama::run(panorama_args(args)?);
     }
-    let (inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
+    let (mut inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
+    args.infer.attach_cameras(&mut inputs)?;
     if inputs.is_empty() {
         if !args.quiet {
             say_none_in_shard(args.shard, total, "images");

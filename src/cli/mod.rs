@@ -283,11 +283,19 @@ pub struct InferArgs {
     /// `inference.fov_x_source` says which).
     #[arg(long, value_name = "DEG|exif", value_parser = parse_fov)]
     pub fov_x: Option<Fov>,
-    /// The camera matrix in pixels, where it is known: each photo's horizontal field of view is
-    /// then 2·atan(width / 2fx). MoGe-2 takes square pixels and a centred principal point, so fy,
-    /// cx and cy are not used (said once where they differ from that).
+    /// The camera matrix in pixels, where it is known (the image's top-left corner at 0,0, as
+    /// COLMAP has it; OpenCV's cx, cy are 0.5 less). Used whole: where fx != fy or the principal
+    /// point is off the centre, the photo is resampled to square pixels and placed with the
+    /// principal point at the centre of a larger view, and the outputs mapped back to the
+    /// photo's pixels and this camera.
     #[arg(long, value_name = "FX,FY,CX,CY", value_parser = parse_intrinsics, conflicts_with = "fov_x")]
-    pub intrinsics: Option<[f32; 4]>,
+    pub intrinsics: Option<moge::camera::Pinhole>,
+    /// Each photo's own camera matrix, used whole as --intrinsics is: a CSV of name,fx,fy,cx,cy
+    /// (with or without a header), or a JSON of name: [fx, fy, cx, cy], or nerfstudio's
+    /// transforms.json. A name is the photo's path or its end (`x.jpg`, `sub/x.jpg`); a photo
+    /// without a row fails, the rest run.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["fov_x", "intrinsics"])]
+    pub intrinsics_from: Option<PathBuf>,
     /// Keep invalid pixels (no inf / zero normals outside the mask).
     #[arg(long)]
     pub no_mask: bool,
@@ -319,13 +327,10 @@ fn parse_fov(s: &str) -> Result<Fov, String> {
     moge::infer::check_fov_x(v).map(Fov::Degrees)
 }
 
-fn parse_intrinsics(s: &str) -> Result<[f32; 4], String> {
-    let v: Vec<f32> = s.split(',').map(|p| p.trim().parse::<f32>()).collect::<Result<_, _>>().map_err(|_| format!("'{s}' is not four numbers FX,FY,CX,CY"))?;
+fn parse_intrinsics(s: &str) -> Result<moge::camera::Pinhole, String> {
+    let v: Vec<f64> = s.split(',').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>().map_err(|_| format!("'{s}' is not four numbers FX,FY,CX,CY"))?;
     let [fx, fy, cx, cy] = v[..] else { return Err(format!("'{s}' is not four numbers FX,FY,CX,CY")) };
-    if !(fx.is_finite() && fx > 0.0 && fy.is_finite() && fy > 0.0 && cx.is_finite() && cy.is_finite()) {
-        return Err(format!("'{s}': fx and fy must be positive pixels, cx and cy finite"));
-    }
-    Ok([fx, fy, cx, cy])
+    moge::camera::Pinhole::new([fx, fy, cx, cy]).map_err(|why| format!("'{s}': {why}"))
 }
 
 /// A whole number within `bounds`, in clap's words for a number out of its range.
@@ -347,12 +352,26 @@ fn parse_refine_steps(s: &str) -> Result<u32, String> {
 }
 
 impl InferArgs {
+    /// Gives each input its camera from `--intrinsics-from`; an input without one is marked
+    /// with the reason (it fails, the rest run).
+    pub fn attach_cameras(&self, inputs: &mut [moge::Input]) -> anyhow::Result<()> {
+        let Some(file) = &self.intrinsics_from else { return Ok(()) };
+        let table = moge::camera::table::Table::read(file)?;
+        for input in inputs.iter_mut().filter(|i| i.problem.is_none()) {
+            match table.lookup(&input.path) {
+                Some(k) => input.camera = Some(k),
+                None => input.problem = Some(format!("no camera for it in {}", file.display())),
+            }
+        }
+        Ok(())
+    }
+
     /// Where each photo's field of view is known from.
     pub fn fov_from(&self) -> moge::image_io::FovFrom {
         use moge::image_io::FovFrom;
         match (self.fov_x, self.intrinsics) {
             (Some(Fov::Exif), _) => FovFrom::Exif,
-            (_, Some([fx, fy, cx, cy])) => FovFrom::Intrinsics { fx, fy, cx, cy },
+            (_, Some(k)) => FovFrom::Intrinsics(k),
             _ => FovFrom::Estimate,
         }
     }

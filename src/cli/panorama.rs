@@ -58,8 +58,8 @@ pub struct PanoramaArgs {
 
 pub fn run(args: PanoramaArgs) -> Result<i32> {
     let plan = moge::Plan { infer: args.infer.options(), fov: args.infer.fov_from(), ..moge::Plan::default() };
-    if plan.infer.fov_x.is_some() || plan.fov != FovFrom::Estimate {
-        bail!("--fov-x and --intrinsics do not apply to a panorama: its views are 90° each");
+    if plan.infer.fov_x.is_some() || plan.fov != FovFrom::Estimate || args.infer.intrinsics_from.is_some() {
+        bail!("--fov-x, --intrinsics and --intrinsics-from do not apply to a panorama: its views are 90° each");
     }
     if plan.infer.per_step {
         bail!("--per-step does not apply to a panorama: its views' maps are merged");

@@ -42,6 +42,7 @@ pub fn run(args: PredictArgs) -> Result<i32> {
     // Each path is tried on its own, so that a missing or bad file gets its own error line.
     let mut list: Vec<inputs::Input> = args.images.iter().map(|p| inputs::file_input(p)).collect();
     inputs::mark_collisions(&mut list);
+    args.infer.attach_cameras(&mut list)?;
     // The pipeline with one thread per host stage prints errors and warnings; the results
     // are one line each on stdout.
     let total = list.len();

@@ -1,5 +1,5 @@
 //! A photo's horizontal field of view (as shown, after its orientation) from what is known of its
-//! camera: its EXIF focal length (`--fov-x exif`) or a camera matrix (`--intrinsics`).
+//! camera: its EXIF focal length (`--fov-x exif`) or a camera matrix (`--intrinsics`, a table).
 //!
 //! `FocalLengthIn35mmFilm` first: the focal length that gives a 36 x 24 mm frame the photo's
 //! diagonal field of view (the CIPA definition, whatever the sensor's aspect). Else
@@ -8,6 +8,8 @@
 //! square pixels.
 
 use ::exif::{In, Reader, Tag, Value};
+
+use crate::camera::Pinhole;
 
 /// The diagonal of a 36 x 24 mm frame, in mm.
 const FULL_FRAME_DIAGONAL: f64 = 43.266_615_305_567_87;
@@ -19,6 +21,8 @@ pub struct KnownFov {
     pub degrees: f32,
     /// The tags it came from, with their values (for the sidecar).
     pub from: String,
+    /// The whole camera matrix, where one was given (`--intrinsics`, a table of cameras).
+    pub camera: Option<Pinhole>,
 }
 
 fn number(exif: &::exif::Exif, tag: Tag) -> Option<f64> {
@@ -82,46 +86,12 @@ fn fov_of(exif: &::exif::Exif, stored: (u32, u32), quarter_turn: bool) -> Option
     finite(fov, format!("FocalLength {focal_mm} mm at FocalPlaneXResolution {per_unit} per {unit_mm} mm"))
 }
 
-/// The horizontal field of view of a photo of `size` (as shown) from a camera matrix in pixels
-/// `[fx, fy, cx, cy]`: from fx alone, since MoGe-2 takes square pixels and a centred principal
-/// point; where the matrix says otherwise for this photo, what it says is named.
-pub fn from_intrinsics(k: [f32; 4], size: (u32, u32)) -> Option<KnownFov> {
-    let fx = f64::from(k[0]);
-    let mut from = format!("intrinsics fx {fx}");
-    let unused = intrinsics_unused(k, size);
-    if !unused.is_empty() {
-        from.push_str(&format!(" (not used: {})", unused.join(", ")));
-    }
-    finite(degrees(size.0 as f64 / (2.0 * fx)), from)
-}
-
-/// What a camera matrix says that MoGe-2 does not use for a photo of `size`, as a note for
-/// the person who gave it (each photo's sidecar says it too); `None` where it uses it all.
-pub fn intrinsics_note(k: [f32; 4], size: (u32, u32)) -> Option<String> {
-    let unused = intrinsics_unused(k, size);
-    let (w, h) = (size.0 as f64, size.1 as f64);
-    (!unused.is_empty()).then(|| {
-        format!(
-            "note: --intrinsics: MoGe-2 takes square pixels and the principal point at the photo's centre; it uses fx only, not {} ({}x{} photo)",
-            unused.join(", "),
-            w,
-            h
-        )
-    })
-}
-
-/// The terms of `k` that differ from square pixels and a centred principal point.
-fn intrinsics_unused(k: [f32; 4], size: (u32, u32)) -> Vec<String> {
-    let [fx, fy, cx, cy] = k.map(f64::from);
-    let (w, h) = (size.0 as f64, size.1 as f64);
-    let mut unused = Vec::new();
-    if (fy - fx).abs() > 0.005 * fx {
-        unused.push(format!("fy {fy}"));
-    }
-    if (cx - w / 2.0).abs() > 0.01 * w || (cy - h / 2.0).abs() > 0.01 * h {
-        unused.push(format!("principal point ({cx}, {cy}) off the centre ({}, {})", w / 2.0, h / 2.0));
-    }
-    unused
+/// The horizontal field of view of a photo of `size` (as shown) taken by `camera`; the camera
+/// goes with it, to be used whole (see [`crate::camera`]).
+pub fn from_camera(camera: &Pinhole, size: (u32, u32)) -> Option<KnownFov> {
+    let mut fov = finite(camera.fov_x(size.0), format!("intrinsics {camera}"))?;
+    fov.camera = Some(*camera);
+    Some(fov)
 }
 
 /// The full angle, in degrees, whose half has tangent `half_tan`.
@@ -131,5 +101,5 @@ fn degrees(half_tan: f64) -> f64 {
 
 fn finite(fov: f64, from: String) -> Option<KnownFov> {
     // The model takes a field of view strictly between 0 and 180 degrees.
-    (fov.is_finite() && fov > 0.0 && fov < 179.0).then_some(KnownFov { degrees: fov as f32, from })
+    (fov.is_finite() && fov > 0.0 && fov < 179.0).then_some(KnownFov { degrees: fov as f32, from, camera: None })
 }

@@ -48,26 +48,16 @@ pub enum FovFrom {
     Estimate,
     /// The photo's EXIF focal length (`--fov-x exif`).
     Exif,
-    /// A camera matrix in pixels (`--intrinsics`): fx gives each photo's field of view over its
-    /// width; MoGe-2 takes square pixels and a centred principal point.
-    Intrinsics { fx: f32, fy: f32, cx: f32, cy: f32 },
+    /// A camera matrix in pixels (`--intrinsics`, or the photo's row of a table), used whole.
+    Intrinsics(crate::camera::Pinhole),
 }
 
 impl FovFrom {
-    /// The field of view of a camera matrix for an image of `width` x `height` as shown;
-    /// `None` for the other sources (the EXIF is read with the file).
+    /// The field of view of a camera matrix for an image of `width` x `height` as shown, with
+    /// the camera; `None` for the other sources (the EXIF is read with the file).
     pub fn of_matrix(&self, width: u32, height: u32) -> Option<KnownFov> {
-        match *self {
-            FovFrom::Intrinsics { fx, fy, cx, cy } => focal::from_intrinsics([fx, fy, cx, cy], (width, height)),
-            _ => None,
-        }
-    }
-
-    /// What a camera matrix says that the model does not use for an image of `width` x
-    /// `height` (see [`focal::intrinsics_note`]); `None` for the other sources.
-    pub fn matrix_note(&self, width: u32, height: u32) -> Option<String> {
-        match *self {
-            FovFrom::Intrinsics { fx, fy, cx, cy } => focal::intrinsics_note([fx, fy, cx, cy], (width, height)),
+        match self {
+            FovFrom::Intrinsics(camera) => focal::from_camera(camera, (width, height)),
             _ => None,
         }
     }

@@ -19,7 +19,7 @@ use crate::console::Notice;
 pub const EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "heic", "heif", "avif"];
 
 /// One photo to process: a file, or a frame of a video.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Input {
     /// The photo's file, or the video's.
     pub path: PathBuf,
@@ -33,6 +33,8 @@ pub struct Input {
     pub index: usize,
     /// The frame, where the input is one frame of the video at `path`.
     pub frame: Option<VideoFrame>,
+    /// Its own camera (`--intrinsics-from`), used whole in place of the run's.
+    pub camera: Option<crate::camera::Pinhole>,
 }
 
 /// A frame of a video as an input of its own, made by the run as it reads the video.
@@ -92,11 +94,20 @@ impl Input {
     /// The input of one frame of this video: its outputs in a folder named after the video.
     pub fn frame(&self, frame: VideoFrame) -> Input {
         let rel = self.rel.join(format!("{:06}", frame.index));
-        Input { path: self.path.clone(), rel, problem: None, index: self.index, frame: Some(frame) }
+        Input { path: self.path.clone(), rel, problem: None, index: self.index, frame: Some(frame), camera: self.camera }
     }
 
     /// The photo decoded: the file read, or the frame's pixels taken.
+    /// The run's decode options for this input: with its own camera, where it has one.
+    pub fn decode_options<'a>(&self, opts: &'a crate::image_io::DecodeOptions) -> std::borrow::Cow<'a, crate::image_io::DecodeOptions> {
+        match self.camera {
+            Some(k) => std::borrow::Cow::Owned(crate::image_io::DecodeOptions { fov: crate::image_io::FovFrom::Intrinsics(k), ..opts.clone() }),
+            None => std::borrow::Cow::Borrowed(opts),
+        }
+    }
+
     pub fn decode(&self, opts: &crate::image_io::DecodeOptions) -> Result<crate::image_io::Decoded> {
+        let opts = &*self.decode_options(opts);
         match &self.frame {
             Some(f) => crate::image_io::from_pixels(f.take_pixels()?, opts).with_context(|| self.name()),
             None => crate::image_io::load_rgb_with(&self.path, opts),
@@ -153,7 +164,7 @@ pub fn walk(root: &Path, skip: Option<&Path>, notify: &dyn Fn(Notice)) -> Result
         };
         if entry.file_type().is_file() && is_input_file(entry.path()) {
             let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0, frame: None });
+            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0, frame: None, camera: None });
         }
     }
     Ok(out)
@@ -162,7 +173,7 @@ pub fn walk(root: &Path, skip: Option<&Path>, notify: &dyn Fn(Notice)) -> Result
 /// One file given by name: its outputs go to the top of the output directory.
 pub fn file_input(p: &Path) -> Input {
     let name = p.file_name().map(PathBuf::from).unwrap_or_else(|| p.to_owned());
-    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0, frame: None }
+    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0, frame: None, camera: None }
 }
 
 /// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
@@ -198,7 +209,7 @@ pub fn from_list(list: &Path) -> Result<Vec<Input>> {
             continue;
         }
         let p = PathBuf::from(t);
-        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0, frame: None });
+        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0, frame: None, camera: None });
     }
     Ok(out)
 }
@@ -394,7 +405,7 @@ mod tests {
 
     #[test]
     fn collisions_are_marked_on_the_later_input() {
-        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0, frame: None };
+        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0, frame: None, camera: None };
         let mut v = vec![mk("a/x.jpg"), mk("a/x.png"), mk("a/y.png")];
         mark_collisions(&mut v);
         assert!(v[0].problem.is_none() && v[2].problem.is_none());

@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use image::RgbImage;
 
+use crate::camera::Pinhole;
 use crate::fit::{self, Canvas, FitMode, Placement};
 use crate::image_io::FovFrom;
 use crate::infer::{InferOptions, Prediction};
@@ -22,23 +23,26 @@ pub struct Plan {
     /// Where each photo's own field of view comes from (its EXIF, a camera matrix), beside
     /// `infer.fov_x` for every photo.
     pub fov: FovFrom,
+    /// The photo's camera, used whole (set per photo from what `fov` found).
+    pub camera: Option<Pinhole>,
 }
 
 /// Upstream `infer()`'s options (resolution level 9: not the command line's 1800 tokens), each
 /// photo at its own size.
 impl Default for Plan {
     fn default() -> Self {
-        Plan { infer: InferOptions::default(), fit: FitMode::Exact, canvas: Canvas::FULL_HD, fov: FovFrom::Estimate }
+        Plan { infer: InferOptions::default(), fit: FitMode::Exact, canvas: Canvas::FULL_HD, fov: FovFrom::Estimate, camera: None }
     }
 }
 
 impl Plan {
-    /// This plan for a photo whose EXIF gave its field of view.
+    /// This plan for a photo whose EXIF or camera matrix gave its field of view.
     pub fn with_known_fov(&self, fov: Option<&crate::image_io::KnownFov>) -> std::borrow::Cow<'_, Plan> {
         match fov {
             Some(f) => {
                 let mut plan = self.clone();
                 plan.infer.fov_x = Some(f.degrees);
+                plan.camera = f.camera;
                 std::borrow::Cow::Owned(plan)
             }
             None => std::borrow::Cow::Borrowed(self),
@@ -65,7 +69,7 @@ impl Plan {
     /// defaults and checks (1800 tokens unless a resolution level is given; not both), on
     /// `canvas`.
     pub fn from_request(request: &crate::protocol::PredictOptions, canvas: Canvas) -> Result<Plan, String> {
-        Ok(Plan { infer: request.infer_options()?, fit: request.fit.unwrap_or(FitMode::Exact), canvas, fov: FovFrom::Estimate })
+        Ok(Plan { infer: request.infer_options()?, fit: request.fit.unwrap_or(FitMode::Exact), canvas, fov: FovFrom::Estimate, camera: None })
     }
 }
 
@@ -84,7 +88,11 @@ pub struct Placed {
 pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Placed> {
     let t = Instant::now();
     let photo_size = (photo.width() as usize, photo.height() as usize);
-    let (work, placement) = fit::place(photo, plan.fit, plan.canvas)?;
+    // A known camera other than the model's own is run in its view (see `crate::camera`).
+    let (work, placement) = match plan.camera.filter(|k| !k.is_centred(photo.width(), photo.height())) {
+        Some(camera) => fit::place_camera(photo, &camera, plan.fit, plan.canvas)?,
+        None => fit::place(photo, plan.fit, plan.canvas)?,
+    };
     let mut opts = fit::work_options(&plan.infer, placement, photo_size.0);
     // Cropping and resampling back to the photo read the work image's point map and normals.
     opts.point_map |= placement != Placement::Exact;

@@ -23,13 +23,14 @@ pub struct PoolBackend {
     /// The options sent with each photo: the same for every server, since every server of a
     /// pool runs the same model.
     request: PredictOptions,
+    infer: InferOptions,
 }
 
 impl PoolBackend {
     /// Every photo sent with the options of `infer` and `fit`.
     pub fn new(pool: Arc<Pool>, infer: &InferOptions, fit: FitMode) -> Self {
         let request = remote::remote_request(&pool.first(), infer, fit);
-        Self { pool, request }
+        Self { pool, request, infer: infer.clone() }
     }
 }
 
@@ -45,12 +46,14 @@ impl Backend for PoolBackend {
         self.lanes()
     }
 
-    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staged<remote::Upload>> {
-        remote::stage(input, decode)
+    fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staged<remote::Upload>> {
+        remote::stage(input, decode, plan.fit, plan.canvas)
     }
 
     fn forward(&self, upload: remote::Upload) -> Result<Answer> {
-        self.pool.predict(&upload.bytes, &upload.options(&self.request))
+        let mut a = self.pool.predict(&upload.bytes, &upload.options(&self.request))?;
+        a.response = upload.restore(a.response, &self.infer);
+        Ok(a)
     }
 
     fn is_fatal(&self, err: &anyhow::Error) -> bool {

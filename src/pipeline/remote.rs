@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::backend::{Backend, Finished, Staged};
 use super::inputs::Input;
 use super::plan::{ms, Plan};
-use crate::fit::FitMode;
+use crate::fit::{FitMode, Placement};
 use crate::image_io::DecodeOptions;
 use crate::infer::InferOptions;
 use crate::protocol::PredictOptions;
@@ -20,6 +20,7 @@ use crate::remote::{Client, RemoteError, Response};
 pub struct RemoteBackend {
     client: Arc<Client>,
     request: PredictOptions,
+    infer: InferOptions,
     in_flight: usize,
 }
 
@@ -27,7 +28,7 @@ impl RemoteBackend {
     /// `in_flight` requests at once, each with the options of `infer` and `fit`.
     pub fn new(client: Arc<Client>, infer: &InferOptions, fit: FitMode, in_flight: usize) -> Self {
         let request = remote_request(&client, infer, fit);
-        Self { client, request, in_flight: in_flight.max(1) }
+        Self { client, request, infer: infer.clone(), in_flight: in_flight.max(1) }
     }
 }
 
@@ -55,9 +56,25 @@ pub fn check_size(client: &Client, r: &Response, photo_size: (usize, usize)) -> 
 pub struct Upload {
     pub bytes: Vec<u8>,
     pub fov_x: Option<f32>,
+    /// The view of a known camera that is sent instead of the photo, and the photo's size:
+    /// the answer is brought back to the photo here (see `crate::camera`).
+    pub view: Option<(Placement, (usize, usize))>,
 }
 
 impl Upload {
+    /// The server's answer for this upload at the photo's pixels and camera.
+    pub fn restore(&self, mut r: Response, infer: &InferOptions) -> Response {
+        if let Some((placement, (w, h))) = self.view {
+            if let Placement::Camera(v) = placement {
+                if (r.pred.width, r.pred.height) != (v.width, v.height) {
+                    return r; // the size check of `finish` names the server
+                }
+            }
+            r.pred = crate::fit::restore(r.pred, placement, w, h, infer);
+        }
+        r
+    }
+
     /// The options sent with this photo: `request`, with the photo's own field of view.
     pub fn options<'a>(&self, request: &'a PredictOptions) -> std::borrow::Cow<'a, PredictOptions> {
         match self.fov_x {
@@ -69,24 +86,36 @@ impl Upload {
 
 /// On a decode thread: the photo read here (a damaged one fails here, with its reason) and the
 /// file to send for it.
-pub fn stage(input: &Input, decode: &DecodeOptions) -> Result<Staged<Upload>> {
+pub fn stage(input: &Input, decode: &DecodeOptions, fit: FitMode, canvas: crate::fit::Canvas) -> Result<Staged<Upload>> {
     let t = Instant::now();
     let (d, file) = match input.frame {
         Some(_) => (input.decode(decode)?, None),
         None => {
-            let l = crate::image_io::load_with_source(&input.path, decode)?;
+            let l = crate::image_io::load_with_source(&input.path, &input.decode_options(decode))?;
             (l.decoded, Some((l.bytes, l.source)))
         }
     };
     let decode_ms = ms(t);
     let t = Instant::now();
+    let mut fov_x = d.known_fov.as_ref().map(|f| f.degrees);
+    // A known camera other than the model's own: its view goes, as a PNG.
+    let camera = d.known_fov.as_ref().and_then(|f| f.camera).filter(|k| !k.is_centred(d.image.width(), d.image.height()));
+    let (view, fit_view) = match camera {
+        Some(k) => {
+            let (work, placement) = crate::fit::place_camera(&d.image, &k, fit, canvas).with_context(|| input.name())?;
+            fov_x = Some(crate::fit::work_options(&InferOptions::default(), placement, d.image.width() as usize).fov_x.unwrap_or_default());
+            (work, Some((placement, (d.image.width() as usize, d.image.height() as usize))))
+        }
+        None => (None, None),
+    };
     // A file goes as it is where the server would decode it alike; a video's frame as a PNG.
-    let send = match &file {
-        Some((bytes, source)) => crate::remote::image_for_server(bytes, source, &d.image).map(|c| c.into_owned()),
-        None => crate::remote::png_for_server(&d.image),
+    let send = match (&file, &view) {
+        (_, Some(v)) => crate::remote::png_for_server(v),
+        (Some((bytes, source)), None) => crate::remote::image_for_server(bytes, source, &d.image).map(|c| c.into_owned()),
+        (None, None) => crate::remote::png_for_server(&d.image),
     }
     .with_context(|| format!("{}: cannot encode the photo for the server", input.name()))?;
-    let job = Upload { bytes: send, fov_x: d.known_fov.as_ref().map(|f| f.degrees) };
+    let job = Upload { bytes: send, fov_x, view: fit_view };
     Ok(Staged { photo: d.image, warning: d.warning, known_fov: d.known_fov, exif_unreadable: d.exif_unreadable, job, decode_ms, prepare_ms: ms(t) })
 }
 
@@ -122,12 +151,13 @@ impl Backend for RemoteBackend {
         self.in_flight
     }
 
-    fn stage(&self, input: &Input, _plan: &Plan, decode: &DecodeOptions) -> Result<Staged<Upload>> {
-        stage(input, decode)
+    fn stage(&self, input: &Input, plan: &Plan, decode: &DecodeOptions) -> Result<Staged<Upload>> {
+        stage(input, decode, plan.fit, plan.canvas)
     }
 
     fn forward(&self, upload: Upload) -> Result<Response> {
-        Ok(self.client.predict(&upload.bytes, &upload.options(&self.request))?)
+        let r = self.client.predict(&upload.bytes, &upload.options(&self.request))?;
+        Ok(upload.restore(r, &self.infer))
     }
 
     /// A server that cannot be reached fails every later photo too.

@@ -233,12 +233,9 @@ fn decode_stage<B: Backend>(
             continue; // drain: dropped, never started
         }
         let decoded = guarded(|| decode(backend, cfg, plan, &input));
-        if let Ok(item) = &decoded {
-            let (w, h) = item.photo.size;
-            if let Some(note) = cfg.plan.fov.matrix_note(w as u32, h as u32) {
-                if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
-                    shared.notice(Notice::Info(note));
-                }
+        if let Some(note) = decoded.as_ref().ok().and_then(|item| view_note(&item.photo)) {
+            if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
+                shared.notice(Notice::Info(note));
             }
         }
         // A video's frames go to the middle stage in their order where their scales are smoothed.
@@ -257,6 +254,24 @@ fn decode_stage<B: Backend>(
             break;
         }
     }
+}
+
+/// What a person should know of a known camera whose photo runs in a larger view (see
+/// `crate::camera`): the view's share of the tokens that the photo gets.
+fn view_note(photo: &Photo) -> Option<String> {
+    let camera = photo.known_fov.as_ref()?.camera?;
+    let (w, h) = (photo.size.0 as u32, photo.size.1 as u32);
+    if camera.is_centred(w, h) {
+        return None;
+    }
+    let view = camera.view(w, h, None, u64::MAX).ok()?;
+    let share = (w as f64 * view.scale.0 * h as f64 * view.scale.1) / (view.width * view.height) as f64;
+    Some(format!(
+        "note: the camera ({camera}) is not centred with square pixels: a {w}x{h} photo runs in a {}x{} view with the principal point at its centre, and gets {:.0}% of its tokens",
+        view.width,
+        view.height,
+        100.0 * share
+    ))
 }
 
 pub(super) fn decode<B: Backend>(backend: &B, cfg: &Config, plan: &Plan, input: &Input) -> Result<InFlight<B::Job>> {

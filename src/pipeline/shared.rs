@@ -24,7 +24,7 @@ pub(super) struct Shared<S> {
     pub(super) video_errors: AtomicUsize,
     /// Notices from the stages' threads, waiting for the collector to hand them on.
     pub(super) notices: Mutex<Vec<Notice>>,
-    /// `--intrinsics`' note on the terms the model leaves unused is said once.
+    /// The note on a camera run in a larger view than its photo is said once.
     pub(super) matrix_noted: AtomicBool,
 }
 

@@ -186,7 +186,7 @@ fn fov_x_takes_degrees_or_exif_and_nothing_else() {
 }
 
 #[test]
-fn intrinsics_give_each_photo_its_field_of_view_from_fx() {
+fn a_centred_camera_matrix_gives_each_photo_its_field_of_view_from_fx() {
     let dir = tempfile::tempdir().unwrap();
     let photos_dir = dir.path().join("photos");
     std::fs::create_dir(&photos_dir).unwrap();
@@ -220,18 +220,8 @@ fn intrinsics_give_each_photo_its_field_of_view_from_fx() {
         let side: Value = serde_json::from_slice(&std::fs::read(out.join(format!("{name}.json"))).unwrap()).unwrap();
         let want = degrees(w / (2.0 * 70.0));
         assert!((side["fov_x"].as_f64().unwrap() - want).abs() < 1e-3, "{name}: {} against {want}", side["fov_x"]);
-        assert_eq!(side["inference"]["fov_x_source"], "intrinsics fx 70", "{name}");
+        assert_eq!(side["inference"]["fov_x_source"], "intrinsics fx 70 fy 70 cx 40 cy 30", "{name}");
     }
-    // fy and an off-centre principal point are not used, and that is said once.
-    let off = dir.path().join("off");
-    let r = batch(&off, "70,75,10,30");
-    let stderr = String::from_utf8_lossy(&r.stderr);
-    assert!(r.status.success(), "{stderr}");
-    assert_eq!(stderr.matches("moge: note: --intrinsics").count(), 1, "{stderr}");
-    let side: Value = serde_json::from_slice(&std::fs::read(off.join("a.json")).unwrap()).unwrap();
-    assert!((side["fov_x"].as_f64().unwrap() - degrees(80.0 / 140.0)).abs() < 1e-3);
-    let said = side["inference"]["fov_x_source"].as_str().unwrap();
-    assert!(said.contains("not used: fy 75") && said.contains("principal point (10, 30) off the centre (40, 30)"), "{said}");
     // Four numbers, positive focal lengths; not with --fov-x.
     for bad in ["70,70,40", "0,70,40,30", "a,b,c,d"] {
         let r = batch(&dir.path().join("bad"), bad);

@@ -7,6 +7,7 @@ mod support;
 mod batch;
 mod bench_cli;
 mod bf16;
+mod camera;
 mod checkpoint;
 mod cli_assets;
 mod commands;

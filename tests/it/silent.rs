@@ -15,7 +15,7 @@ const DIR: &str = "MOGE_TEST_SILENT_DIR";
 const NAME: &str = "silent::a_library_run_prints_nothing_on_stdout_or_stderr";
 
 /// A whole run, as a program would make it: the model loaded, a good photo, a missing one and
-/// a damaged one, with a camera matrix whose unused terms the command line notes, under an
+/// a damaged one, with a camera matrix off the centre, whose view the command line notes, under an
 /// unknown `MOGE_MAX_CPU_ISA` that the command line warns of. Its streams are caught at the file
 /// descriptors (whatever writes them, Rust's or not), in a process of its own, so that the test
 /// harness and the other tests write nothing into them.
@@ -44,7 +44,7 @@ fn a_library_run_prints_nothing_on_stdout_or_stderr() {
         let mut cfg = moge::Config::new(dir.join("out"));
         cfg.outputs.formats = vec![moge::outputs::Format::Npz, moge::outputs::Format::Json];
         cfg.plan.infer.num_tokens = Some(100);
-        cfg.plan.fov = moge::image_io::FovFrom::Intrinsics { fx: 70.0, fy: 75.0, cx: 10.0, cy: 30.0 };
+        cfg.plan.fov = moge::image_io::FovFrom::Intrinsics(moge::camera::Pinhole::new([70.0, 75.0, 10.0, 30.0]).unwrap());
         cfg.stats = true;
         cfg.jobs = 2;
         let mut records = Vec::new();
@@ -56,7 +56,7 @@ fn a_library_run_prints_nothing_on_stdout_or_stderr() {
     assert!(summary.forward_only.is_some_and(|(per, n)| per > 0.0 && n == 1), "{:?}", summary.forward_only);
     // What the command line would say beside the records is in the summary.
     assert!(
-        matches!(summary.notices.as_slice(), [moge::console::Notice::Info(n)] if n.starts_with("note: --intrinsics:") && n.contains("fy 75")),
+        matches!(summary.notices.as_slice(), [moge::console::Notice::Info(n)] if n.starts_with("note: the camera (fx 70 fy 75 cx 10 cy 30)") && n.contains("% of its tokens")),
         "{:?}",
         summary.notices
     );
