@@ -22,6 +22,9 @@ _moge() {
             moge,bench)
                 cmd="moge__subcmd__bench"
                 ;;
+            moge,colmap)
+                cmd="moge__subcmd__colmap"
+                ;;
             moge,compare)
                 cmd="moge__subcmd__compare"
                 ;;
@@ -58,6 +61,9 @@ _moge() {
             moge__subcmd__help,bench)
                 cmd="moge__subcmd__help__subcmd__bench"
                 ;;
+            moge__subcmd__help,colmap)
+                cmd="moge__subcmd__help__subcmd__colmap"
+                ;;
             moge__subcmd__help,compare)
                 cmd="moge__subcmd__help__subcmd__compare"
                 ;;
@@ -92,7 +98,7 @@ _moge() {
 
     case "${cmd}" in
         moge)
-            opts="-h -V --help --version predict batch panorama serve bench compare quantize download info models generate-assets help"
+            opts="-h -V --help --version predict batch panorama colmap serve bench compare quantize download info models generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -341,6 +347,108 @@ _moge() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        moge__subcmd__colmap)
+            opts="-o -j -q -h --images --output --format --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --jobs --quiet --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --images)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    return 0
+                    ;;
+                --weights)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --model)
+                    COMPREPLY=($(compgen -W "vits-normal vitb-normal vitl-normal vitl moge3-vitl moge3-vitg" -- "${cur}"))
+                    return 0
+                    ;;
+                --revision)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --precision)
+                    COMPREPLY=($(compgen -W "auto f32 bf16 int8" -- "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --num-tokens)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --resolution-level)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fov-x)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --intrinsics-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --refine-steps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-megapixels)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --in-flight)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server-retries)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -j)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         moge__subcmd__compare)
             opts="-h --json --min-pcc --max-depth-rel-median --max-depth-rel --min-mask-iou --max-fov-diff --max-scale-diff --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -416,7 +524,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help)
-            opts="predict batch panorama serve bench compare quantize download info generate-assets help"
+            opts="predict batch panorama colmap serve bench compare quantize download info generate-assets help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -444,6 +552,20 @@ _moge() {
             return 0
             ;;
         moge__subcmd__help__subcmd__bench)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        moge__subcmd__help__subcmd__colmap)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -19,6 +19,8 @@
 //! - [`protocol`]: the wire format of the HTTP API, shared by the server and the client.
 //! - [`server`]: `moge serve`, the model behind HTTP.
 //! - [`remote`]: predictions from a MoGe-2 HTTP server instead of a local model (`--server`).
+//! - [`colmap`]: a COLMAP reconstruction read, and MoGe's depth per image brought to its scale
+//!   (`moge colmap`).
 //! - [`compare`]: how far one prediction is from another (`moge compare`).
 //! - [`names`]: the names of the choices above (formats, fits, ...), parsed and shown.
 //! - [`simd`]: beneath them all, the instruction-set level and the kernels the layers share.
@@ -64,6 +66,7 @@
 //! ```
 
 pub mod camera;
+pub mod colmap;
 pub mod compare;
 pub mod console;
 pub mod device;

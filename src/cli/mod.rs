@@ -4,6 +4,7 @@
 pub mod assets;
 pub mod batch;
 mod bench;
+pub mod colmap;
 mod compare;
 mod download;
 mod info;
@@ -39,6 +40,8 @@ pub enum Command {
     Batch(batch::BatchArgs),
     /// 360° equirectangular panoramas: twelve views through the model, merged into one metric distance map.
     Panorama(panorama::PanoramaArgs),
+    /// Depth for every image of a COLMAP reconstruction, with its camera, at the reconstruction's scale (depth priors for Gaussian splatting and NeRF).
+    Colmap(colmap::ColmapArgs),
     /// Keep the model loaded and answer HTTP requests with the API of the Tenstorrent MoGe-2 server (tt-MoGe).
     Serve(serve::ServeArgs),
     /// Time the model: cold start, warm per-image time, stages, peak memory.
@@ -476,6 +479,7 @@ pub fn main() -> i32 {
         Command::Info(a) => info::run(a),
         Command::Batch(a) => batch::run(a),
         Command::Panorama(a) => panorama::run(a),
+        Command::Colmap(a) => colmap::run(a),
         Command::Serve(a) => serve::run(a),
         Command::GenerateAssets(a) => assets::run(a),
     };

@@ -32,6 +32,9 @@ pub struct Sidecar {
     pub tool: ToolInfo,
     pub inference: InferenceInfo,
     pub timings_ms: Timings,
+    /// What a run's own work added (`moge colmap`'s `colmap`).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Which frame of a video a sidecar is of.
@@ -329,6 +332,7 @@ impl Sidecar {
             tool: ToolInfo::default(),
             inference,
             timings_ms,
+            extra: Default::default(),
         }
     }
 }

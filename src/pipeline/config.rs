@@ -44,6 +44,8 @@ pub struct Config {
     /// The records then wait in a bounded queue, so that a slow caller holds the pipeline
     /// back rather than letting predictions pile up.
     pub keep_predictions: bool,
+    /// Work of the run's own on each prediction before its outputs are written.
+    pub post: Option<std::sync::Arc<dyn super::post::Post>>,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
             weights: PathBuf::new(),
             in_flight: 4,
             keep_predictions: false,
+            post: None,
         }
     }
 

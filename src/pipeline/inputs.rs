@@ -130,7 +130,7 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
 
 /// The stem relative to the output directory, with only normal components (no root, no
 /// `..`), so no output can land outside it.
-fn rel_stem(rel: &Path) -> PathBuf {
+pub fn rel_stem(rel: &Path) -> PathBuf {
     let mut out: PathBuf = rel
         .components()
         .filter_map(|c| match c {

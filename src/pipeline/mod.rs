@@ -7,6 +7,7 @@
 //!   [`remote`] (a MoGe-2 HTTP server) and [`pool`] (several, with failover).
 //! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
 //!   `predict` and `serve`.
+//! - [`post`]: a run's own work on each prediction before it is written (`moge colmap`).
 //! - [`guard`]: a panic in one image's work fails that image only; [`host_only`]: the host
 //!   stages timed alone (`moge bench --host-only`).
 //! - [`video`]: videos' frames as inputs, their smoothed scale and their depth videos.
@@ -22,6 +23,7 @@ pub mod inputs;
 pub mod local;
 pub mod plan;
 pub mod pool;
+pub mod post;
 pub mod record;
 pub mod remote;
 pub mod report;

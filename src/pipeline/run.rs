@@ -381,6 +381,10 @@ pub(super) fn encode<B: Backend>(
         raw_scale = Some(finished.pred.metric_scale);
         finished.pred.rescale(v);
     }
+    let post = match &cfg.post {
+        Some(post) => Some(post.apply(&photo.input, &mut finished.pred, &cfg.stem(&photo.input))?),
+        None => None,
+    };
     let stats = DepthStats::of(&finished.pred);
     timings.postprocess = ms(t);
     // Everything from here is the write stage, the sidecar's assembly included.
@@ -398,10 +402,16 @@ pub(super) fn encode<B: Backend>(
         let input = photo.input.path.display().to_string();
         let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
         s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale });
+        if let Some((key, value)) = post.as_ref().and_then(|p| p.sidecar.clone()) {
+            s.extra.insert(key.into(), value);
+        }
         s
     });
     let pred = finished.pred;
-    let written = outputs::write_all(&cfg.stem(&photo.input), &pred, photo.image.as_ref(), &cfg.outputs, sidecar.as_mut())?;
+    let mut written = outputs::write_all(&cfg.stem(&photo.input), &pred, photo.image.as_ref(), &cfg.outputs, sidecar.as_mut())?;
+    if let Some(p) = post {
+        written.extend(p.files);
+    }
     let saturated = match &sidecar {
         Some(s) if cfg.outputs.wants(outputs::Format::Png) => s.depth_png.saturated,
         _ => 0,

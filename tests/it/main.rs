@@ -10,6 +10,7 @@ mod bf16;
 mod camera;
 mod checkpoint;
 mod cli_assets;
+mod colmap;
 mod commands;
 mod compare;
 mod damaged_inputs;
