@@ -112,7 +112,7 @@ _moge() {
             return 0
             ;;
         moge__subcmd__batch)
-            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --panorama --view-size --help"
+            opts="-o -j -q -h --from-list --output --weights --model --revision --precision --device --num-tokens --resolution-level --fov-x --intrinsics --intrinsics-from --no-mask --no-force-projection --refine-steps --per-step --format --depth-scale --edge-rtol --npz-compression --npz-normal-dtype --no-compress --no-exif --max-megapixels --allow-truncated --server --in-flight --server-timeout --server-retries --every --fps --video-scale --video-fov --camera --camera-sample --shared-scale --fit --canvas --jobs --shard --skip-existing --quiet --json --stats --panorama --view-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -223,6 +223,18 @@ _moge() {
                     return 0
                     ;;
                 --video-scale)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --video-fov)
+                    COMPREPLY=($(compgen -W "raw shared" -- "${cur}"))
+                    return 0
+                    ;;
+                --camera)
+                    COMPREPLY=($(compgen -W "per-photo shared" -- "${cur}"))
+                    return 0
+                    ;;
+                --camera-sample)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -130,6 +130,11 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l server-retries -d 'R
 complete -c moge -n "__fish_moge_using_subcommand batch" -l every -d 'Take every Nth frame of each video, from the first (frames keep their numbers in the video: --every 10 gives 000000, 000010, ...)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fps -d 'Take at most F frames per second of each video\'s time: the first frame at or after each 1/F s' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l video-scale -d 'Each frame\'s metric scale: raw (the frame\'s own estimate, which flickers from frame to frame) or smooth (a running estimate over the frames before it, in log scale, with a time constant of 1 s, or T seconds with smooth=T; the sidecar keeps the frame\'s own in frame.metric_scale_raw)' -r
+complete -c moge -n "__fish_moge_using_subcommand batch" -l video-fov -d 'Each frame\'s field of view: raw (the frame\'s own estimate) or shared (one for the whole video: the median over its first --camera-sample frames taken; as --camera shared, for videos only)' -r -f -a "raw\t''
+shared\t''"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l camera -d 'per-photo, or shared: the photos of each folder (the frames of each video) were taken by one camera at one zoom; a first pass runs the model on --camera-sample of them (spread evenly over the folder\'s sorted list; a video\'s first frames taken) and every photo of the group then gets the median field of view (the sidecar\'s shared_camera says which)' -r -f -a "per-photo\t'Each photo\'s field of view its own (estimated, or as given)'
+shared\t'One field of view per folder of photos and per video: the median over a first pass'"
+complete -c moge -n "__fish_moge_using_subcommand batch" -l camera-sample -d 'Photos (frames) per folder (video) in the first pass of --camera shared / --video-fov shared' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l fit -d 'How photos meet the network: at their own aspect, or padded / stretched onto --canvas (one token grid for every photo); outputs always have the photo\'s size' -r -f -a "exact\t'Each photo at its own aspect (upstream behaviour)'
 pad\t'Letterbox onto the canvas aspect, crop the outputs back'
 stretch\t'Stretch onto the canvas, resample the outputs back'"
@@ -143,6 +148,7 @@ complete -c moge -n "__fish_moge_using_subcommand batch" -l per-step -d 'MoGe-3:
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-compress -d 'Same as --npz-compression none'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l no-exif -d 'Keep the raw pixel order of JPEG/TIFF/WebP files (do not apply the EXIF orientation)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l allow-truncated -d 'Process truncated JPEG/PNG/WebP files anyway (the missing part is filled in by the decoder), with a warning for each, instead of failing them'
+complete -c moge -n "__fish_moge_using_subcommand batch" -l shared-scale -d 'With --camera shared or --video-fov shared, share the metric scale too (the median of the first pass; the sidecar keeps each photo\'s own as shared_camera.metric_scale_own)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l skip-existing -d 'Skip photos whose requested outputs all exist (resume an interrupted run)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -s q -l quiet -d 'No progress bar and no summary (errors are still printed)'
 complete -c moge -n "__fish_moge_using_subcommand batch" -l json -d 'Print one JSON line per photo on stdout: input, status, outputs, timings, error'

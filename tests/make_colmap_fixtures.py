@@ -1,6 +1,7 @@
 """A synthetic room and its COLMAP reconstruction, for tests/it/colmap.rs:
 
     python tests/make_colmap_fixtures.py    # needs numpy, Pillow and pycolmap (PyPI)
+    python tests/make_colmap_fixtures.py --size 1280x960 --points 60000 --out DIR   # for scripts/bench-colmap.sh
 
 writes tests/fixtures/colmap/:
 - images/: 64x48 photos of a room (a box of textured walls, floor and ceiling) from known cameras;
@@ -24,6 +25,7 @@ from PIL import Image
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "colmap")
 W, H = 64, 48
+N_POINTS = 600
 SCALE = 0.37  # model units per metre
 BOX = np.array([[-2.0, -1.5, -2.0], [2.0, 1.5, 4.0]])  # the room, metres (y down, z forward)
 
@@ -77,14 +79,16 @@ def main():
     os.makedirs(os.path.join(OUT, "images", "sub"), exist_ok=True)
     os.makedirs(os.path.join(OUT, "truth", "sub"), exist_ok=True)
     rec = pycolmap.Reconstruction()
+    # The cameras of a 64x48 photo, scaled to the photos' size.
+    sx, sy = W / 64, H / 48
+    pinhole = {1: (50.0 * sx, 53.0 * sy, 29.5 * sx, 25.25 * sy), 2: (45.0 * sx, 45.0 * sy, 32.0 * sx, 24.0 * sy), 3: (50.0 * sx, 50.0 * sy, 32.0 * sx, 24.0 * sy)}
     cams = {
-        1: ("PINHOLE", [50.0, 53.0, 29.5, 25.25]),
-        2: ("SIMPLE_PINHOLE", [45.0, 32.0, 24.0]),
-        3: ("OPENCV", [50.0, 50.0, 32.0, 24.0, -0.05, 0.01, 0.0, 0.0]),
+        1: ("PINHOLE", list(pinhole[1])),
+        2: ("SIMPLE_PINHOLE", [pinhole[2][0], pinhole[2][2], pinhole[2][3]]),
+        3: ("OPENCV", list(pinhole[3]) + [-0.05, 0.01, 0.0, 0.0]),
     }
     for cid, (model, params) in cams.items():
         rec.add_camera_with_trivial_rig(pycolmap.Camera(model=model, width=W, height=H, params=params, camera_id=cid))
-    pinhole = {1: (50.0, 53.0, 29.5, 25.25), 2: (45.0, 45.0, 32.0, 24.0), 3: (50.0, 50.0, 32.0, 24.0)}
     # name, camera, yaw, pitch, centre (metres), written to images/, observes points
     shots = [
         ("a.png", 1, 0.0, 0.0, [0.0, 0.0, 0.0], True, True),
@@ -95,7 +99,7 @@ def main():
         ("f.png", 2, 180.0, 0.0, [0.0, 0.0, 0.0], True, False),
     ]
     # Points on the walls, metres.
-    n = 600
+    n = N_POINTS
     pts = rng.uniform(BOX[0], BOX[1], size=(n, 3))
     face = rng.integers(0, 6, n)
     for i in range(n):
@@ -142,4 +146,13 @@ def main():
 
 
 if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default=f"{W}x{H}")
+    ap.add_argument("--points", type=int, default=N_POINTS)
+    ap.add_argument("--out", default=OUT)
+    a = ap.parse_args()
+    W, H = map(int, a.size.split("x"))
+    N_POINTS, OUT = a.points, a.out
     main()

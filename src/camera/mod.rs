@@ -182,6 +182,21 @@ impl View {
     }
 }
 
+/// What one camera's photos share (`--camera shared`, `pipeline::shared_camera`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SharedCamera {
+    /// The folder of the photos, or the video.
+    pub group: std::path::PathBuf,
+    /// Degrees: the median of the sample's estimates.
+    pub fov_x: f32,
+    /// The median of the sample's metric scales, where it is shared too.
+    pub metric_scale: Option<f32>,
+    /// How many of the group's photos (frames) the first pass ran on, and the least and most
+    /// field of view among them.
+    pub sampled: usize,
+    pub fov_x_range: (f32, f32),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

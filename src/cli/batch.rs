@@ -44,6 +44,8 @@ pub struct BatchArgs {
     pub remote: RemoteArgs,
     #[command(flatten)]
     pub video: VideoArgs,
+    #[command(flatten)]
+    pub camera: CameraArgs,
     /// How photos meet the network: at their own aspect, or padded / stretched onto --canvas
     /// (one token grid for every photo); outputs always have the photo's size.
     #[arg(long, value_enum, default_value_t = FitMode::Exact.into())]
@@ -89,8 +91,11 @@ fn panorama_args(a: BatchArgs) -> Result<super::panorama::PanoramaArgs> {
     if FitMode::from(a.fit) != FitMode::Exact || a.canvas != Canvas::FULL_HD {
         refuse("--fit / --canvas", "a panorama's views have their own size (--view-size)")?;
     }
-    if a.video.every.is_some() || a.video.fps.is_some() || a.video.video_scale.0.is_some() {
-        refuse("--every / --fps / --video-scale", "they are for videos")?;
+    if a.camera.camera != CameraArg::PerPhoto || a.camera.shared_scale {
+        refuse("--camera shared / --shared-scale", "a panorama's views are 90° each")?;
+    }
+    if a.video.every.is_some() || a.video.fps.is_some() || a.video.video_scale.0.is_some() || a.video.video_fov != VideoFov::Raw {
+        refuse("--every / --fps / --video-scale / --video-fov", "they are for videos")?;
     }
     if a.jobs.is_some() || a.stats {
         refuse("--jobs / --stats", "a panorama's twelve views go through the model one after another")?;
@@ -134,6 +139,47 @@ pub struct VideoArgs {
     /// frame.metric_scale_raw).
     #[arg(long, value_name = "raw|smooth[=T]", default_value = "raw", value_parser = parse_video_scale)]
     pub video_scale: VideoScale,
+    /// Each frame's field of view: raw (the frame's own estimate) or shared (one for the whole
+    /// video: the median over its first --camera-sample frames taken; as --camera shared, for
+    /// videos only).
+    #[arg(long, value_enum, value_name = "raw|shared", default_value = "raw")]
+    pub video_fov: VideoFov,
+}
+
+/// `--video-fov`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VideoFov {
+    #[default]
+    Raw,
+    Shared,
+}
+
+/// `--camera`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CameraArg {
+    /// Each photo's field of view its own (estimated, or as given).
+    PerPhoto,
+    /// One field of view per folder of photos and per video: the median over a first pass.
+    Shared,
+}
+
+/// One camera for many photos.
+#[derive(Args, Debug)]
+#[command(next_help_heading = "One camera for many photos")]
+pub struct CameraArgs {
+    /// per-photo, or shared: the photos of each folder (the frames of each video) were taken by
+    /// one camera at one zoom; a first pass runs the model on --camera-sample of them (spread
+    /// evenly over the folder's sorted list; a video's first frames taken) and every photo of
+    /// the group then gets the median field of view (the sidecar's shared_camera says which).
+    #[arg(long, value_enum, value_name = "per-photo|shared", default_value = "per-photo", conflicts_with_all = ["fov_x", "intrinsics", "intrinsics_from"])]
+    pub camera: CameraArg,
+    /// Photos (frames) per folder (video) in the first pass of --camera shared / --video-fov shared.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub camera_sample: u64,
+    /// With --camera shared or --video-fov shared, share the metric scale too (the median of the
+    /// first pass; the sidecar keeps each photo's own as shared_camera.metric_scale_own).
+    #[arg(long)]
+    pub shared_scale: bool,
 }
 
 /// `--video-scale`: the time constant of the smoothing, if any.
@@ -154,7 +200,7 @@ fn parse_video_scale(s: &str) -> Result<VideoScale, String> {
 
 impl VideoArgs {
     pub fn sampling(&self) -> moge::image_io::video::Sampling {
-        moge::image_io::video::Sampling { every: self.every.unwrap_or(1), fps: self.fps.map(f64::from) }
+        moge::image_io::video::Sampling { every: self.every.unwrap_or(1), fps: self.fps.map(f64::from), first: None }
     }
 }
 
@@ -179,6 +225,24 @@ pub(super) fn install_signals(stop: Arc<AtomicBool>) {
             }
         }
     });
+}
+
+/// How photos share a camera, if they do.
+fn sharing(args: &BatchArgs) -> Result<Option<moge::pipeline::shared_camera::Sharing>> {
+    let (photos, videos) = (args.camera.camera == CameraArg::Shared, args.video.video_fov == VideoFov::Shared);
+    if !(photos || videos) {
+        if args.camera.shared_scale {
+            anyhow::bail!("--shared-scale shares the metric scale of --camera shared or --video-fov shared: give one of them");
+        }
+        return Ok(None);
+    }
+    if args.camera.shared_scale && args.video.video_scale.0.is_some() {
+        anyhow::bail!("--shared-scale and --video-scale smooth each set the frames' scale: choose one");
+    }
+    if videos && (args.infer.fov_x.is_some() || args.infer.intrinsics.is_some() || args.infer.intrinsics_from.is_some()) {
+        anyhow::bail!("--video-fov shared estimates the field of view: not with --fov-x, --intrinsics or --intrinsics-from");
+    }
+    Ok(Some(moge::pipeline::shared_camera::Sharing { sample: args.camera.camera_sample as usize, scale: args.camera.shared_scale, videos_only: !photos }))
 }
 
 /// What a run whose shard holds none of the `total` inputs says (it exits 0).
@@ -226,6 +290,23 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());
+    if let Some(sharing) = sharing(&args)? {
+        let cameras = moge::pipeline::shared_camera::estimate(engine.clone(), &inputs, &cfg, sharing, &stop);
+        if !args.quiet {
+            for c in cameras.values() {
+                let scale = c.metric_scale.map_or(String::new(), |s| format!(", metric scale {s:.4}"));
+                moge::errln!(
+                    "moge: one camera for {}: fov_x {:.2}° (the median of {} estimates, {:.2}..{:.2}){scale}",
+                    c.group.display(),
+                    c.fov_x,
+                    c.sampled,
+                    c.fov_x_range.0,
+                    c.fov_x_range.1
+                );
+            }
+        }
+        moge::pipeline::shared_camera::attach(&mut inputs, &cameras, sharing);
+    }
     let mut reporter = Reporter::new(!args.quiet, inputs.len(), args.json, |_: &moge::Record| {});
     let summary = run::run_observed(engine, inputs, &cfg, &stop, &mut reporter);
     if !args.quiet || args.stats {

@@ -50,6 +50,8 @@ pub enum FovFrom {
     Exif,
     /// A camera matrix in pixels (`--intrinsics`, or the photo's row of a table), used whole.
     Intrinsics(crate::camera::Pinhole),
+    /// The field of view of the photo's folder or video, in degrees (`--camera shared`).
+    Shared(f32),
 }
 
 impl FovFrom {
@@ -58,6 +60,9 @@ impl FovFrom {
     pub fn of_matrix(&self, width: u32, height: u32) -> Option<KnownFov> {
         match self {
             FovFrom::Intrinsics(camera) => focal::from_camera(camera, (width, height)),
+            FovFrom::Shared(degrees) => {
+                Some(KnownFov { degrees: *degrees, from: "shared: the median of its folder's or video's first pass".into(), camera: None })
+            }
             _ => None,
         }
     }

@@ -31,6 +31,8 @@ pub struct Sampling {
     /// At most this many frames per second of the video's time (`--fps F`): the first frame at
     /// or after each 1/F s from the first frame's time.
     pub fps: Option<f64>,
+    /// At most this many frames taken, from the first (a first pass over a video's start).
+    pub first: Option<u64>,
 }
 
 impl Sampling {
@@ -318,13 +320,13 @@ mod tests {
             (0..times.len() as u64).filter(|&i| sel(i, Some(times[i as usize]))).collect()
         };
         let at30: Vec<f64> = (0..30).map(|i| i as f64 / 30.0).collect();
-        assert_eq!(take(Sampling { every: 10, fps: None }, &at30), [0, 10, 20]);
+        assert_eq!(take(Sampling { every: 10, fps: None, first: None }, &at30), [0, 10, 20]);
         assert_eq!(take(Sampling::default(), &at30).len(), 30);
         // 30 fps down to 4: frames at 0, 0.25, 0.5, 0.75 s (8 of 30 frames apart, rounded up).
-        assert_eq!(take(Sampling { every: 0, fps: Some(4.0) }, &at30), [0, 8, 15, 23]);
+        assert_eq!(take(Sampling { every: 0, fps: Some(4.0), first: None }, &at30), [0, 8, 15, 23]);
         // A rate above the video's takes every frame.
-        assert_eq!(take(Sampling { every: 0, fps: Some(60.0) }, &at30).len(), 30);
+        assert_eq!(take(Sampling { every: 0, fps: Some(60.0), first: None }, &at30).len(), 30);
         // Irregular times (variable frame rate): one per period, the first at or after it.
-        assert_eq!(take(Sampling { every: 0, fps: Some(1.0) }, &[0.1, 0.7, 1.05, 1.2, 2.5, 2.9, 3.1]), [0, 3, 4, 6]);
+        assert_eq!(take(Sampling { every: 0, fps: Some(1.0), first: None }, &[0.1, 0.7, 1.05, 1.2, 2.5, 2.9, 3.1]), [0, 3, 4, 6]);
     }
 }

@@ -35,6 +35,8 @@ pub struct Input {
     pub frame: Option<VideoFrame>,
     /// Its own camera (`--intrinsics-from`), used whole in place of the run's.
     pub camera: Option<crate::camera::Pinhole>,
+    /// Its camera's field of view (and scale) shared with its folder or video (`--camera shared`).
+    pub shared: Option<std::sync::Arc<crate::camera::SharedCamera>>,
 }
 
 /// A frame of a video as an input of its own, made by the run as it reads the video.
@@ -94,15 +96,17 @@ impl Input {
     /// The input of one frame of this video: its outputs in a folder named after the video.
     pub fn frame(&self, frame: VideoFrame) -> Input {
         let rel = self.rel.join(format!("{:06}", frame.index));
-        Input { path: self.path.clone(), rel, problem: None, index: self.index, frame: Some(frame), camera: self.camera }
+        Input { path: self.path.clone(), rel, problem: None, index: self.index, frame: Some(frame), camera: self.camera, shared: self.shared.clone() }
     }
 
     /// The photo decoded: the file read, or the frame's pixels taken.
     /// The run's decode options for this input: with its own camera, where it has one.
     pub fn decode_options<'a>(&self, opts: &'a crate::image_io::DecodeOptions) -> std::borrow::Cow<'a, crate::image_io::DecodeOptions> {
-        match self.camera {
-            Some(k) => std::borrow::Cow::Owned(crate::image_io::DecodeOptions { fov: crate::image_io::FovFrom::Intrinsics(k), ..opts.clone() }),
-            None => std::borrow::Cow::Borrowed(opts),
+        use crate::image_io::{DecodeOptions, FovFrom};
+        match (self.camera, &self.shared) {
+            (Some(k), _) => std::borrow::Cow::Owned(DecodeOptions { fov: FovFrom::Intrinsics(k), ..opts.clone() }),
+            (None, Some(s)) => std::borrow::Cow::Owned(DecodeOptions { fov: FovFrom::Shared(s.fov_x), ..opts.clone() }),
+            (None, None) => std::borrow::Cow::Borrowed(opts),
         }
     }
 
@@ -164,7 +168,7 @@ pub fn walk(root: &Path, skip: Option<&Path>, notify: &dyn Fn(Notice)) -> Result
         };
         if entry.file_type().is_file() && is_input_file(entry.path()) {
             let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0, frame: None, camera: None });
+            out.push(Input { path: entry.path().to_owned(), rel: rel_stem(rel), problem: None, index: 0, frame: None, camera: None, shared: None });
         }
     }
     Ok(out)
@@ -173,7 +177,7 @@ pub fn walk(root: &Path, skip: Option<&Path>, notify: &dyn Fn(Notice)) -> Result
 /// One file given by name: its outputs go to the top of the output directory.
 pub fn file_input(p: &Path) -> Input {
     let name = p.file_name().map(PathBuf::from).unwrap_or_else(|| p.to_owned());
-    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0, frame: None, camera: None }
+    Input { path: p.to_owned(), rel: rel_stem(&name), problem: None, index: 0, frame: None, camera: None, shared: None }
 }
 
 /// Inputs from command-line paths: directories are walked (leaving out `skip`), files are
@@ -209,7 +213,7 @@ pub fn from_list(list: &Path) -> Result<Vec<Input>> {
             continue;
         }
         let p = PathBuf::from(t);
-        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0, frame: None, camera: None });
+        out.push(Input { rel: rel_stem(&p), path: p, problem: None, index: 0, frame: None, camera: None, shared: None });
     }
     Ok(out)
 }
@@ -405,7 +409,7 @@ mod tests {
 
     #[test]
     fn collisions_are_marked_on_the_later_input() {
-        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0, frame: None, camera: None };
+        let mk = |p: &str| Input { path: PathBuf::from(p), rel: rel_stem(Path::new(p)), problem: None, index: 0, frame: None, camera: None, shared: None };
         let mut v = vec![mk("a/x.jpg"), mk("a/x.png"), mk("a/y.png")];
         mark_collisions(&mut v);
         assert!(v[0].problem.is_none() && v[2].problem.is_none());

@@ -8,6 +8,7 @@
 //! - [`worker`]: the middle stage's queue and threads (the device worker), shared by `batch`,
 //!   `predict` and `serve`.
 //! - [`post`]: a run's own work on each prediction before it is written (`moge colmap`).
+//! - [`shared_camera`]: `--camera shared`, one field of view (and scale) per folder or video.
 //! - [`guard`]: a panic in one image's work fails that image only; [`host_only`]: the host
 //!   stages timed alone (`moge bench --host-only`).
 //! - [`video`]: videos' frames as inputs, their smoothed scale and their depth videos.
@@ -29,5 +30,6 @@ pub mod remote;
 pub mod report;
 pub mod run;
 mod shared;
+pub mod shared_camera;
 pub mod video;
 pub mod worker;

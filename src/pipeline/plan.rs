@@ -57,7 +57,7 @@ impl Plan {
             FovFrom::Exif => anyhow::bail!(
                 "the field of view from EXIF needs a photo file, and an image in memory has none: give the file's path, or the field of view in degrees"
             ),
-            FovFrom::Intrinsics { .. } => {
+            FovFrom::Intrinsics(_) | FovFrom::Shared(_) => {
                 let mut plan = self.with_known_fov(self.fov.of_matrix(width, height).as_ref()).into_owned();
                 plan.fov = FovFrom::Estimate;
                 Ok(std::borrow::Cow::Owned(plan))

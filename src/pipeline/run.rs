@@ -377,7 +377,7 @@ pub(super) fn encode<B: Backend>(
     let t = Instant::now();
     let mut finished = backend.finish(work, photo.size, plan)?;
     let mut raw_scale = None;
-    if let Some(v) = smoothed {
+    if let Some(v) = smoothed.or(photo.input.shared.as_ref().and_then(|s| s.metric_scale)) {
         raw_scale = Some(finished.pred.metric_scale);
         finished.pred.rescale(v);
     }
@@ -402,6 +402,11 @@ pub(super) fn encode<B: Backend>(
         let input = photo.input.path.display().to_string();
         let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
         s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale });
+        if let Some(shared) = &photo.input.shared {
+            let mut v = serde_json::to_value(&**shared).unwrap_or_default();
+            v["metric_scale_own"] = raw_scale.into();
+            s.extra.insert("shared_camera".into(), v);
+        }
         if let Some((key, value)) = post.as_ref().and_then(|p| p.sidecar.clone()) {
             s.extra.insert(key.into(), value);
         }

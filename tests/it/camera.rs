@@ -243,3 +243,54 @@ fn the_command_line_uses_the_matrix_whole_and_a_table_per_photo() {
     assert_eq!(r.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&r.stderr).contains("lies outside the 64x48 photo"), "{}", String::from_utf8_lossy(&r.stderr));
 }
+
+/// `--camera shared`: each folder's photos get the median field of view of a first pass over
+/// a sample spread over the folder (here all of them), and with --shared-scale its scale too.
+#[test]
+fn camera_shared_gives_each_folder_the_median_of_its_photos() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    for (folder, names) in [("one", &["rgb_64x48.png", "rgb_40x72.png", "gray_50x50.png"][..]), ("two", &["rgba_45x30.png", "rgb_64x48.png"][..])] {
+        std::fs::create_dir_all(photos.join(folder)).unwrap();
+        for n in names {
+            std::fs::copy(fixtures().join("images").join(n), photos.join(folder).join(n)).unwrap();
+        }
+    }
+    let weights = fixtures().join("tiny_normal.pt");
+    let batch = |out: &Path, extra: &[&str]| {
+        run(&[
+            &["batch", photos.to_str().unwrap(), "-o", out.to_str().unwrap(), "--weights", weights.to_str().unwrap(), "--precision", "f32", "--format", "json"],
+            extra,
+        ]
+        .concat())
+    };
+    let (own, shared) = (dir.path().join("own"), dir.path().join("shared"));
+    assert!(batch(&own, &[]).status.success());
+    let r = batch(&shared, &["--camera", "shared", "--shared-scale"]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    for (folder, names) in [("one", vec!["rgb_64x48", "rgb_40x72", "gray_50x50"]), ("two", vec!["rgba_45x30", "rgb_64x48"])] {
+        let side = |root: &Path, n: &str| json(&root.join(folder).join(format!("{n}.json")));
+        let want_fov = median(names.iter().map(|n| side(&own, n)["fov_x"].as_f64().unwrap()).collect());
+        let want_scale = median(names.iter().map(|n| side(&own, n)["metric_scale"].as_f64().unwrap()).collect());
+        assert!(stderr.contains(&format!("one camera for {}", photos.join(folder).display())), "{stderr}");
+        for n in &names {
+            let s = side(&shared, n);
+            assert!((s["fov_x"].as_f64().unwrap() - want_fov).abs() < 1e-3, "{folder}/{n}: {} against {want_fov}", s["fov_x"]);
+            assert!((s["metric_scale"].as_f64().unwrap() / want_scale - 1.0).abs() < 1e-5, "{folder}/{n}");
+            assert_eq!(s["shared_camera"]["sampled"].as_u64(), Some(names.len() as u64));
+        }
+    }
+    // Not with a given field of view.
+    let r = batch(&dir.path().join("x"), &["--camera", "shared", "--fov-x", "60"]);
+    assert_eq!(r.status.code(), Some(2));
+}

@@ -374,3 +374,54 @@ fn format_mp4_writes_the_frames_depth_as_a_video_in_their_order() {
     assert_eq!(files(&alone, ""), ["sub/cut.depth.mp4"]);
     assert_eq!(probe(&alone.join("sub/cut.depth.mp4")).0, done);
 }
+
+/// `--video-fov shared --shared-scale`: the first pass runs the clip's first N frames; every
+/// frame then has their median field of view and metric scale, and each frame's own scale
+/// stays in the sidecar.
+#[test]
+fn video_fov_shared_gives_every_frame_the_median_of_its_first_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    // A moving crop of a larger picture, as a panning camera films it.
+    let pan = dir.path().join("pan.mp4");
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=192x128:rate=10:duration=2",
+        "-vf",
+        "crop=96:64:x='t*40':y='t*20'",
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        pan.to_str().unwrap(),
+    ]);
+    let (raw, shared) = (dir.path().join("raw"), dir.path().join("shared"));
+    let o = batch(&[&pan], &raw, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = batch(&[&pan], &shared, &["--video-fov", "shared", "--shared-scale", "--camera-sample", "5"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("one camera for") && stderr.contains("the median of 5 estimates"), "{stderr}");
+    let fov = |s: &Value| s["fov_x"].as_f64().unwrap();
+    let raws: Vec<Value> = (0..FRAMES).map(|i| sidecar(&raw.join(format!("pan/{i:06}.json")))).collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let want_fov = median(raws[..5].iter().map(fov).collect());
+    let want_scale = median(raws[..5].iter().map(|s| s["metric_scale"].as_f64().unwrap()).collect());
+    let mut fovs = Vec::new();
+    for (i, r) in raws.iter().enumerate() {
+        let s = sidecar(&shared.join(format!("pan/{i:06}.json")));
+        assert!((fov(&s) - want_fov).abs() < 1e-3, "frame {i}: fov {} against the median {want_fov}", fov(&s));
+        assert!((s["metric_scale"].as_f64().unwrap() - want_scale).abs() < 1e-6 * want_scale, "frame {i}");
+        assert_eq!(s["inference"]["fov_x_source"], "shared: the median of its folder's or video's first pass");
+        assert_eq!(s["shared_camera"]["sampled"], 5);
+        // The frame's own scale, as the raw run gave it (its fov given, the same forward).
+        assert!((s["shared_camera"]["metric_scale_own"].as_f64().unwrap() - r["metric_scale"].as_f64().unwrap()).abs() < 1e-6, "frame {i}");
+        fovs.push(fov(r));
+    }
+    // The raw run's field of view moves from frame to frame; the shared one does not.
+    assert!(fovs.windows(2).any(|w| (w[1] - w[0]).abs() > 1e-3), "{fovs:?}");
+}

@@ -63,7 +63,12 @@ pub(in crate::pipeline) fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video
     let mut take = cfg.frames.selector();
     let mut seq = 0;
     let mut cut = None;
+    let mut capped = false;
     while !shared.halted() {
+        if cfg.frames.first.is_some_and(|n| seq >= n) {
+            capped = true;
+            break;
+        }
         match frames.next_frame() {
             Ok(Some(f)) if take(f.index, f.time) => {
                 if seq > 0 {
@@ -92,8 +97,8 @@ pub(in crate::pipeline) fn feed_video<S>(cfg: &Config, shared: &Shared<S>, video
         shared.video_error(d.end(video.index, seq));
     }
     let warning = match frames.finish() {
-        // A stop asked for ends the video early, and says nothing of it.
-        _ if shared.halted() => None,
+        // A stop asked for ends the video early, and says nothing of it; so does the cap.
+        _ if shared.halted() || capped => None,
         Ok(w) => cut.or(w),
         Err(e) if seq == 0 => {
             let _ = records.send(Record::failed(video, &e, Timings::default()));
