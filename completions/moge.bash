@@ -175,7 +175,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4 colmap" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)
@@ -333,7 +333,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4 colmap" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)
@@ -379,7 +379,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4 colmap" -- "${cur}"))
                     return 0
                     ;;
                 --weights)
@@ -811,7 +811,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4 colmap" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)
@@ -901,7 +901,7 @@ _moge() {
                     return 0
                     ;;
                 --format)
-                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "npz png json exr ply glb vis mp4 colmap" -- "${cur}"))
                     return 0
                     ;;
                 --depth-scale)

@@ -66,7 +66,8 @@ exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
-mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'
+colmap\t'`x.colmap/{cameras,images,points3D}.txt`: the photo as a COLMAP text model (a PINHOLE camera with MoGe\'s intrinsics, the identity pose, up to 100k points of the point map, coloured)'"
 complete -c moge -n "__fish_moge_using_subcommand predict" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand predict" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
@@ -114,7 +115,8 @@ exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
-mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'
+colmap\t'`x.colmap/{cameras,images,points3D}.txt`: the photo as a COLMAP text model (a PINHOLE camera with MoGe\'s intrinsics, the identity pose, up to 100k points of the point map, coloured)'"
 complete -c moge -n "__fish_moge_using_subcommand batch" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand batch" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
@@ -186,7 +188,8 @@ exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
-mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'
+colmap\t'`x.colmap/{cameras,images,points3D}.txt`: the photo as a COLMAP text model (a PINHOLE camera with MoGe\'s intrinsics, the identity pose, up to 100k points of the point map, coloured)'"
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand panorama" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'
@@ -214,7 +217,8 @@ exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
-mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'
+colmap\t'`x.colmap/{cameras,images,points3D}.txt`: the photo as a COLMAP text model (a PINHOLE camera with MoGe\'s intrinsics, the identity pose, up to 100k points of the point map, coloured)'"
 complete -c moge -n "__fish_moge_using_subcommand colmap" -l weights -d 'A local checkpoint: upstream model.pt, or .safetensors with its JSON config beside it' -r -F
 complete -c moge -n "__fish_moge_using_subcommand colmap" -l model -d 'A published model, fetched from the Hugging Face hub on first use' -r -f -a "vits-normal\t''
 vitb-normal\t''
@@ -306,7 +310,8 @@ exr\t'`x.depth.exr` and `x.points.exr`: float32, inf where invalid'
 ply\t'`x.ply`: binary point cloud with colours (and normals), upstream axes, edges removed'
 glb\t'`x.glb`: textured triangle mesh, upstream axes, edges removed'
 vis\t'`x.depth_vis.png` and `x.normal_vis.png`: colourised images to look at'
-mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'"
+mp4\t'`clip.depth.mp4` beside a video\'s frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg'
+colmap\t'`x.colmap/{cameras,images,points3D}.txt`: the photo as a COLMAP text model (a PINHOLE camera with MoGe\'s intrinsics, the identity pose, up to 100k points of the point map, coloured)'"
 complete -c moge -n "__fish_moge_using_subcommand bench" -l depth-scale -d 'Metres per unit of the 16-bit depth PNG (0 = invalid; values beyond 65535 saturate)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l edge-rtol -d 'Relative depth jump over a 3x3 neighbourhood that removes a pixel from ply / glb (\'inf\' keeps all); default 0.04 for a photo, 0.03 for a panorama (upstream\'s defaults; a panorama\'s pixel goes only where its surface also turns)' -r
 complete -c moge -n "__fish_moge_using_subcommand bench" -l npz-compression -d 'How npz arrays are stored: none (np.savez, the fastest), fast (deflate level 1: smaller, several times slower to write), small (deflate level 9)' -r -f -a "none\t'Stored as they are (`np.savez`): the fastest to write and to read, the largest'

@@ -69,6 +69,9 @@ pub fn run(args: PanoramaArgs) -> Result<i32> {
     if opts.wants(Format::Mp4) {
         bail!("--format mp4 is for videos");
     }
+    if opts.wants(Format::Colmap) {
+        bail!("--format colmap writes a pinhole camera's model: a panorama has none");
+    }
     let (list, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
     if list.is_empty() {
         if !args.quiet {

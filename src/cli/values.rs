@@ -46,9 +46,11 @@ pub enum FormatArg {
     Vis,
     /// `clip.depth.mp4` beside a video's frames: their depth, colourised (disparity, one range for the whole video), as a video made by ffmpeg.
     Mp4,
+    /// `x.colmap/{cameras,images,points3D}.txt`: the photo as a COLMAP text model (a PINHOLE camera with MoGe's intrinsics, the identity pose, up to 100k points of the point map, coloured).
+    Colmap,
 }
 
-same_variants!(FormatArg, Format, { Npz, Png, Json, Exr, Ply, Glb, Vis, Mp4 });
+same_variants!(FormatArg, Format, { Npz, Png, Json, Exr, Ply, Glb, Vis, Mp4, Colmap });
 
 /// `--npz-compression`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

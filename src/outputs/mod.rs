@@ -5,6 +5,7 @@
 //!
 //! One module per format; [`write_all`] writes the formats a run asked for, for one image.
 
+pub mod colmap;
 pub mod edges;
 pub mod exr;
 pub mod glb;
@@ -45,10 +46,12 @@ pub enum Format {
     Vis,
     /// `clip.depth.mp4` beside a video's frames: their depth, colourised, as a video (videos only).
     Mp4,
+    /// `x.colmap/`: the photo as a COLMAP text model (its camera, the identity pose, the point map's points).
+    Colmap,
 }
 
 crate::names::names!(Format, "output format", {
-    Npz => "npz", Png => "png", Json => "json", Exr => "exr", Ply => "ply", Glb => "glb", Vis => "vis", Mp4 => "mp4",
+    Npz => "npz", Png => "png", Json => "json", Exr => "exr", Ply => "ply", Glb => "glb", Vis => "vis", Mp4 => "mp4", Colmap => "colmap",
 });
 
 /// How the formats are written; fixed for a run.
@@ -85,7 +88,7 @@ impl OutputOptions {
     }
     /// The formats that read `Prediction::points` (the others let the post-processing skip it).
     pub fn needs_points(&self) -> bool {
-        [Format::Npz, Format::Ply, Format::Glb, Format::Exr].iter().any(|&f| self.wants(f))
+        [Format::Npz, Format::Ply, Format::Glb, Format::Exr, Format::Colmap].iter().any(|&f| self.wants(f))
     }
     /// The formats that read `Prediction::normal` as floats (png alone takes the codes the
     /// post-processing can make in its place).
@@ -94,7 +97,7 @@ impl OutputOptions {
     }
     /// ply and glb take their colours from the photo.
     pub fn needs_image(&self) -> bool {
-        self.wants(Format::Ply) || self.wants(Format::Glb)
+        self.wants(Format::Ply) || self.wants(Format::Glb) || self.wants(Format::Colmap)
     }
 }
 
@@ -119,6 +122,9 @@ pub enum FileKind {
     Glb,
     DepthVis,
     NormalVis,
+    ColmapCameras,
+    ColmapImages,
+    ColmapPoints,
     Sidecar,
 }
 
@@ -135,6 +141,9 @@ impl FileKind {
             FileKind::Glb => "glb",
             FileKind::DepthVis => "depth_vis.png",
             FileKind::NormalVis => "normal_vis.png",
+            FileKind::ColmapCameras => "colmap/cameras.txt",
+            FileKind::ColmapImages => "colmap/images.txt",
+            FileKind::ColmapPoints => "colmap/points3D.txt",
             FileKind::Sidecar => "json",
         }
     }
@@ -162,6 +171,7 @@ pub fn planned_files(opts: &OutputOptions, has_normal: bool) -> Vec<FileKind> {
             Format::Exr => v.extend([K::DepthExr, K::PointsExr]),
             Format::Ply => v.push(K::Ply),
             Format::Glb => v.push(K::Glb),
+            Format::Colmap => v.extend([K::ColmapCameras, K::ColmapImages, K::ColmapPoints]),
             Format::Vis => {
                 v.push(K::DepthVis);
                 if has_normal {
@@ -183,11 +193,13 @@ pub fn planned_paths(stem: &Path, opts: &OutputOptions, has_normal: bool) -> Vec
 
 /// Writes every requested format for one image under `stem`; the sidecar (when asked for) is
 /// written last, so that a present sidecar means the others are complete.
-/// `image` is the photo at the prediction's size (needed by ply / glb).
+/// `image` is the photo at the prediction's size (needed by ply / glb), `name` its file's name
+/// (the COLMAP model's image name).
 pub fn write_all(
     stem: &Path,
     pred: &Prediction,
     image: Option<&RgbImage>,
+    name: &str,
     opts: &OutputOptions,
     mut sidecar: Option<&mut json::Sidecar>,
 ) -> Result<Vec<PathBuf>> {
@@ -195,6 +207,7 @@ pub fn write_all(
     let mut written = Vec::new();
     let mut surface: Option<edges::Surface> = None;
     let mut depth_saturated = None;
+    use FileKind as K;
     for kind in planned_files(opts, pred.has_normal()) {
         let path = with_suffix(stem, kind.suffix());
         match kind {
@@ -204,6 +217,12 @@ pub fn write_all(
             FileKind::MaskPng => png::write_mask(&path, pred)?,
             FileKind::DepthExr => exr::write_depth(&path, pred)?,
             FileKind::PointsExr => exr::write_points(&path, pred)?,
+            FileKind::ColmapCameras => {
+                let paths = [K::ColmapCameras, K::ColmapImages, K::ColmapPoints].map(|k| with_suffix(stem, k.suffix()));
+                colmap::write([&paths[0], &paths[1], &paths[2]], pred, image, name)?
+            }
+            // Written with the cameras.
+            FileKind::ColmapImages | FileKind::ColmapPoints => {}
             FileKind::DepthVis => vis::write_depth(&path, pred)?,
             FileKind::NormalVis => vis::write_normal(&path, pred)?,
             FileKind::Ply | FileKind::Glb => {

@@ -413,7 +413,12 @@ pub(super) fn encode<B: Backend>(
         s
     });
     let pred = finished.pred;
-    let mut written = outputs::write_all(&cfg.stem(&photo.input), &pred, photo.image.as_ref(), &cfg.outputs, sidecar.as_mut())?;
+    // A frame is named as ffmpeg would extract it (`000012.png`).
+    let name = match &photo.input.frame {
+        Some(f) => format!("{:06}.png", f.index),
+        None => photo.input.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+    };
+    let mut written = outputs::write_all(&cfg.stem(&photo.input), &pred, photo.image.as_ref(), &name, &cfg.outputs, sidecar.as_mut())?;
     if let Some(p) = post {
         written.extend(p.files);
     }

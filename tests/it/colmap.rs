@@ -209,3 +209,71 @@ fn the_command_writes_what_it_can_and_says_why_for_the_rest() {
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("no COLMAP model here"), "{}", String::from_utf8_lossy(&r.stderr));
 }
+
+/// `moge batch --format colmap` writes each photo as a COLMAP text model that reads back as
+/// one (the camera = the prediction's intrinsics, every 3D point on its pixel's ray at the
+/// depth of the npz); `moge colmap` over that model aligns the photo to itself: scale 1.
+#[test]
+fn format_colmap_writes_a_model_that_reads_back_and_aligns_to_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let photos = tmp.path().join("photos");
+    std::fs::create_dir_all(&photos).unwrap();
+    std::fs::copy(dir().join("images/a.png"), photos.join("a.png")).unwrap();
+    let weights = fixtures().join("tiny_normal.pt");
+    let out = tmp.path().join("out");
+    let r = run(&[
+        "batch",
+        photos.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--weights",
+        weights.to_str().unwrap(),
+        "--precision",
+        "f32",
+        "--format",
+        "colmap,npz,json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let model = moge::colmap::read(&out.join("a.colmap")).unwrap();
+    assert_eq!(model.format, Format::Text);
+    let side: Value = serde_json::from_slice(&std::fs::read(out.join("a.json")).unwrap()).unwrap();
+    let k = &side["intrinsics_pixels"];
+    let cam = model.cameras[&1].pinhole().unwrap();
+    assert_eq!((model.cameras[&1].width, model.cameras[&1].height), (64, 48));
+    for (got, want) in [(cam.fx, &k[0][0]), (cam.fy, &k[1][1]), (cam.cx, &k[0][2]), (cam.cy, &k[1][2])] {
+        assert!((got - want.as_f64().unwrap()).abs() < 1e-4, "{got} against {want}");
+    }
+    let image = &model.images[&1];
+    assert_eq!((image.name.as_str(), image.q, image.t), ("a.png", [1.0, 0.0, 0.0, 0.0], [0.0; 3]));
+    let mut npz = crate::support::npz::Npz::open(&out.join("a.npz"));
+    let (depth, mask): (Vec<f32>, Vec<u8>) = (npz.vec_f32("depth"), npz.u8("mask").iter().copied().collect());
+    let valid = mask.iter().filter(|&&m| m != 0).count();
+    assert_eq!(model.points.len(), valid, "one point per valid pixel of a 64x48 photo");
+    for (xy, id) in &image.points2d {
+        let p = model.points[&id.unwrap()];
+        // On the ray of its pixel, at the npz's depth there.
+        let (x, y) = ((xy[0] - 0.5) as usize, (xy[1] - 0.5) as usize);
+        let d = depth[y * 64 + x] as f64;
+        assert!((p[2] - d).abs() < 1e-5 * d);
+        assert!((cam.fx * p[0] / p[2] + cam.cx - xy[0]).abs() < 1e-3 && (cam.fy * p[1] / p[2] + cam.cy - xy[1]).abs() < 1e-3, "{xy:?}");
+    }
+    // The model, aligned to by the same photo: scale 1.
+    let again = tmp.path().join("again");
+    let r = run(&[
+        "colmap",
+        out.join("a.colmap").to_str().unwrap(),
+        "--images",
+        photos.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+        "--weights",
+        weights.to_str().unwrap(),
+        "--precision",
+        "f32",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let side: Value = serde_json::from_slice(&std::fs::read(again.join("a.json")).unwrap()).unwrap();
+    let fit = &side["colmap"]["fit"];
+    assert!((fit["scale"].as_f64().unwrap() - 1.0).abs() < 1e-4, "{fit}");
+    assert_eq!(fit["inliers"], fit["points"]);
+}
