@@ -227,7 +227,7 @@ _moge() {
                     return 0
                     ;;
                 --video-fov)
-                    COMPREPLY=($(compgen -W "raw shared" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --camera)

@@ -139,19 +139,34 @@ pub struct VideoArgs {
     /// frame.metric_scale_raw).
     #[arg(long, value_name = "raw|smooth[=T]", default_value = "raw", value_parser = parse_video_scale)]
     pub video_scale: VideoScale,
-    /// Each frame's field of view: raw (the frame's own estimate) or shared (one for the whole
+    /// Each frame's field of view: raw (the frame's own estimate), shared (one for the whole
     /// video: the median over its first --camera-sample frames taken; as --camera shared, for
-    /// videos only).
-    #[arg(long, value_enum, value_name = "raw|shared", default_value = "raw")]
+    /// videos only) or smooth (a running estimate over the frames up to it, of log tan(fov/2),
+    /// with a time constant of 1 s or T seconds with smooth=T; each frame is solved twice, a
+    /// model run here only; the sidecar keeps the frame's own in frame.fov_x_raw).
+    #[arg(long, value_name = "raw|shared|smooth[=T]", default_value = "raw", value_parser = parse_video_fov)]
     pub video_fov: VideoFov,
 }
 
 /// `--video-fov`.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum VideoFov {
     #[default]
     Raw,
     Shared,
+    /// The time constant, seconds.
+    Smooth(f64),
+}
+
+fn parse_video_fov(s: &str) -> Result<VideoFov, String> {
+    match s {
+        "raw" => Ok(VideoFov::Raw),
+        "shared" => Ok(VideoFov::Shared),
+        _ => match parse_video_scale(s) {
+            Ok(VideoScale(Some(t))) => Ok(VideoFov::Smooth(t)),
+            _ => Err(format!("'{s}' is not raw, shared, smooth or smooth=SECONDS")),
+        },
+    }
 }
 
 /// `--camera`.
@@ -229,6 +244,14 @@ pub(super) fn install_signals(stop: Arc<AtomicBool>) {
 
 /// How photos share a camera, if they do.
 fn sharing(args: &BatchArgs) -> Result<Option<moge::pipeline::shared_camera::Sharing>> {
+    if let VideoFov::Smooth(_) = args.video.video_fov {
+        if !args.remote.server.is_empty() {
+            anyhow::bail!("--video-fov smooth solves each frame again with the estimate, which a server's answer does not allow: use shared, or a model here");
+        }
+        if args.infer.fov_x.is_some() || args.infer.intrinsics.is_some() || args.infer.intrinsics_from.is_some() || args.camera.camera == CameraArg::Shared {
+            anyhow::bail!("--video-fov smooth estimates the field of view: not with --fov-x, --intrinsics, --intrinsics-from or --camera shared");
+        }
+    }
     let (photos, videos) = (args.camera.camera == CameraArg::Shared, args.video.video_fov == VideoFov::Shared);
     if !(photos || videos) {
         if args.camera.shared_scale {
@@ -266,6 +289,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     if args.panorama {
         return super::panorama::run(panorama_args(args)?);
     }
+    let share = sharing(&args)?;
     let (mut inputs, total) = inputs::collect(&args.inputs, args.from_list.as_deref(), args.shard, &args.output, &report::print_notice)?;
     args.infer.attach_cameras(&mut inputs)?;
     if inputs.is_empty() {
@@ -285,12 +309,16 @@ pub fn run(args: BatchArgs) -> Result<i32> {
         videos: true,
         frames: args.video.sampling(),
         video_scale: args.video.video_scale.0,
+        video_fov: match args.video.video_fov {
+            VideoFov::Smooth(t) => Some(t),
+            _ => None,
+        },
         stats: args.stats,
         ..base
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signals(stop.clone());
-    if let Some(sharing) = sharing(&args)? {
+    if let Some(sharing) = share {
         let cameras = moge::pipeline::shared_camera::estimate(engine.clone(), &inputs, &cfg, sharing, &stop);
         if !args.quiet {
             for c in cameras.values() {

@@ -48,6 +48,10 @@ pub struct FrameInfo {
     /// is then the smoothed one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metric_scale_raw: Option<f32>,
+    /// The frame's own field of view, where `--video-fov smooth` replaced it (`fov_x` is then
+    /// the smoothed one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fov_x_raw: Option<f32>,
 }
 
 #[derive(Debug, Clone, Serialize)]

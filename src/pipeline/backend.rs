@@ -45,6 +45,13 @@ pub trait Backend: Send + Sync {
     /// On an encode thread: the prediction at the photo's size, and how it was made.
     fn finish(&self, answer: Self::Answer, photo_size: (usize, usize), plan: &Plan) -> Result<Finished>;
 
+    /// [`Backend::finish`] without using the answer up, with the photo's field of view `fov_x`
+    /// (degrees) where given, for `--video-fov smooth`, which solves a frame twice; `None`
+    /// where the answer is final (a server's).
+    fn finish_again(&self, _answer: &Self::Answer, _photo_size: (usize, usize), _plan: &Plan, _fov_x: Option<f32>) -> Option<Result<Finished>> {
+        None
+    }
+
     /// Whether the model has the normal head (so normal maps are written).
     fn has_normal(&self) -> bool;
 

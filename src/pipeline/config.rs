@@ -29,6 +29,10 @@ pub struct Config {
     /// `--video-scale smooth`: the time constant (seconds) of the running estimate of each
     /// video's metric scale; `None` keeps each frame's own.
     pub video_scale: Option<f64>,
+    /// `--video-fov smooth`: the time constant (seconds) of the running estimate of each video's
+    /// field of view (of log tan(fov/2): log focal); `None` keeps each frame's own. A model run
+    /// here only: each frame is solved twice, for its own and with the estimate.
+    pub video_fov: Option<f64>,
     /// Host threads per host stage (decode, encode).
     pub jobs: usize,
     pub skip_existing: bool,
@@ -61,6 +65,7 @@ impl Config {
             videos: false,
             frames: Sampling::default(),
             video_scale: None,
+            video_fov: None,
             jobs: default_jobs(),
             skip_existing: false,
             stats: false,

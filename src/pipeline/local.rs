@@ -75,6 +75,18 @@ impl Backend for LocalBackend {
         })
     }
 
+    fn finish_again(&self, answer: &LocalAnswer, _photo_size: (usize, usize), plan: &Plan, fov_x: Option<f32>) -> Option<Result<Finished>> {
+        let placed = &answer.placed;
+        let pred = plan::finish_with_fov(self.model(), placed, &answer.raw, plan, fov_x);
+        Some(Ok(Finished {
+            pred,
+            device: crate::device::name_of(&self.model().device),
+            num_tokens: placed.opts.tokens(self.model().config.num_tokens_range),
+            grid: placed.prep.grid,
+            server: None,
+        }))
+    }
+
     fn metric_scale(&self, answer: &LocalAnswer) -> Option<f32> {
         answer.raw.metric_scale.map(f32::exp)
     }

@@ -105,7 +105,22 @@ pub fn prepare(model: &Model, photo: &RgbImage, plan: &Plan) -> Result<Placed> {
 
 /// Upstream `infer()`'s post-processing of one forward, at the photo's size.
 pub fn finish(model: &Model, s: &Placed, raw: &RawOutput, plan: &Plan) -> Prediction {
-    let work = model.postprocess(raw, (s.prep.width, s.prep.height, s.prep.grid), &s.opts);
+    finish_with_fov(model, s, raw, plan, None)
+}
+
+/// [`finish`] with the photo's horizontal field of view `fov_x` (degrees) in place of the
+/// plan's, where given: the forward does not depend on it, only the focal/shift solve.
+pub fn finish_with_fov(model: &Model, s: &Placed, raw: &RawOutput, plan: &Plan, fov_x: Option<f32>) -> Prediction {
+    let own;
+    let opts = match fov_x {
+        Some(fov) => {
+            let photo = InferOptions { fov_x: Some(fov), ..plan.infer.clone() };
+            own = InferOptions { fov_x: fit::work_options(&photo, s.placement, s.photo_size.0).fov_x, ..s.opts.clone() };
+            &own
+        }
+        None => &s.opts,
+    };
+    let work = model.postprocess(raw, (s.prep.width, s.prep.height, s.prep.grid), opts);
     fit::restore(work, s.placement, s.photo_size.0, s.photo_size.1, &plan.infer)
 }
 

@@ -104,7 +104,12 @@ pub fn run_with<B: Backend + 'static>(backend: Arc<B>, inputs: Vec<Input>, cfg: 
         stop: stop.clone(),
         samples: cfg.stats.then(Mutex::default),
         more: AtomicUsize::new(0),
-        smoother: cfg.video_scale.map(ScaleSmoother::new),
+        smoother: match (cfg.video_scale, cfg.video_fov) {
+            (Some(tau), _) => Some(ScaleSmoother::new(tau)),
+            (None, Some(_)) => Some(ScaleSmoother::ordering()),
+            (None, None) => None,
+        },
+        fov_smoother: cfg.video_fov.map(ScaleSmoother::new),
         depth_videos: (cfg.videos && cfg.outputs.wants(outputs::Format::Mp4)).then(DepthVideos::default),
         video_errors: AtomicUsize::new(0),
         notices: Mutex::default(),
@@ -186,6 +191,7 @@ fn feed<B: Backend>(backend: &B, cfg: &Config, shared: &Shared<B::Job>, inputs: 
                 s.pass(video, seq);
                 s.resolve(video, seq, None);
             });
+            shared.fov_resolve(&input, None);
             if let (Some(d), Some(frame)) = (&shared.depth_videos, &input.frame) {
                 shared.video_error(d.put_done(input.index, frame.seq, done_depth(cfg, &input)));
             }
@@ -323,6 +329,7 @@ fn spawn_middle<B: Backend + 'static>(
             }
             Err(e) => {
                 shared.to_depth_video(&photo.input, None);
+                shared.fov_resolve(&photo.input, None);
                 let mut rec = Record::failed(&photo.input, &e, photo.timings);
                 rec.fatal |= backend.is_fatal(&e);
                 let _ = records.send(rec);
@@ -374,8 +381,13 @@ pub(super) fn encode<B: Backend>(
     let Some(smoothed) = smoothed else {
         anyhow::bail!("not written: the run stopped before the frames before it were done, which its smoothed scale needs");
     };
+    // Without --video-scale smooth the smoother only kept the frames in order.
+    let smoothed = smoothed.filter(|_| cfg.video_scale.is_some());
     let t = Instant::now();
-    let mut finished = backend.finish(work, photo.size, plan)?;
+    let (mut finished, fov_raw) = match shared.filter(|s| s.fov_smoother.is_some() && photo.input.frame.is_some()) {
+        Some(shared) => finish_fov_smoothed(backend, shared, &photo.input, work, photo.size, plan)?,
+        None => (backend.finish(work, photo.size, plan)?, None),
+    };
     let mut raw_scale = None;
     if let Some(v) = smoothed.or(photo.input.shared.as_ref().and_then(|s| s.metric_scale)) {
         raw_scale = Some(finished.pred.metric_scale);
@@ -401,7 +413,11 @@ pub(super) fn encode<B: Backend>(
         );
         let input = photo.input.path.display().to_string();
         let mut s = Sidecar::new(input, &finished.pred, stats.clone(), cfg.outputs.depth_png_scale, model, inference, timings.clone());
-        s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale });
+        s.frame = photo.input.frame.as_ref().map(|f| FrameInfo { index: f.index, time_s: f.time, metric_scale_raw: raw_scale, fov_x_raw: fov_raw });
+        if fov_raw.is_some() {
+            s.inference.fov_x_given = Some(s.fov_x);
+            s.inference.fov_x_source = "smoothed: the running estimate over the video's frames (--video-fov smooth)".into();
+        }
         if let Some(shared) = &photo.input.shared {
             let mut v = serde_json::to_value(&**shared).unwrap_or_default();
             v["metric_scale_own"] = raw_scale.into();
@@ -438,6 +454,46 @@ pub(super) fn encode<B: Backend>(
         prediction: cfg.keep_predictions.then(|| Box::new(pred)),
         ..Record::new(&photo.input, Status::Ok, vec![], timings)
     })
+}
+
+/// A frame's prediction at its video's running estimate of the field of view: solved for its
+/// own first, which goes into the estimate, then again with the estimate over the frames up to
+/// it; with the frame's own field of view where it was replaced.
+fn finish_fov_smoothed<B: Backend>(
+    backend: &B,
+    shared: &Shared<B::Job>,
+    input: &Input,
+    work: B::Answer,
+    size: (usize, usize),
+    plan: &Plan,
+) -> Result<(super::backend::Finished, Option<f32>)> {
+    let (Some(smoother), Some(frame)) = (&shared.fov_smoother, &input.frame) else { return Ok((backend.finish(work, size, plan)?, None)) };
+    let own = match backend.finish_again(&work, size, plan, None) {
+        Some(Ok(f)) => f,
+        other => {
+            shared.fov_resolve(input, None);
+            return match other {
+                Some(Err(e)) => Err(e),
+                _ => Ok((backend.finish(work, size, plan)?, None)),
+            };
+        }
+    };
+    let own_fov = own.pred.fov_degrees().0;
+    let tan = (own_fov.to_radians() / 2.0).tan();
+    shared.fov_resolve(input, Some(tan).filter(|t| t.is_finite() && *t > 0.0));
+    let since = Instant::now();
+    let given_up = || shared.halted() && since.elapsed() > std::time::Duration::from_secs(60);
+    match smoother.smoothed(input.index, frame.seq, &given_up) {
+        None => anyhow::bail!("not written: the run stopped before the frames before it were done, which its smoothed field of view needs"),
+        Some(Some(t)) => {
+            let fov = (2.0 * t.atan()).to_degrees();
+            match backend.finish_again(&work, size, plan, Some(fov)) {
+                Some(again) => Ok((again?, Some(own_fov))),
+                None => Ok((own, None)),
+            }
+        }
+        Some(None) => Ok((own, None)),
+    }
 }
 
 /// The collector (the calling thread): counts each record and passes it on, with the notices

@@ -17,8 +17,10 @@ pub(super) struct Shared<S> {
     pub(super) samples: Option<Mutex<Vec<S>>>,
     /// Inputs beyond the list's: the frames of its videos, past each video's first.
     pub(super) more: AtomicUsize,
-    /// `--video-scale smooth`.
+    /// `--video-scale smooth` (or, for `--video-fov smooth` alone, the frames' order only).
     pub(super) smoother: Option<ScaleSmoother>,
+    /// `--video-fov smooth`: the running estimate of tan(fov/2), resolved in the encode stage.
+    pub(super) fov_smoother: Option<ScaleSmoother>,
     /// `--format mp4`, and the depth videos that could not be written.
     pub(super) depth_videos: Option<DepthVideos>,
     pub(super) video_errors: AtomicUsize,

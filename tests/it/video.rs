@@ -425,3 +425,55 @@ fn video_fov_shared_gives_every_frame_the_median_of_its_first_frames() {
     // The raw run's field of view moves from frame to frame; the shared one does not.
     assert!(fovs.windows(2).any(|w| (w[1] - w[0]).abs() > 1e-3), "{fovs:?}");
 }
+
+/// `--video-fov smooth=T`: each frame's field of view is the running estimate of log tan(fov/2)
+/// over the frames up to it, by the filter of --video-scale; the sidecar keeps its own, and
+/// the scale is left alone.
+#[test]
+fn video_fov_smooth_follows_the_raw_fovs_with_the_documented_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let pan = dir.path().join("pan.mp4");
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=192x128:rate=10:duration=2,noise=alls=40:allf=t",
+        "-vf",
+        "crop=96:64:x='t*40':y='t*20'",
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        pan.to_str().unwrap(),
+    ]);
+    let (raw, smooth) = (dir.path().join("raw"), dir.path().join("smooth"));
+    assert!(batch(&[&pan], &raw, &[]).status.success());
+    let o = batch(&[&pan], &smooth, &["--video-fov", "smooth=0.5", "--jobs", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (mut own, mut got, mut times) = (vec![], vec![], vec![]);
+    for i in 0..FRAMES {
+        let (r, s) = (sidecar(&raw.join(format!("pan/{i:06}.json"))), sidecar(&smooth.join(format!("pan/{i:06}.json"))));
+        let f = r["fov_x"].as_f64().unwrap();
+        assert!((s["frame"]["fov_x_raw"].as_f64().unwrap() - f).abs() < 1e-4, "frame {i}");
+        assert_eq!(s["metric_scale"], r["metric_scale"], "frame {i}: the scale is the frame's own");
+        assert!(s["inference"]["fov_x_source"].as_str().unwrap().starts_with("smoothed"));
+        own.push(f);
+        got.push(s["fov_x"].as_f64().unwrap());
+        times.push(s["frame"]["time_s"].as_f64().unwrap());
+    }
+    let mut state = (own[0].to_radians() / 2.0).tan().ln();
+    for i in 0..own.len() {
+        if i > 0 {
+            let alpha = 1.0 - (-(times[i] - times[i - 1]) / 0.5).exp();
+            state += alpha * ((own[i].to_radians() / 2.0).tan().ln() - state);
+        }
+        let want = (2.0 * state.exp().atan()).to_degrees();
+        assert!((got[i] - want).abs() < 2e-3, "frame {i}: fov {} against the filter's {want}", got[i]);
+    }
+    let change = |v: &[f64]| v.windows(2).map(|w| (w[1] - w[0]).abs()).sum::<f64>();
+    assert!(change(&own) > 0.0 && change(&got) < change(&own) * 0.8, "{} -> {}", change(&own), change(&got));
+    // Not through a server: its answers are final.
+    let o = moge().args(["batch", pan.to_str().unwrap(), "-o", "x", "--server", "http://127.0.0.1:9", "--video-fov", "smooth"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a server's answer does not allow"), "{}", String::from_utf8_lossy(&o.stderr));
+}

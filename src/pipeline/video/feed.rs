@@ -45,7 +45,16 @@ impl<S> Shared<S> {
     /// not wait for it.
     pub(in crate::pipeline) fn frame_missing(&self, input: &Input) {
         self.smoothing(input, |s, video, seq| s.resolve(video, seq, None));
+        self.fov_resolve(input, None);
         self.to_depth_video(input, None);
+    }
+
+    /// A frame's own tan(fov/2) for `--video-fov smooth` (`None`: it has none), where its
+    /// field of view is smoothed.
+    pub(in crate::pipeline) fn fov_resolve(&self, input: &Input, raw: Option<f32>) {
+        if let (Some(s), Some(frame)) = (&self.fov_smoother, &input.frame) {
+            s.resolve(input.index, frame.seq, raw.map(|scale| super::scale::Raw { scale, time: frame.time }));
+        }
     }
 }
 

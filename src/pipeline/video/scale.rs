@@ -28,7 +28,9 @@ pub struct Raw {
 /// The smoothed scales of the frames of every video of a run (a video is known by its input
 /// index, a frame by its place among the video's frames taken).
 pub struct ScaleSmoother {
-    tau: f64,
+    /// `None`: the frames are only kept in order, each value its own (`--video-fov smooth`
+    /// without `--video-scale smooth` needs the order alone).
+    tau: Option<f64>,
     tracks: Mutex<HashMap<usize, Track>>,
     changed: Condvar,
 }
@@ -55,7 +57,12 @@ const POLL: Duration = Duration::from_millis(50);
 impl ScaleSmoother {
     /// `tau`: the time constant in seconds (how long ago a frame's weight fell to 1/e).
     pub fn new(tau: f64) -> Self {
-        ScaleSmoother { tau: tau.max(1e-6), tracks: Mutex::default(), changed: Condvar::new() }
+        ScaleSmoother { tau: Some(tau.max(1e-6)), tracks: Mutex::default(), changed: Condvar::new() }
+    }
+
+    /// The frames kept in order, their values their own.
+    pub fn ordering() -> Self {
+        ScaleSmoother { tau: None, tracks: Mutex::default(), changed: Condvar::new() }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<usize, Track>> {
@@ -110,6 +117,7 @@ impl ScaleSmoother {
 
     /// Adds a frame to the estimate; returns the frame's smoothed scale.
     fn fold(&self, state: &mut Option<(f64, Option<f64>)>, r: Raw) -> f32 {
+        let Some(tau) = self.tau else { return r.scale };
         let x = (r.scale as f64).max(f64::MIN_POSITIVE).ln();
         let next = match *state {
             None => x,
@@ -119,7 +127,7 @@ impl ScaleSmoother {
                     (Some(a), Some(b)) => (b - a).max(0.0),
                     _ => 0.04,
                 };
-                let alpha = 1.0 - (-dt / self.tau).exp();
+                let alpha = 1.0 - (-dt / tau).exp();
                 s + alpha * (x - s)
             }
         };
