@@ -184,6 +184,17 @@ fn the_command_writes_what_it_can_and_says_why_for_the_rest() {
         assert!(fit["scale"].as_f64().unwrap() > 0.0 && fit["inliers"].as_u64().unwrap() >= 3, "{side}");
         assert!(side["colmap"]["fit_ms"].as_f64().unwrap() >= 0.0);
     }
+    // The tiny model's depth, aligned: closer to the truth (in the model's units) than before.
+    let scale = scene()["scale"].as_f64().unwrap();
+    for (stem, name) in [("a", "a.png"), ("sub/b", "sub/b.png"), ("c", "c.png")] {
+        let side: Value = serde_json::from_slice(&std::fs::read(txt.join(format!("{stem}.json"))).unwrap()).unwrap();
+        let k = side["colmap"]["fit"]["scale"].as_f64().unwrap();
+        let aligned = ndarray::Array2::<f32>::read_npy(std::fs::File::open(txt.join(format!("depth/{stem}.npy"))).unwrap()).unwrap();
+        let t = truth(name);
+        let err = |f: f64| median(aligned.iter().zip(t.iter()).filter(|(&d, _)| d > 0.0).map(|(&d, &t)| (d as f64 * f / (t as f64 * scale) - 1.0).abs()).collect());
+        let (before, after) = (err(1.0 / k), err(1.0));
+        assert!(after < before, "{stem}: median relative error {before:.3} unaligned, {after:.3} aligned");
+    }
     for stem in ["d", "e", "f"] {
         assert!(!txt.join(format!("depth/{stem}.npy")).exists() && !txt.join(format!("{stem}.json")).exists(), "{stem}");
     }
