@@ -352,6 +352,9 @@ fn encode_stage<B: Backend>(
     for item in answers {
         let (input, timings) = (item.photo.input.clone(), item.photo.timings.clone());
         let rec = guarded(|| encode(backend, cfg, plan, Some(shared), sha, item)).unwrap_or_else(|e| {
+            // A frame that failed before its own field of view went into the estimate (a
+            // panic in its solve): the frames after it do not wait for it.
+            shared.fov_resolve(&input, None);
             shared.to_depth_video(&input, None);
             Record::failed(&input, &e, timings)
         });

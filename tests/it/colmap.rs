@@ -191,7 +191,8 @@ fn the_command_writes_what_it_can_and_says_why_for_the_rest() {
         let k = side["colmap"]["fit"]["scale"].as_f64().unwrap();
         let aligned = ndarray::Array2::<f32>::read_npy(std::fs::File::open(txt.join(format!("depth/{stem}.npy"))).unwrap()).unwrap();
         let t = truth(name);
-        let err = |f: f64| median(aligned.iter().zip(t.iter()).filter(|(&d, _)| d > 0.0).map(|(&d, &t)| (d as f64 * f / (t as f64 * scale) - 1.0).abs()).collect());
+        let err =
+            |f: f64| median(aligned.iter().zip(t.iter()).filter(|(&d, _)| d > 0.0).map(|(&d, &t)| (d as f64 * f / (t as f64 * scale) - 1.0).abs()).collect());
         let (before, after) = (err(1.0 / k), err(1.0));
         assert!(after < before, "{stem}: median relative error {before:.3} unaligned, {after:.3} aligned");
     }

@@ -101,10 +101,14 @@ impl ScaleSmoother {
         self.changed.notify_all();
     }
 
-    /// Frame `seq`'s raw scale, or `None` where it has none (failed, skipped).
+    /// Frame `seq`'s raw scale, or `None` where it has none (failed, skipped). A frame is
+    /// resolved once: later calls for it (a failure after it was resolved) change nothing.
     pub fn resolve(&self, video: usize, seq: u64, raw: Option<Raw>) {
         let mut tracks = self.lock();
         let t = tracks.entry(video).or_default();
+        if seq < t.folded || t.raw.contains_key(&seq) {
+            return;
+        }
         t.raw.insert(seq, raw);
         while let Some(r) = t.raw.remove(&t.folded) {
             let value = r.map(|r| self.fold(&mut t.state, r));
@@ -170,6 +174,14 @@ mod tests {
         s.resolve(0, 3, raw(4.0, 0.5));
         assert_eq!(s.smoothed(0, 2, RUNNING), Some(None));
         assert!((s.smoothed(0, 3, RUNNING).flatten().unwrap() - want).abs() < 1e-6, "no time passed since frame 1");
+        // A frame resolved once is not resolved again (a failure after its value was in),
+        // whether it is in the estimate yet or waits for the frames before it.
+        s.resolve(0, 3, raw(50.0, 9.0));
+        s.resolve(0, 5, raw(4.0, 0.5));
+        s.resolve(0, 5, None);
+        s.resolve(0, 4, raw(4.0, 0.5));
+        assert!((s.smoothed(0, 4, RUNNING).flatten().unwrap() - want).abs() < 1e-6);
+        assert!((s.smoothed(0, 5, RUNNING).flatten().unwrap() - want).abs() < 1e-6);
         // Another video has its own estimate.
         s.resolve(7, 0, raw(9.0, 3.0));
         assert_eq!(s.smoothed(7, 0, RUNNING), Some(Some(9.0)));
