@@ -300,7 +300,7 @@ pub fn run(args: BatchArgs) -> Result<i32> {
     }
     check_output_dir(&args.output)?;
     let (weights, engine) = args.remote.engine(&args.model, &args.infer)?;
-    let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input);
+    let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, args.out.options(), &args.input);
     let cfg = Config {
         plan: moge::Plan { fit: args.fit.into(), canvas: args.canvas, ..base.plan },
         in_flight: args.remote.in_flight as usize,

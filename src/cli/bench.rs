@@ -326,7 +326,7 @@ fn tempdir() -> Result<tempfile::TempDir> {
 fn host_only(args: &BenchArgs, input: &std::path::Path, tmp: &std::path::Path) -> Result<i32> {
     use moge::pipeline::inputs;
     let (weights, model) = args.model.load()?;
-    let cfg = super::pipeline_config(&tmp.join("out"), &args.model, weights, &args.infer, &args.out, &Default::default());
+    let cfg = super::pipeline_config(&tmp.join("out"), &args.model, weights, &args.infer, args.out.options(), &Default::default());
     std::fs::create_dir_all(&cfg.output)?;
     let photo = inputs::file_input(input);
     let timings = moge::pipeline::host_only::host_only(std::sync::Arc::new(model), &cfg, &photo, args.warmup as usize, args.runs as usize)?;

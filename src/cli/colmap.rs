@@ -10,8 +10,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 
 use super::report::{self, Reporter};
-use super::values::{CompressionArg, FormatArg, NormalDtypeArg};
-use super::{InferArgs, InputArgs, ModelArgs, OutputArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
+use super::values::FormatArg;
+use super::{InferArgs, InputArgs, ModelArgs, RemoteArgs, EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED};
 use moge::pipeline::run::{self, Config};
 
 #[derive(Args, Debug)]
@@ -63,19 +63,13 @@ pub fn run(args: ColmapArgs) -> Result<i32> {
     }
     std::fs::create_dir_all(&args.output).map_err(|e| anyhow::anyhow!("{}: cannot create the output directory ({e})", args.output.display()))?;
     let (weights, engine) = args.remote.engine(&args.model, &args.infer)?;
-    let mut format = args.format.clone();
-    if !format.contains(&FormatArg::Json) {
-        format.push(FormatArg::Json);
+    // The sidecar always; the other formats at their defaults.
+    let mut formats: Vec<moge::outputs::Format> = args.format.iter().map(|&f| f.into()).collect();
+    if !formats.contains(&moge::outputs::Format::Json) {
+        formats.push(moge::outputs::Format::Json);
     }
-    let out = OutputArgs {
-        format,
-        depth_scale: 0.001,
-        edge_rtol: None,
-        npz_compression: CompressionArg::from(moge::outputs::npz::Compression::default()),
-        npz_normal_dtype: NormalDtypeArg::from(moge::outputs::npz::NormalDtype::default()),
-        no_compress: false,
-    };
-    let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, &out, &args.input);
+    let outputs = moge::outputs::OutputOptions { formats, ..Default::default() };
+    let base = super::pipeline_config(&args.output, &args.model, weights, &args.infer, outputs, &args.input);
     let aligner = Arc::new(aligner);
     let cfg = Config {
         in_flight: args.remote.in_flight as usize,

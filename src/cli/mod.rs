@@ -441,11 +441,11 @@ pub fn pipeline_config(
     model: &ModelArgs,
     weights: PathBuf,
     infer: &InferArgs,
-    out: &OutputArgs,
+    outputs: moge::outputs::OutputOptions,
     input: &InputArgs,
 ) -> moge::pipeline::run::Config {
     moge::pipeline::run::Config {
-        outputs: out.options(),
+        outputs,
         plan: moge::Plan { infer: infer.options(), fov: infer.fov_from(), ..moge::Plan::default() },
         decode: input.options(),
         jobs: 1,

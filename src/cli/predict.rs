@@ -37,7 +37,7 @@ pub fn run(args: PredictArgs) -> Result<i32> {
     let (weights, engine) = args.remote.engine(&args.model, &args.infer)?;
     let cfg = moge::pipeline::run::Config {
         in_flight: args.remote.in_flight as usize,
-        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, &args.out, &args.input)
+        ..super::pipeline_config(&args.output, &args.model, weights, &args.infer, args.out.options(), &args.input)
     };
     // Each path is tried on its own, so that a missing or bad file gets its own error line.
     let mut list: Vec<inputs::Input> = args.images.iter().map(|p| inputs::file_input(p)).collect();

@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use super::model::Observation;
+use crate::geometry::median;
 use crate::infer::Prediction;
 
 /// The fewest observed points a fit is made from.
@@ -52,16 +53,6 @@ pub fn depth_at(p: &Prediction, [x, y]: [f64; 2]) -> Option<f64> {
     };
     let (a, b, c, d) = (at(x0, y0)?, at(x1, y0)?, at(x0, y1)?, at(x1, y1)?);
     Some((a * (1.0 - wx) + b * wx) * (1.0 - wy) + (c * (1.0 - wx) + d * wx) * wy)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// The scale that brings `pred`'s depth to the observations', or why there is none.

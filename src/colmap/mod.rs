@@ -122,10 +122,9 @@ impl Aligner {
     }
 }
 
-/// 16-bit samples, big-endian as PNG stores them.
+/// 16-bit samples of `p`'s size as a PNG.
 fn png16(path: &Path, values: impl Iterator<Item = u16>, p: &Prediction) -> Result<()> {
-    let bytes: Vec<u8> = values.flat_map(u16::to_be_bytes).collect();
-    crate::outputs::png::write_png(path, &bytes, p.width, p.height, image::ExtendedColorType::L16)
+    crate::outputs::png::write_gray16(path, values.collect(), p.width, p.height)
 }
 
 impl Post for Aligner {

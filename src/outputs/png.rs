@@ -105,9 +105,15 @@ fn mask_codes(p: &Prediction) -> Vec<u8> {
 }
 
 pub fn write_depth(path: &Path, p: &Prediction, scale: f32) -> Result<usize> {
-    let (samples, saturated) = depth_samples(p, scale);
-    write_png(path, bytemuck::cast_slice(&samples), p.width, p.height, ExtendedColorType::L16)?;
+    let (codes, saturated) = encode_depth(p, scale);
+    write_gray16(path, codes, p.width, p.height)?;
     Ok(saturated)
+}
+
+/// 16-bit grey `codes`, `w` x `h`, as a PNG (big-endian, as PNG stores them).
+pub fn write_gray16(path: &Path, mut codes: Vec<u16>, w: usize, h: usize) -> Result<()> {
+    codes.iter_mut().for_each(|c| *c = c.to_be());
+    write_png(path, bytemuck::cast_slice(&codes), w, h, ExtendedColorType::L16)
 }
 
 pub fn write_normal(path: &Path, p: &Prediction) -> Result<()> {

@@ -106,24 +106,10 @@ pub fn merge(width: usize, height: usize, cams: &[View], views: &[ViewDistance],
         .map(|((cam, d), (log, mask))| {
             let w = warp(cam, d, log, mask, &dirs);
             let mut diffs: Vec<f64> = (0..width * height).filter(|&i| w.mask[i]).map(|i| w.log[i] as f64 - (m.distance[i].ln()) as f64).collect();
-            median(&mut diffs)
+            crate::geometry::median(&mut diffs)
         })
         .collect();
     Ok(m)
-}
-
-/// numpy's median (the mean of the two middle values of an even count); NaN for none.
-pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_unstable_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn level(

@@ -70,7 +70,7 @@ pub struct Assembled {
 /// `cv2.resize`; the mask by [`resize_mask`]), and the points along each pixel's direction.
 pub fn assemble(m: &merge::Merged, width: usize, height: usize) -> Assembled {
     let mut offsets: Vec<f64> = m.log_offsets.iter().copied().filter(|v| v.is_finite()).collect();
-    let scale = match merge::median(&mut offsets) {
+    let scale = match crate::geometry::median(&mut offsets) {
         v if v.is_finite() => v.exp() as f32,
         _ => 1.0,
     };

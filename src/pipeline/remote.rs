@@ -103,7 +103,9 @@ pub fn stage(input: &Input, decode: &DecodeOptions, fit: FitMode, canvas: crate:
     let (view, fit_view) = match camera {
         Some(k) => {
             let (work, placement) = crate::fit::place_camera(&d.image, &k, fit, canvas).with_context(|| input.name())?;
-            fov_x = Some(crate::fit::work_options(&InferOptions::default(), placement, d.image.width() as usize).fov_x.unwrap_or_default());
+            if let Placement::Camera(view) = placement {
+                fov_x = Some(view.fov_x());
+            }
             (work, Some((placement, (d.image.width() as usize, d.image.height() as usize))))
         }
         None => (None, None),

@@ -239,9 +239,12 @@ fn decode_stage<B: Backend>(
             continue; // drain: dropped, never started
         }
         let decoded = guarded(|| decode(backend, cfg, plan, &input));
-        if let Some(note) = decoded.as_ref().ok().and_then(|item| view_note(&item.photo)) {
-            if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
-                shared.notice(Notice::Info(note));
+        // Said once: the view is not worked out again after that.
+        if !shared.matrix_noted.load(Ordering::Relaxed) {
+            if let Some(note) = decoded.as_ref().ok().and_then(|item| view_note(&item.photo)) {
+                if !shared.matrix_noted.swap(true, Ordering::Relaxed) {
+                    shared.notice(Notice::Info(note));
+                }
             }
         }
         // A video's frames go to the middle stage in their order where their scales are smoothed.

@@ -14,6 +14,7 @@ use super::inputs::Input;
 use super::record::Status;
 use super::run::{run, Engine};
 use crate::camera::SharedCamera;
+use crate::geometry::median;
 
 /// How the first pass samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,16 +49,6 @@ fn spread(len: usize, n: usize) -> Vec<usize> {
     }
 }
 
-fn median(mut v: Vec<f32>) -> f32 {
-    v.sort_by(f32::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// The first pass over `inputs` on `engine` with `cfg`'s model options: each group's camera.
 /// A group whose sample gave no prediction has none (its photos keep their own estimates).
 pub fn estimate(engine: Engine, inputs: &[Input], cfg: &Config, sharing: Sharing, stop: &Arc<AtomicBool>) -> BTreeMap<PathBuf, SharedCamera> {
@@ -82,25 +73,25 @@ pub fn estimate(engine: Engine, inputs: &[Input], cfg: &Config, sharing: Sharing
     first.plan.fov = crate::image_io::FovFrom::Estimate;
     first.plan.infer.fov_x = None;
     let index_group: Vec<PathBuf> = sample.iter().map(group_of).collect();
-    let mut found: BTreeMap<PathBuf, (Vec<f32>, Vec<f32>)> = BTreeMap::new();
+    let mut found: BTreeMap<PathBuf, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     run(engine, sample, &first, stop, |r| {
         if let (Status::Ok, Some(p)) = (r.status, &r.prediction) {
             let e = found.entry(index_group[r.index].clone()).or_default();
-            e.0.push(p.fov_degrees().0);
-            e.1.push(p.metric_scale);
+            e.0.push(p.fov_degrees().0 as f64);
+            e.1.push(p.metric_scale as f64);
         }
     });
     found
         .into_iter()
         .filter(|(_, (f, _))| !f.is_empty())
-        .map(|(group, (fovs, scales))| {
-            let range = fovs.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        .map(|(group, (mut fovs, mut scales))| {
+            let range = fovs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
             let cam = SharedCamera {
                 group: group.clone(),
-                fov_x: median(fovs.clone()),
-                metric_scale: sharing.scale.then(|| median(scales)),
+                fov_x: median(&mut fovs) as f32,
+                metric_scale: sharing.scale.then(|| median(&mut scales) as f32),
                 sampled: fovs.len(),
-                fov_x_range: range,
+                fov_x_range: (range.0 as f32, range.1 as f32),
             };
             (group, cam)
         })

@@ -23,7 +23,7 @@ fn agreement(a: &[bool], b: &[bool]) -> f64 {
 
 fn median_rel(a: &[f32], b: &[f32]) -> f64 {
     let mut r: Vec<f64> = a.iter().zip(b).map(|(&x, &y)| ((x - y) / y).abs() as f64).collect();
-    merge::median(&mut r)
+    moge::geometry::median(&mut r)
 }
 
 /// `moge panorama INPUT -o OUT` as the fixture was made (the tiny model in f32, the fixture's
