@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every test of the project, as README.md gives it: cargo's (the library, the `moge` binary and
-# its command line), the C++ library's (built with CMake and g++), then the Python bindings' (built
-# with maturin into a fresh virtual environment and imported by a real interpreter) and deploy/'s,
-# then the web page's in headless Chromium.
+# its command line), the C++ library's (built with CMake and g++), then the Python bindings' (the
+# manylinux wheel, installed into a fresh virtual environment and imported by a real interpreter;
+# Ray and Spark on local clusters) and deploy/'s, then the web page's in headless Chromium.
 # Needs cmake, ffmpeg (the video tests), libheif-dev (the HEIC/AVIF tests), python3 with venv and
-# pip, and PyPI; node, npm and chromium (the web page's tests), and the npm registry.
+# pip, PyPI and java 17 (Spark); node, npm and chromium (the web page's tests), and the npm registry.
 # Each step's wall time goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,17 +27,21 @@ step cargo test --profile ci --locked --workspace --doc
 step cmake -S ffi/cxx -B target/cxx-build -DMOGE_CARGO_PROFILE=ci -DMOGE_BUILD_TESTS=ON "-DMOGE_CARGO_PACKAGES=--workspace;--lib;--bins"
 step cmake --build target/cxx-build -j "$(nproc)"
 step ctest --test-dir target/cxx-build --output-on-failure
+# The Python package as users without Rust get it: the sdist, and from it the manylinux2014
+# wheel (zig links it against glibc 2.17), checked by auditwheel; then that wheel installed into
+# a fresh virtual environment with the test requirements (Ray, Spark among them; Spark's JVM is
+# the machine's java), and the binding's tests run against it with no cargo or rustc on PATH.
+MOGE_WHEEL_PROFILE=ci step scripts/build-wheels.sh
 venv=target/pytest-venv
 python3 -m venv --clear "$venv"
 pip=("$venv/bin/pip" --disable-pip-version-check --quiet)
-step "${pip[@]}" install "maturin>=1.9,<2" numpy pillow pytest pyyaml jsonschema
-# The wheel from the same profile and target directory as the tests above: only the binding
-# crate and what it adds are compiled again.
-export MATURIN_PEP517_ARGS="--profile ci --locked"
-PATH="$PWD/$venv/bin:$PATH" step "${pip[@]}" install --no-build-isolation ./ffi/python
-# The bindings, then deploy/ (the Kubernetes manifests against their schema, the Slurm script run as
-# array tasks, the Dockerfile read), both with the binary built above.
-MOGE_BIN="$PWD/target/ci/moge" step "$venv/bin/python" -m pytest ffi/python/tests deploy/tests -q -p no:cacheprovider
+step "${pip[@]}" install -r ffi/python/tests/requirements.txt
+step "${pip[@]}" install target/wheels/dist/moge_rs-*.whl
+# The bindings (the wheel, Ray's local cluster and Spark's local[2] included), then deploy/ (the
+# Kubernetes manifests against their schema, the Slurm script run as array tasks, the Dockerfile
+# read), both with the binary built above.
+PATH="$PWD/$venv/bin:/usr/local/bin:/usr/bin:/bin" MOGE_WHEEL_TEST=1 MOGE_REQUIRE_ENGINES=1 MOGE_BIN="$PWD/target/ci/moge" \
+    step "$venv/bin/python" -m pytest ffi/python/tests deploy/tests -q -p no:cacheprovider
 # The page of `moge serve` in headless Chromium, with the binary built above (needs node, npm
 # and chromium; screenshots in target/web-test/).
 step scripts/test-web.sh target/ci/moge

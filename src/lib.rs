@@ -76,6 +76,7 @@ pub mod hub;
 pub mod image_io;
 pub mod infer;
 pub mod loader;
+pub mod memory;
 pub mod model;
 pub mod names;
 pub mod outputs;

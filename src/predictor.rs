@@ -150,19 +150,27 @@ impl Predictor {
     /// refused with the reason); the prediction equals `moge predict`'s npz bit for bit.
     pub fn predict_file(&self, path: &Path, plan: &Plan) -> Result<Prediction> {
         check(plan)?;
-        let decode = DecodeOptions { fov: plan.fov, ..Default::default() };
-        // The photo's own field of view (EXIF, camera matrix) is read with it, and used.
-        let for_photo = |known: Option<&crate::image_io::KnownFov>| Plan { fov: FovFrom::Estimate, ..plan.with_known_fov(known).into_owned() };
+        let loaded = crate::image_io::load_with_source(path, &decode_options(plan))?;
+        self.predict_loaded(loaded, plan).with_context(|| path.display().to_string())
+    }
+
+    /// A photo file's bytes, held in memory (read from object storage, a dataset's column),
+    /// decoded as [`Predictor::predict_file`] decodes the file: the same prediction. `name`
+    /// (the file's name or address) is how errors name it.
+    pub fn predict_bytes(&self, bytes: Vec<u8>, name: &str, plan: &Plan) -> Result<Prediction> {
+        check(plan)?;
+        let (decoded, source) = crate::image_io::decode_bytes_with_source(&bytes, &decode_options(plan)).with_context(|| name.to_owned())?;
+        self.predict_loaded(crate::image_io::Loaded { decoded, source, bytes }, plan).with_context(|| name.to_owned())
+    }
+
+    /// A decoded photo, with the field of view its file gave (EXIF, camera matrix) used.
+    fn predict_loaded(&self, loaded: crate::image_io::Loaded, plan: &Plan) -> Result<Prediction> {
+        let plan = Plan { fov: FovFrom::Estimate, ..plan.with_known_fov(loaded.decoded.known_fov.as_ref()).into_owned() };
         match &self.middle {
-            Middle::Local(_) => {
-                let d = crate::image_io::load_rgb_with(path, &decode)?;
-                self.predict_rgb(&d.image, &for_photo(d.known_fov.as_ref())).with_context(|| path.display().to_string())
-            }
+            Middle::Local(_) => self.predict_rgb(&loaded.decoded.image, &plan),
             Middle::Remote(_) => {
-                let loaded = crate::image_io::load_with_source(path, &decode)?;
                 let send = crate::remote::image_for_server(&loaded.bytes, &loaded.source, &loaded.decoded.image)?;
-                let plan = for_photo(loaded.decoded.known_fov.as_ref());
-                self.remote(&send, &loaded.decoded.image, &plan).with_context(|| path.display().to_string())
+                self.remote(&send, &loaded.decoded.image, &plan)
             }
         }
     }
@@ -264,6 +272,11 @@ impl Predictor {
             .context("cannot start the pipeline's thread")?;
         Ok(Predictions { rx: Some(rx), stop, thread: Some(thread), paths, next: 0, waiting: HashMap::new() })
     }
+}
+
+/// How a photo file is decoded for `plan`: its field of view read where the plan asks for it.
+fn decode_options(plan: &Plan) -> DecodeOptions {
+    DecodeOptions { fov: plan.fov, ..Default::default() }
 }
 
 fn check(plan: &Plan) -> Result<()> {

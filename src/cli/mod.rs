@@ -458,7 +458,14 @@ pub fn pipeline_config(
 
 /// Runs the command line; returns the exit status.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    main_from(std::env::args_os())
+}
+
+/// [`main`] on these arguments (the first is the program's name): the entry point of the
+/// `moge` that the Python wheel installs, whose process's own arguments are Python's.
+pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+    moge::memory::keep_freed_memory();
+    let cli = Cli::parse_from(args);
     // Said here, once, rather than by the library wherever the kernels first read it.
     if let Some(w) = moge::simd::isa::cap().warning() {
         moge::errln!("moge: warning: {w}");

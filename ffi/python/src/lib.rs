@@ -127,8 +127,8 @@ impl Model {
     /// A published name (`vitl-normal`, ...; from the hub cache, downloaded when missing) or a
     /// checkpoint path.
     #[staticmethod]
-    #[pyo3(signature = (model, *, revision=None, precision="auto", device="auto"))]
-    fn load(py: Python<'_>, model: &str, revision: Option<&str>, precision: &str, device: &str) -> PyResult<Self> {
+    #[pyo3(signature = (model, *, revision=None, precision="auto", device="auto", jobs=None))]
+    fn load(py: Python<'_>, model: &str, revision: Option<&str>, precision: &str, device: &str, jobs: Option<usize>) -> PyResult<Self> {
         let precision = match precision {
             "auto" => None,
             p => Some(p.parse::<moge::Precision>().map_err(|e| PyValueError::new_err(e.to_string()))?),
@@ -138,18 +138,20 @@ impl Model {
         if let Some(r) = revision {
             opts.revision = r.to_owned();
         }
-        py.detach(|| Predictor::load(model, &opts)).map(Self::wrap).map_err(py_err)
+        let p = py.detach(|| Predictor::load(model, &opts)).map_err(py_err)?;
+        Ok(Self::wrap(with_jobs(p, jobs)))
     }
 
     /// A running `moge serve` or Tenstorrent MoGe-2 server (tt-MoGe) as the device.
     #[staticmethod]
-    #[pyo3(signature = (url, *, timeout=60.0, retries=3))]
-    fn connect(py: Python<'_>, url: &str, timeout: f64, retries: u32) -> PyResult<Self> {
+    #[pyo3(signature = (url, *, timeout=60.0, retries=3, jobs=None))]
+    fn connect(py: Python<'_>, url: &str, timeout: f64, retries: u32, jobs: Option<usize>) -> PyResult<Self> {
         if !(timeout.is_finite() && timeout > 0.0) {
             return Err(PyValueError::new_err(format!("timeout {timeout} is not a positive number of seconds")));
         }
         let opts = moge::remote::ClientOptions { timeout: std::time::Duration::from_secs_f64(timeout), retries, ..Default::default() };
-        py.detach(|| Predictor::connect(url, opts)).map(Self::wrap).map_err(py_err)
+        let p = py.detach(|| Predictor::connect(url, opts)).map_err(py_err)?;
+        Ok(Self::wrap(with_jobs(p, jobs)))
     }
 
     fn close(&self) {
@@ -180,6 +182,15 @@ impl Model {
     fn predict_file<'py>(&self, py: Python<'py>, path: PathBuf, opts: &Bound<'py, Options>) -> PyResult<Bound<'py, PyDict>> {
         let (p, plan) = (self.get()?, &opts.get().plan);
         let pred = py.detach(|| p.predict_file(&path, plan)).map_err(py_err)?;
+        output(py, pred)
+    }
+
+    /// A photo file's bytes (a dataset's column, object storage), decoded as `predict_file`
+    /// decodes the file; `name` is how errors name it.
+    fn predict_bytes<'py>(&self, py: Python<'py>, data: &[u8], name: &str, opts: &Bound<'py, Options>) -> PyResult<Bound<'py, PyDict>> {
+        let (p, plan) = (self.get()?, &opts.get().plan);
+        let bytes = data.to_vec();
+        let pred = py.detach(|| p.predict_bytes(bytes, name, plan)).map_err(py_err)?;
         output(py, pred)
     }
 
@@ -243,6 +254,14 @@ impl Model {
         let it = py.detach(|| p.predict_many(paths, &plan)).map_err(py_err)?;
         Ok(Predictions { inner: Mutex::new(Some(it)) })
     }
+}
+
+/// `predict_many`'s host threads per stage (decode, post-process), where given.
+fn with_jobs(mut p: Predictor, jobs: Option<usize>) -> Predictor {
+    if let Some(j) = jobs {
+        p.jobs = j.max(1);
+    }
+    p
 }
 
 fn supported(w: usize, h: usize) -> PyResult<()> {
@@ -323,6 +342,43 @@ fn output(py: Python<'_>, mut p: Prediction) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// The `moge` command line, the binary's own source: the wheel's `moge` entry point.
+#[path = "../../../src/cli/mod.rs"]
+#[allow(dead_code)] // `cli::main`, the binary's entry, is not this library's
+mod cli;
+
+/// Runs the command line on `args` (the first is the program's name) with the GIL released;
+/// returns its exit status. For `moge_rs._cli`, in a process of its own: the command may exit
+/// the process itself (`--help`, a usage error), as the binary does.
+#[pyfunction]
+fn cli_main(py: Python<'_>, args: Vec<std::ffi::OsString>) -> i32 {
+    py.detach(|| cli::main_from(args))
+}
+
+/// Sets the number of threads of this process's forwards (the CPU kernels' pool) to `n`,
+/// before the first forward: `False` if that pool had already started, with its own size.
+/// For engines that give each worker process a share of the machine's cores (Ray's actors).
+#[pyfunction]
+fn set_threads(n: usize) -> PyResult<bool> {
+    if n == 0 {
+        return Err(PyValueError::new_err("threads must be at least 1"));
+    }
+    Ok(rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok())
+}
+
+/// Keeps freed memory in this process from now on (glibc), as the `moge` binary does: 15 % of a
+/// forward's speed, for a footprint kept at its peak. For processes that only predict.
+#[pyfunction]
+fn keep_freed_memory() {
+    moge::memory::keep_freed_memory();
+}
+
+/// How many threads this process's forwards use.
+#[pyfunction]
+fn threads() -> usize {
+    rayon::current_num_threads()
+}
+
 /// The npz of `moge predict` (same bytes) from an output's arrays.
 #[pyfunction]
 #[pyo3(signature = (path, points, depth, normal, mask, intrinsics, metric_scale))]
@@ -385,6 +441,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Options>()?;
     m.add_class::<Predictions>()?;
     m.add_function(wrap_pyfunction!(save_npz, m)?)?;
+    m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(threads, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(keep_freed_memory, m)?)?;
     m.add("MoGeError", m.py().get_type::<MoGeError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -102,7 +102,7 @@ class MoGeOutput:
         _native.save_npz(os.fspath(path), self.points, self.depth, self.normal, self.mask, self.intrinsics, float(self.metric_scale))
 
 
-ImageLike = Any  # str | os.PathLike | PIL.Image.Image | numpy.ndarray | torch.Tensor
+ImageLike = Any  # str | os.PathLike | bytes (a photo file's contents) | PIL.Image.Image | numpy.ndarray | torch.Tensor
 
 
 def _is_torch(x: Any) -> bool:
@@ -216,15 +216,18 @@ class MoGeModel:
         device: str = "auto",
         server: Optional[str] = None,
         timeout: float = 60.0,
+        jobs: Optional[int] = None,
     ) -> "MoGeModel":
         """A published model (``vits-normal``, ``vitb-normal``, ``vitl-normal``, ``vitl``: the
         Hugging Face cache, downloaded when missing), a checkpoint path (upstream's ``model.pt``,
         or ``.safetensors``), or with ``server="http://host:port"`` a running ``moge serve`` or
         Tenstorrent MoGe-2 server (tt-MoGe) as the device. ``precision`` is ``auto``, ``f32``,
-        ``bf16`` or ``int8`` (the ViT's linears and most convolutions in int8, on the CPU); ``device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, as the command line's."""
+        ``bf16`` or ``int8`` (the ViT's linears and most convolutions in int8, on the CPU); ``device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, as the command line's.
+        ``jobs``: ``predict_many``'s host threads per stage (decode, post-process); default: one
+        per CPU, at most 8, as ``moge batch --jobs``."""
         if server is not None:
-            return cls(_native.Model.connect(server, timeout=timeout))
-        return cls(_native.Model.load(os.fspath(model), revision=revision, precision=precision, device=device))
+            return cls(_native.Model.connect(server, timeout=timeout, jobs=jobs))
+        return cls(_native.Model.load(os.fspath(model), revision=revision, precision=precision, device=device, jobs=jobs))
 
     # -- the model itself
 
@@ -266,8 +269,9 @@ class MoGeModel:
         refine_steps: Optional[int] = None,
         return_per_step: bool = False,
     ) -> Union[MoGeOutput, List[MoGeOutput]]:
-        """The geometry of ``image``: a path, a PIL image, a numpy array (H x W x 3 uint8, or float
-        in [0, 1]; also 3 x H x W and grayscale) or a torch tensor. A list gives a list.
+        """The geometry of ``image``: a path, a photo file's bytes (decoded as the file would be),
+        a PIL image, a numpy array (H x W x 3 uint8, or float in [0, 1]; also 3 x H x W and
+        grayscale) or a torch tensor. A list gives a list.
 
         ``fit``: ``exact`` runs each image at its own aspect (upstream); ``pad`` and ``stretch``
         put it on the ``canvas`` (width, height; 1920 x 1080) and bring the maps back.
@@ -416,6 +420,8 @@ class MoGeModel:
     def _one(self, image: ImageLike, opts: "_native.Options") -> MoGeOutput:
         if _is_path(image):
             return MoGeOutput(self._native.predict_file(os.fspath(image), opts))
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            return MoGeOutput(self._native.predict_bytes(bytes(image), "the image's bytes", opts))
         arr = _canonical(_to_numpy(image))
         if arr.dtype == np.uint8:
             return MoGeOutput(self._native.predict_rgb(arr, opts))
