@@ -95,36 +95,29 @@ def main():
 
         # The adapter's own cost per row, in this process with one thread.
         pred = MoGePredictor(**model, threads=1, output_dir=str(work / "out-overhead"))
-        native = pred.runner.model._native
         inside = [0.0]
+
+        def timed(f):
+            def call(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return f(*a, **k)
+                finally:
+                    inside[0] += time.perf_counter() - t0
+
+            return call
+
+        native = pred.runner.model._native
 
         class Timed:
             def __getattr__(self, name):
-                f = getattr(native, name)
-
-                def timed(*a, **k):
-                    t0 = time.perf_counter()
-                    try:
-                        return f(*a, **k)
-                    finally:
-                        inside[0] += time.perf_counter() - t0
-
-                return timed
+                return timed(getattr(native, name))
 
         pred.runner.model._native = Timed()
         # Writing the npz is work `moge batch` does too: timed as inside.
         import moge_rs
 
-        save = moge_rs._native.save_npz
-
-        def timed_save(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return save(*a, **k)
-            finally:
-                inside[0] += time.perf_counter() - t0
-
-        moge_rs._native.save_npz = timed_save
+        moge_rs._native.save_npz = timed(moge_rs._native.save_npz)
         files = sorted(photos.iterdir())[:8]
         batch = {"bytes": np.array([f.read_bytes() for f in files], dtype=object), "path": np.array([str(f) for f in files], dtype=object)}
         per_row = []

@@ -1,6 +1,6 @@
 //! What the benchmark examples share: deterministic inputs (the tests' generator), the median,
-//! and the allocator settings of the `moge` binary (`keep_freed_memory` in `src/main.rs`), so
-//! that freed buffers are reused as in a forward.
+//! and the allocator settings of the `moge` binary (`moge::memory::keep_freed_memory`), so that
+//! freed buffers are reused as in a forward.
 // Each example compiles this module and uses only part of it.
 #![allow(dead_code)]
 
@@ -14,13 +14,4 @@ pub fn median(t: &mut [f64]) -> f64 {
 }
 
 /// One malloc arena, no mmap for large blocks, no trimming: as the `moge` binary.
-pub fn keep_freed_memory() {
-    // SAFETY: mallopt only sets glibc's allocator parameters (valid ones, with valid values),
-    // under the allocator's own lock; it touches no memory of ours.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
-}
+pub use moge::memory::keep_freed_memory;

@@ -360,8 +360,8 @@ fn cli_main(py: Python<'_>, args: Vec<std::ffi::OsString>) -> i32 {
 /// For engines that give each worker process a share of the machine's cores (Ray's actors).
 #[pyfunction]
 fn set_threads(n: usize) -> PyResult<bool> {
-    if n == 0 {
-        return Err(PyValueError::new_err("threads must be at least 1"));
+    if !(1..=1024).contains(&n) {
+        return Err(PyValueError::new_err(format!("threads is {n}; it must be between 1 and 1024")));
     }
     Ok(rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok())
 }

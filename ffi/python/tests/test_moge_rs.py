@@ -552,24 +552,10 @@ def test_an_unreachable_server_is_a_connection_error():
 
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen(
-        [str(MOGE), "serve", "--precision", "f32", "--device", "cpu", "--weights", str(TINY), "--port", "0", "--host", "127.0.0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    lines = []
-    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(60)
-    try:
-        assert lines and lines[0].startswith("moge: listening on "), f"no ready line; stderr: {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield lines[0].strip().removeprefix("moge: listening on ")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait(10)
+    from engines import serve
+
+    with serve() as url:
+        yield url
 
 
 def test_a_moge_server_as_the_device_gives_the_local_arrays(model, server):

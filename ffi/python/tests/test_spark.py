@@ -22,15 +22,6 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    root = tmp_path_factory.mktemp("photos")
-    paths = engines.make_photos(root)
-    npz = engines.predict_npz(paths, tmp_path_factory.mktemp("cli"))
-    bad = engines.damage(paths[1])
-    return root, paths, npz, bad
-
-
-@pytest.fixture(scope="module")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -68,3 +68,40 @@ def test_a_photo_files_bytes_are_the_file(tmp_path):
         cut = (IMAGES / "rgb_64x48.png").read_bytes()[:200]
         with pytest.raises(MoGeError, match="image's bytes"):
             m(cut)
+
+
+def test_ctrl_c_stops_the_installed_command_as_it_stops_the_binary(tmp_path):
+    """SIGINT part way through `moge batch`: exit status 130, no partial file, as the binary
+    (tests/it/batch.rs); Python's own handler must not turn it into a KeyboardInterrupt."""
+    import json
+    import signal
+
+    from PIL import Image
+
+    exe = moge_command()
+    photos = tmp_path / "in"
+    photos.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(40):
+        Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(photos / f"p{i:03d}.png")
+    out = tmp_path / "out"
+    cmd = [str(exe), "batch", str(photos), "-o", str(out), *CLI_MODEL, "--format", "npz,png,glb", "--json", "--jobs", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert all(lines), "the batch ended before the interruption"
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130, err
+    assert "KeyboardInterrupt" not in err and "--skip-existing" in err, err
+    done = [json.loads(x) for x in lines + rest.splitlines() if x.strip()]
+    ok = {Path(d["input"]).stem for d in done if d["status"] == "ok"}
+    assert 3 <= len(ok) < 40
+    files = [f for f in out.rglob("*") if f.is_file()]
+    assert not [f for f in files if "moge-tmp" in f.name]
+    # Every file present belongs to a photo that finished (x.npz, x.depth.png, x.glb, ...).
+    assert files and {f.name.split(".")[0] for f in files} <= ok

@@ -90,7 +90,7 @@ class Runner:
         if self.relative_to is not None:
             rel = os.path.relpath(path, self.relative_to)
             if rel == os.pardir or rel.startswith(os.pardir + os.sep):
-                raise ValueError(f"{name} is not below relative_to ({self.relative_to})")
+                raise ValueError(f"{name}: not below relative_to ({self.relative_to}), so it has no place under output_dir")
         else:
             rel = os.path.basename(path)
         return os.path.join(self.output_dir, os.path.splitext(rel)[0] + ".npz")
@@ -103,46 +103,54 @@ class Runner:
         n = len(items)
         if names is not None and len(names) != n:
             raise ValueError(f"{len(names)} names for {n} rows")
+        labels = [names[i] if names is not None else (os.fspath(items[i]) if kind == "path" else None) for i in range(n)]
+        # Each row's npz named first: a row that cannot be named fails before the model runs it.
         outputs: List[Any] = [None] * n
+        targets: List[Optional[str]] = [None] * n
+        if self.output_dir is not None:
+            for i, name in enumerate(labels):
+                try:
+                    targets[i] = self.npz_path(name)
+                except ValueError as e:
+                    outputs[i] = (e, str(e))
+        todo = [i for i in range(n) if outputs[i] is None]
         if kind == "path":
             # Through the pipeline: the next photos decode while the current one runs.
-            paths = [local_path(os.fspath(x)) for x in items]
-            it = self.model._native.predict_many(paths, self.opts)
+            it = self.model._native.predict_many([local_path(os.fspath(items[i])) for i in todo], self.opts)
             try:
-                for i in range(n):
+                for i in todo:
                     try:
                         outputs[i] = MoGeOutput(next(it))
                     except StopIteration:
-                        raise RuntimeError(f"the pipeline ended after {i} of {n} photos") from None
+                        raise RuntimeError(f"the pipeline ended before {len(todo)} photos") from None
                     except Exception as e:  # noqa: BLE001 - the row's own error, given back as the row
                         outputs[i] = (e, str(e))
             finally:
                 it.close()
         else:
-            for i, x in enumerate(items):
-                name = None if names is None else names[i]
+            for i in todo:
+                label = labels[i] or f"row {i}"
                 try:
                     if kind == "bytes":
                         # The message names the row as the file would be named.
-                        outputs[i] = MoGeOutput(self.model._native.predict_bytes(bytes(x), name or f"row {i}", self.opts))
+                        outputs[i] = MoGeOutput(self.model._native.predict_bytes(bytes(items[i]), label, self.opts))
                     else:
-                        outputs[i] = self.model._one(np.asarray(x), self.opts)
+                        outputs[i] = self.model._one(np.asarray(items[i]), self.opts)
                 except (MemoryError, KeyboardInterrupt):
                     raise
                 except Exception as e:  # noqa: BLE001
-                    outputs[i] = (e, f"{name or f'row {i}'}: {e}" if kind == "image" else str(e))
+                    outputs[i] = (e, f"{label}: {e}" if kind == "image" else str(e))
         rows = []
-        for i, out in enumerate(outputs):
-            name = names[i] if names is not None else (os.fspath(items[i]) if kind == "path" else None)
+        for out, target, name in zip(outputs, targets, labels):
             if isinstance(out, tuple):
                 rows.append(self._failed(*out))
                 continue
             row = Row(output=out)
-            if self.output_dir is not None:
+            if target is not None:
                 try:
-                    row.npz = self.npz_path(name)
-                    os.makedirs(os.path.dirname(row.npz), exist_ok=True)
-                    out.save_npz(row.npz)
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    out.save_npz(target)
+                    row.npz = target
                 except (MemoryError, KeyboardInterrupt):
                     raise
                 except Exception as e:  # noqa: BLE001
