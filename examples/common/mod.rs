@@ -14,4 +14,6 @@ pub fn median(t: &mut [f64]) -> f64 {
 }
 
 /// One malloc arena, no mmap for large blocks, no trimming: as the `moge` binary.
-pub use moge::memory::keep_freed_memory;
+pub fn keep_freed_memory() {
+    moge::memory::keep_freed_memory();
+}
