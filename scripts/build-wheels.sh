@@ -24,7 +24,8 @@ export PATH="$PWD/$tools/bin:$PATH"
 rm -rf "$dist" "$work/src"
 mkdir -p "$dist" "$work/src"
 
-maturin sdist --manifest-path ffi/python/Cargo.toml --out "$dist" 2>&1 | grep -v '^warning: manifest has no\|^  |\|^  = note\|^$' >&2
+# (maturin's failure still fails the pipe; grep finding nothing to print does not.)
+maturin sdist --manifest-path ffi/python/Cargo.toml --out "$dist" 2>&1 | { grep -v '^warning: manifest has no\|^  |\|^  = note\|^$' || true; } >&2
 sdist=$(ls "$dist"/moge_rs-*.tar.gz)
 # The sdist carries the library, the command line (compiled into the module too), the lock,
 # and the binding; not the tests' fixtures.
@@ -32,7 +33,7 @@ sdist=$(ls "$dist"/moge_rs-*.tar.gz)
 # cargo would take the previous build's artifacts in target/wheels/target as current.
 tar -xzmf "$sdist" -C "$work/src"
 src=$(ls -d "$work"/src/moge_rs-*)
-for f in Cargo.lock Cargo.toml src/lib.rs src/cli/mod.rs ffi/python/src/lib.rs python/moge_rs/__init__.py python/moge_rs/ray.py python/moge_rs/spark.py; do
+for f in Cargo.lock Cargo.toml src/lib.rs src/cli/mod.rs ffi/python/src/lib.rs python/moge_rs/__init__.py python/moge_rs/_batch.py python/moge_rs/_cli.py python/moge_rs/ray.py python/moge_rs/spark.py; do
     [ -f "$src/$f" ] || { echo "build-wheels: the sdist lacks $f" >&2; exit 1; }
 done
 if [ -d "$src/tests/fixtures" ]; then
@@ -55,14 +56,10 @@ case "$wheel" in
 esac
 report=$(auditwheel show "$wheel")
 echo "$report"
-# The tag auditwheel finds the wheel consistent with is the one it claims, and it names no
-# library that the wheel would need from outside the manylinux set.
+# auditwheel calls a wheel consistent with a manylinux tag only when every library it links is
+# in that policy's set (else it says linux_x86_64): the tag is the whole check.
 if ! tr -d '\n' <<<"$report" | grep -q 'is consistent with the following platform tag: *"manylinux_2_17_x86_64"'; then
     echo "build-wheels: auditwheel does not confirm manylinux_2_17_x86_64" >&2
-    exit 1
-fi
-if grep -qi 'external shared libraries\|not found\|repair' <<<"$report"; then
-    echo "build-wheels: the wheel needs a library outside the manylinux set" >&2
     exit 1
 fi
 ls -l "$dist"

@@ -57,3 +57,30 @@ def test_a_batch_in_process_and_a_photo_outside_relative_to(photos, tmp_path):
         assert written == str(tmp_path / "out" / f"{p.stem}.npz")
         assert open(written, "rb").read() == npz[p.stem].read_bytes()
     assert out["npz"][2] is None and out["width"][3] == 0 and np.isnan(out["metric_scale"][3])
+
+
+def test_rows_that_cannot_be_named_or_read_fail_alone(photos, tmp_path):
+    import shutil
+
+    root, paths, npz, bad = photos
+    first = paths[0]
+    twin = tmp_path / "elsewhere" / first.name  # the same file name in another folder
+    twin.parent.mkdir()
+    shutil.copy(first, twin)
+    pred = MoGePredictor(**MODEL, output_dir=str(tmp_path / "out"))
+    out = pred({"path": np.array([str(first), None, str(twin), str(paths[2])], dtype=object)})
+    assert out["error"][0] is None and out["error"][3] is None
+    assert "not a string" in out["error"][1]
+    assert "give relative_to" in out["error"][2] and str(twin) in out["error"][2]
+    assert open(out["npz"][0], "rb").read() == npz[first.stem].read_bytes()
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == sorted([f"{first.stem}.npz", f"{paths[2].stem}.npz"])
+
+
+def test_an_unreachable_server_fails_the_actor_not_its_rows():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError):
+        MoGePredictor(server=f"http://127.0.0.1:{port}", timeout=5)

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from . import MoGeModel, MoGeOutput, _native
+
+#: Errors that are not the row's: they fail the task, so that the engine retries it (a server
+#: that cannot be reached fails every row alike).
+FATAL = (MemoryError, KeyboardInterrupt, ConnectionError)
 
 #: The kinds of input a row may hold.
 KINDS = ("path", "bytes", "image")
@@ -69,8 +74,8 @@ class Runner:
         if relative_to is not None and output_dir is None:
             raise ValueError("relative_to names the folder whose tree output_dir mirrors; give output_dir too")
         # Before the model's first forward: the kernels' pool starts once per process.
-        if threads is not None:
-            _native.set_threads(max(1, int(threads)))
+        if threads is not None and not _native.set_threads(max(1, int(threads))) and _native.threads() != int(threads):
+            warnings.warn(f"this process's forwards already run on {_native.threads()} threads; threads={threads} cannot change that", stacklevel=2)
         # An actor or worker process that only predicts: freed memory is kept, as the binary
         # keeps it, rather than re-faulted page by page at every forward.
         if keep_freed_memory:
@@ -103,14 +108,29 @@ class Runner:
         n = len(items)
         if names is not None and len(names) != n:
             raise ValueError(f"{len(names)} names for {n} rows")
-        labels = [names[i] if names is not None else (os.fspath(items[i]) if kind == "path" else None) for i in range(n)]
-        # Each row's npz named first: a row that cannot be named fails before the model runs it.
         outputs: List[Any] = [None] * n
+        labels: List[Optional[str]] = [None if names is None else names[i] for i in range(n)]
+        if kind == "path":
+            for i, x in enumerate(items):
+                if isinstance(x, (str, os.PathLike)):
+                    labels[i] = labels[i] or os.fspath(x)
+                else:
+                    e = TypeError(f"row {i}: its path is {type(x).__name__}, not a string")
+                    outputs[i] = (e, str(e))
+        # Each row's npz named first: a row that cannot be named, or whose name an earlier row of
+        # the batch took, fails before the model runs it.
         targets: List[Optional[str]] = [None] * n
         if self.output_dir is not None:
+            taken: Dict[str, str] = {}
             for i, name in enumerate(labels):
+                if outputs[i] is not None:
+                    continue
                 try:
-                    targets[i] = self.npz_path(name)
+                    target = self.npz_path(name)
+                    if target in taken:
+                        raise ValueError(f"{name}: its npz, {target}, is {taken[target]}'s too; give relative_to to mirror the tree")
+                    taken[target] = str(name)
+                    targets[i] = target
                 except ValueError as e:
                     outputs[i] = (e, str(e))
         todo = [i for i in range(n) if outputs[i] is None]
@@ -123,6 +143,8 @@ class Runner:
                         outputs[i] = MoGeOutput(next(it))
                     except StopIteration:
                         raise RuntimeError(f"the pipeline ended before {len(todo)} photos") from None
+                    except FATAL:
+                        raise
                     except Exception as e:  # noqa: BLE001 - the row's own error, given back as the row
                         outputs[i] = (e, str(e))
             finally:
@@ -136,7 +158,7 @@ class Runner:
                         outputs[i] = MoGeOutput(self.model._native.predict_bytes(bytes(items[i]), label, self.opts))
                     else:
                         outputs[i] = self.model._one(np.asarray(items[i]), self.opts)
-                except (MemoryError, KeyboardInterrupt):
+                except FATAL:
                     raise
                 except Exception as e:  # noqa: BLE001
                     outputs[i] = (e, f"{label}: {e}" if kind == "image" else str(e))
@@ -151,7 +173,7 @@ class Runner:
                     os.makedirs(os.path.dirname(target), exist_ok=True)
                     out.save_npz(target)
                     row.npz = target
-                except (MemoryError, KeyboardInterrupt):
+                except FATAL:
                     raise
                 except Exception as e:  # noqa: BLE001
                     row = self._failed(e, f"{name}: {e}" if name else str(e))

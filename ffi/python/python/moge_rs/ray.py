@@ -48,7 +48,8 @@ class MoGePredictor:
       row's ``path`` (``relative_to``: a folder whose tree is mirrored), and return the summary
       columns only. Without it the maps come back as columns.
     - ``outputs``: the maps returned as columns without ``output_dir`` (default: ``points``,
-      ``depth``, ``normal``, ``mask``), each one array per row (H x W, or H x W x 3).
+      ``depth``, ``normal``, ``mask``; ``normal`` only from a model with the normal head), each one
+      array per row (H x W, or H x W x 3).
     - ``on_error``: ``"row"`` (default) gives a photo that fails its message in the ``error``
       column and empty maps, the rest of the batch done; ``"raise"`` fails the task.
     - the options of ``model(image, ...)``: ``fit``, ``fov_x``, ``num_tokens``,
@@ -78,8 +79,9 @@ class MoGePredictor:
         if threads is None:
             threads = _actor_cpus()
         self.column = column
-        self.outputs = () if output_dir is not None else tuple(outputs)
         self.runner = Runner(model, threads=threads, output_dir=output_dir, **options)
+        # Decided once, so that every batch has the same columns (Ray unifies the blocks' schemas).
+        self.outputs = () if output_dir is not None else tuple(k for k in outputs if k != "normal" or self.runner.model.has_normal)
 
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
         column = self.column or next((c for c in ("image", "bytes", "path") if c in batch), None)
@@ -95,8 +97,6 @@ class MoGePredictor:
         out["intrinsics"] = np.stack([np.full((3, 3), np.nan, np.float32) if r.output is None else r.output.intrinsics for r in rows]) if rows else np.zeros((0, 3, 3), np.float32)
         for key in self.outputs:
             maps = [None if r.output is None else getattr(r.output, key) for r in rows]
-            if key == "normal" and any(r.output is not None for r in rows) and all(m is None for m, r in zip(maps, rows) if r.output is not None):
-                continue  # a model without the normal head
             out[key] = _column([empty_map(key) if m is None else m for m in maps])
         return out
 

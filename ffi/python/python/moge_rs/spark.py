@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._batch import KINDS, Runner
+from ._batch import KINDS, Runner, local_path
 
 __all__ = ["make_predict_fn", "predict_udf", "return_type", "SCALARS"]
 
@@ -49,7 +49,7 @@ def make_predict_fn(
     *,
     input: str = "path",
     image_shape: Optional[Tuple[int, int]] = None,
-    outputs: Sequence[str] = ("depth", "mask", "intrinsics"),
+    outputs: Optional[Sequence[str]] = None,
     threads: Optional[int] = None,
     output_dir: Optional[str] = None,
     named: Optional[bool] = None,
@@ -63,8 +63,9 @@ def make_predict_fn(
     (its path: npz files and error messages are named after it); default: for ``bytes`` yes
     (``binaryFile``'s ``path``), for ``image`` no; a ``path`` names itself. For ``image``, give
     ``predict_batch_udf`` the returned function's ``input_tensor_shapes``. ``outputs``: the arrays
-    each row carries (``points``, ``depth``, ``normal``, ``mask``, ``intrinsics``), flattened; with
-    ``output_dir`` the npz files hold the maps, and ``outputs`` may be empty. ``threads``: the
+    each row carries (``points``, ``depth``, ``normal``, ``mask``, ``intrinsics``), flattened;
+    default ``depth``, ``mask``, ``intrinsics``, or none with ``output_dir`` (the npz files hold
+    the maps). ``threads``: the
     forwards' threads per worker; default: the task's CPUs (``spark.task.cpus``, 1 unless set),
     so that tasks side by side do not oversubscribe the cores. The rest are ``Runner``'s and
     ``model(image, ...)``'s options (``server``, ``precision``, ``relative_to``, ``on_error``,
@@ -73,11 +74,12 @@ def make_predict_fn(
         raise ValueError(f"input is {', '.join(KINDS)}, not {input!r}")
     if input == "image" and image_shape is None:
         raise ValueError("input='image' takes image_shape=(height, width): Spark holds the pixels as a flat array")
-    unknown = [k for k in outputs if k not in ARRAYS]
-    if unknown:
-        raise ValueError(f"outputs are among {', '.join(ARRAYS)}; not {', '.join(unknown)}")
+    outputs = default_outputs(outputs, output_dir)
+    # Resolved here, on the driver: an executor's working directory is not the caller's.
     if output_dir is not None:
-        output_dir = os.path.abspath(output_dir)
+        output_dir = os.path.abspath(local_path(os.fspath(output_dir)))
+    if options.get("relative_to") is not None:
+        options["relative_to"] = os.path.abspath(local_path(os.fspath(options["relative_to"])))
 
     if named is None:
         named = input == "bytes"
@@ -130,6 +132,17 @@ def _result(row: Any, outputs: Sequence[str]) -> Dict[str, Any]:
     return d
 
 
+def default_outputs(outputs: Optional[Sequence[str]], output_dir: Optional[str]) -> Tuple[str, ...]:
+    """The arrays each row carries: those given, else ``depth``, ``mask`` and ``intrinsics``, or
+    none when the npz files hold the maps (``output_dir``)."""
+    if outputs is None:
+        return () if output_dir is not None else ("depth", "mask", "intrinsics")
+    unknown = [k for k in outputs if k not in ARRAYS]
+    if unknown:
+        raise ValueError(f"outputs are among {', '.join(ARRAYS)}; not {', '.join(unknown)}")
+    return tuple(outputs)
+
+
 def return_type(outputs: Sequence[str] = ("depth", "mask", "intrinsics")) -> Any:
     """The Spark struct that ``make_predict_fn(outputs=...)``'s results fill."""
     from pyspark.sql.types import _parse_datatype_string
@@ -138,11 +151,12 @@ def return_type(outputs: Sequence[str] = ("depth", "mask", "intrinsics")) -> Any
     return _parse_datatype_string(f"struct<{', '.join(fields)}>")
 
 
-def predict_udf(model: str = "vitl-normal", *, batch_size: int = 8, outputs: Sequence[str] = ("depth", "mask", "intrinsics"), **kwargs: Any) -> Any:
+def predict_udf(model: str = "vitl-normal", *, batch_size: int = 8, outputs: Optional[Sequence[str]] = None, **kwargs: Any) -> Any:
     """``predict_batch_udf(make_predict_fn(model, ...), return_type=return_type(outputs), ...)``:
     the UDF to call on the input column (and the name column)."""
     from pyspark.ml.functions import predict_batch_udf
 
+    outputs = default_outputs(outputs, kwargs.get("output_dir"))
     make = make_predict_fn(model, outputs=outputs, **kwargs)
     return predict_batch_udf(make, return_type=return_type(outputs), batch_size=batch_size, input_tensor_shapes=make.input_tensor_shapes)
 
