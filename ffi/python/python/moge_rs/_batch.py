@@ -33,6 +33,10 @@ def local_path(name: str) -> str:
     return name
 
 
+#: The summary of every row (``Row.summary``), with its column dtypes (None: strings, or None).
+SUMMARY = {"width": np.int32, "height": np.int32, "fov_x": np.float64, "fov_y": np.float64, "metric_scale": np.float64, "valid": np.float64, "npz": None, "error": None}
+
+
 @dataclass
 class Row:
     """One row's result: its output, or the error that stopped it, and the npz written."""
@@ -40,6 +44,18 @@ class Row:
     output: Optional[MoGeOutput] = None
     error: Optional[str] = None
     npz: Optional[str] = None
+
+    def summary(self) -> Dict[str, Any]:
+        """``SUMMARY``'s fields: width, height (0 for a failed row), fov_x, fov_y, metric_scale
+        (NaN for a failed row), valid (the share of pixels the mask keeps), npz and error (None
+        where there is none)."""
+        o = self.output
+        d: Dict[str, Any] = {"width": 0, "height": 0, "fov_x": np.nan, "fov_y": np.nan, "metric_scale": np.nan, "valid": np.nan}
+        if o is not None:
+            d.update(width=o.width, height=o.height, fov_x=float(o.fov_x), fov_y=float(o.fov_y), metric_scale=float(o.metric_scale))
+            d["valid"] = float(o.mask.mean()) if o.mask.size else 0.0
+        d.update(npz=self.npz, error=self.error)
+        return d
 
 
 class Runner:
@@ -187,24 +203,12 @@ class Runner:
 
 
 def scalars(rows: Sequence[Row]) -> Dict[str, np.ndarray]:
-    """The summary columns: width, height (0 for a failed row), fov_x, fov_y, metric_scale (NaN
-    for a failed row), valid (the share of pixels the mask keeps), npz and error (None where
-    there is none)."""
-    ok = [r.output for r in rows]
-
-    def f(get: Any) -> np.ndarray:
-        return np.array([np.nan if o is None else float(get(o)) for o in ok], dtype=np.float64)
-
-    cols = {
-        "width": np.array([0 if o is None else o.width for o in ok], dtype=np.int32),
-        "height": np.array([0 if o is None else o.height for o in ok], dtype=np.int32),
-        "fov_x": f(lambda o: o.fov_x),
-        "fov_y": f(lambda o: o.fov_y),
-        "metric_scale": f(lambda o: o.metric_scale),
-        "valid": f(lambda o: o.mask.mean() if o.mask.size else 0.0),
-    }
-    cols["npz"] = strings([r.npz for r in rows])
-    cols["error"] = strings([r.error for r in rows])
+    """``Row.summary()`` of every row as columns (Ray's batch format)."""
+    table = [r.summary() for r in rows]
+    cols: Dict[str, np.ndarray] = {}
+    for key, dtype in SUMMARY.items():
+        values = [t[key] for t in table]
+        cols[key] = strings(values) if dtype is None else np.array(values, dtype=dtype)
     return cols
 
 

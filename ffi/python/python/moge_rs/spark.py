@@ -23,21 +23,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._batch import KINDS, Runner, local_path
+from ._batch import KINDS, SUMMARY, Runner, local_path
 
 __all__ = ["make_predict_fn", "predict_udf", "return_type", "SCALARS"]
 
-#: The scalar fields of every result, with their Spark SQL types.
-SCALARS = (
-    ("width", "int"),
-    ("height", "int"),
-    ("fov_x", "double"),
-    ("fov_y", "double"),
-    ("metric_scale", "double"),
-    ("valid", "double"),
-    ("npz", "string"),
-    ("error", "string"),
-)
+#: The scalar fields of every result (``Row.summary``), with their Spark SQL types.
+SCALARS = tuple((name, {np.int32: "int", np.float64: "double", None: "string"}[dtype]) for name, dtype in SUMMARY.items())
 
 #: The maps a result can carry, flattened in row-major order (H x W, or H x W x 3), and
 #: ``intrinsics`` (3 x 3, normalised) as 9 values.
@@ -113,18 +104,10 @@ def make_predict_fn(
 
 def _result(row: Any, outputs: Sequence[str]) -> Dict[str, Any]:
     o = row.output
-    d: Dict[str, Any] = {
-        "width": 0 if o is None else o.width,
-        "height": 0 if o is None else o.height,
-        "fov_x": np.nan if o is None else float(o.fov_x),
-        "fov_y": np.nan if o is None else float(o.fov_y),
-        "metric_scale": np.nan if o is None else float(o.metric_scale),
-        "valid": np.nan if o is None else float(o.mask.mean()),
-        # Empty, not null, where there is none: predict_batch_udf refuses a first row whose
-        # entry is None (np.isscalar), and a column of NaN alone does not convert to strings.
-        "npz": row.npz or "",
-        "error": row.error or "",
-    }
+    d = row.summary()
+    # Empty, not null, where there is none: predict_batch_udf refuses a first row whose entry is
+    # None (np.isscalar), and a column of NaN alone does not convert to strings.
+    d["npz"], d["error"] = d["npz"] or "", d["error"] or ""
     for key in outputs:
         v = None if o is None else getattr(o, key)
         dtype = np.bool_ if key == "mask" else np.float32
