@@ -68,6 +68,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
                 let min = conv3x3::winograd::Winograd::min_channels(direct);
                 format!("winograd f(2x2,3x3) {direct} ({min}+ channels; upsampled as 4 phases from {min}+), direct {direct} (fewer, fused upsample)")
             }
+            Some(Isa::Bf16) => "direct bfmmla (bf16 channel quads of the padded map, converted once; fused upsample)".to_owned(),
             Some(direct) => format!("direct {direct}"),
             None => "im2col".to_owned(),
         },
@@ -85,7 +86,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
             },
             (true, Isa::Amx) => "bf16 amx tiles (tdpbf16ps)".to_owned(),
             (true, Isa::Avx512Bf16) => "bf16 avx512bf16".to_owned(),
-            (true, Isa::Bf16) => "bf16 bfmmla (linears, attention, im2col convolutions)".to_owned(),
+            (true, Isa::Bf16) => "bf16 bfmmla (linears, attention, 1x1/transposed)".to_owned(),
             (true, _) => "bf16 emulated (rounded inputs, f32 gemm crate)".to_owned(),
         },
         // bf16 on AMX also under int8 (`dinov2::Block::load`).

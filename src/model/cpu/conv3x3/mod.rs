@@ -10,9 +10,9 @@
 //!   [`winograd_level`]): [`winograd`]. A
 //!   convolution built for upsampled input ([`Conv3x3Op::new_upsampling`]) runs there too, on
 //!   the map before its upsample: see [`UpWinograd`].
-//! * direct (bf16 products at AVX512-BF16, f32 at AVX2 and above and at NEON): a tile's input rows are
-//!   copied once into a "slab" (bf16 channel pairs, or f32 channels) with the replicate border
-//!   in place, and the microkernel reads every tap straight from the slab at a shifted address,
+//! * direct (bf16 products at AVX512-BF16 and on Arm's `bfmmla`, f32 at AVX2 and above and at
+//!   NEON): a tile's input rows are copied once into a "slab" (bf16 channel pairs or quads
+//!   ([`mmla`]), or f32 channels) with the replicate border in place, and the microkernel reads every tap straight from the slab at a shifted address,
 //!   so the 9x unfold (a memory-bound pass at 64 channels and 600x800 pixels) never happens.
 //!   The upsample of the last `Resampler` is computed while the slab is built, so the
 //!   upsampled map is never stored.
@@ -29,9 +29,9 @@ use super::matmul::bf16::{gemm_bf16_packed_a, PackedA};
 use super::matmul::gemm::{Gemm, Strided};
 use super::tensor::{contiguous, with_f32};
 
-/// The direct route's instruction set at `level`, or `None` where the im2col route runs
-/// (portable; bf16 products without AVX512-BF16, whose GEMM rounds its inputs; and bf16 on AMX,
-/// whose tile GEMM takes the im2col columns).
+/// The direct route's instruction set at `level`, or `None` where another runs: im2col at the
+/// portable level and for bf16 products below AVX512-BF16 or `bfmmla` (whose GEMM rounds its
+/// inputs), the tiles' own direct route for bf16 on AMX ([`tiles`]).
 pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
     match (level, bf16) {
         (Isa::Avx512Bf16, true) => Some(Isa::Avx512Bf16),
@@ -39,9 +39,11 @@ pub fn route(level: Isa, bf16: bool) -> Option<Isa> {
         (Isa::Avx2, false) => Some(Isa::Avx2),
         (Isa::Amx | Isa::Avx512 | Isa::Avx2 | Isa::Portable, true) | (Isa::Portable, false) => None,
         // aarch64: f32 on the NEON kernel with nine taps (where the Winograd route does not
-        // pay, [`winograd_level`]); bf16 through im2col (`bfmmla`'s GEMM, or emulated).
+        // pay, [`winograd_level`]); bf16 on `bfmmla` ([`mmla`]), or below it through im2col
+        // (emulated).
         (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, false) => Some(Isa::Neon),
-        (Isa::Neon | Isa::Dotprod | Isa::I8mm | Isa::Bf16, true) => None,
+        (Isa::Bf16, true) => Some(Isa::Bf16),
+        (Isa::Neon | Isa::Dotprod | Isa::I8mm, true) => None,
     }
 }
 
@@ -187,20 +189,24 @@ pub(crate) fn interleave_phases(y: &[f32], h: usize, w: usize, cout: usize, resi
 /// channels: in bf16, word t·cinp + cp is channels (2cp, 2cp + 1) as a bf16 pair; in f32, word
 /// t·cin + c is channel c's f32 bits. On the AVX2 and NEON routes the rows of each of their
 /// row tiles are interleaved instead (`sgemm::packed_index`), so the kernel reads its weights
-/// in one stream.
+/// in one stream; on `bfmmla` ([`mmla`]) row pairs' quads are.
 struct Direct {
     words: Vec<u32>,
     bf16: bool,
     /// The route ([`route`]): the slab and the kernel take it, never asking again.
     isa: Isa,
+    /// On the `bfmmla` route, its portable twin's tile instead (`mmla::kernel_emulated`: the
+    /// tests of machines without the instruction).
+    emulated: bool,
 }
 
-/// Words per tap, per output channel (and per slab pixel): channel pairs in bf16.
-fn words_per_tap(cin: usize, bf16: bool) -> usize {
-    if bf16 {
-        cin.div_ceil(2)
-    } else {
-        cin
+/// Words per tap, per output channel (and per slab pixel) on route `isa`: channel pairs in bf16
+/// (whole quads of channels on `bfmmla`).
+fn words_per_tap(cin: usize, bf16: bool, isa: Isa) -> usize {
+    match (bf16, isa) {
+        (true, Isa::Bf16) => mmla::words_per_pixel(cin),
+        (true, _) => cin.div_ceil(2),
+        (false, _) => cin,
     }
 }
 
@@ -394,7 +400,7 @@ impl Conv3x3Op {
 
     /// The direct route: output (cout, h, w) from `src`, in tiles of rows, in parallel.
     fn run_direct(&self, d: &Direct, src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
-        let plan = Plan { cin: self.cin, cout: self.cout, h, w, kc: words_per_tap(self.cin, d.bf16) };
+        let plan = Plan { cin: self.cin, cout: self.cout, h, w, kc: words_per_tap(self.cin, d.bf16, d.isa) };
         let (cout, kc, wp, hw) = (plan.cout, plan.kc, w + 2, h * w);
         assert!(d.words.len() >= cout * 9 * kc && self.bias.len() >= cout, "conv3x3: weights for {cout} channels");
         let residual = residual.map(|r| Mat::from_slice(r, cout, hw, hw));
@@ -424,7 +430,10 @@ impl Conv3x3Op {
 /// Weights (cout, cin, 3, 3) in the direct kernel's order (see [`Direct`]), for route `isa`.
 fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Direct {
     let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
-    let kc = words_per_tap(cin, bf16);
+    if bf16 && isa == Isa::Bf16 {
+        return Direct { words: mmla::pack(w, cin, cout), bf16, isa, emulated: false };
+    }
+    let kc = words_per_tap(cin, bf16, isa);
     let mut words = vec![0u32; cout * 9 * kc];
     if let Some(micro) = six_rows(isa) {
         // In the 6-row kernel's row tiles, each tile's weights interleaved (`packed_index`).
@@ -440,7 +449,7 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
                 }
             }
         }
-        return Direct { words, bf16, isa };
+        return Direct { words, bf16, isa, emulated: false };
     }
     for o in 0..cout {
         for t in 0..9 {
@@ -449,7 +458,7 @@ fn pack_direct(w: &[f32], cin: usize, cout: usize, bf16: bool, isa: Isa) -> Dire
             }
         }
     }
-    Direct { words, bf16, isa }
+    Direct { words, bf16, isa, emulated: false }
 }
 
 /// Where a slab's values come from.
@@ -506,36 +515,49 @@ impl Direct {
             }
             return;
         }
-        let cinp = cin.div_ceil(2);
+        let mmla = isa == Isa::Bf16;
+        // Pair rows per slab row: cin's pairs, padded to whole quads on `bfmmla`.
+        let cinp = if mmla { mmla::words_per_pixel(cin) } else { cin.div_ceil(2) };
         // tmp: two upsampled rows, a vertical blend row and a zero row (odd cin).
         tmp.resize(4 * w, 0.0);
         let (rows2, rest) = tmp.split_at_mut(2 * w);
         let (vrow, zero) = rest.split_at_mut(w);
         zero.fill(0.0);
+        // On `bfmmla`, a quad's two pair rows before they are interleaved into the slab.
+        let mut quad = vec![0u32; if mmla { 2 * wp } else { 0 }];
         for r in 0..rows_in {
             let sy = (y0 + r).saturating_sub(1).min(h - 1);
             for cp in 0..cinp {
-                let dst = &mut slab[(r * cinp + cp) * wp..][..wp];
+                let dst = if mmla { &mut quad[(cp % 2) * wp..][..wp] } else { &mut slab[(r * cinp + cp) * wp..][..wp] };
                 let (c0, c1) = (2 * cp, 2 * cp + 1);
-                match src {
-                    Src::Plain { x, relu } => {
-                        let a = &x[(c0 * h + sy) * w..][..w];
-                        let b = if c1 < cin { &x[(c1 * h + sy) * w..][..w] } else { &*zero };
-                        pairs(isa, a, b, relu, &mut dst[1..=w]);
-                    }
-                    Src::Up2 { x, h: lh, w: lw } => {
-                        let (ra, rb) = rows2.split_at_mut(w);
-                        upsample_row(isa, &x[c0 * lh * lw..][..lh * lw], lh, lw, sy, ra, &mut vrow[..lw]);
-                        if c1 < cin {
-                            upsample_row(isa, &x[c1 * lh * lw..][..lh * lw], lh, lw, sy, rb, &mut vrow[..lw]);
-                        } else {
-                            rb.fill(0.0);
+                if c0 >= cin {
+                    // A quad's padding.
+                    dst.fill(0);
+                } else {
+                    match src {
+                        Src::Plain { x, relu } => {
+                            let a = &x[(c0 * h + sy) * w..][..w];
+                            let b = if c1 < cin { &x[(c1 * h + sy) * w..][..w] } else { &*zero };
+                            pairs(isa, a, b, relu, &mut dst[1..=w]);
                         }
-                        pairs(isa, ra, rb, false, &mut dst[1..=w]);
+                        Src::Up2 { x, h: lh, w: lw } => {
+                            let (ra, rb) = rows2.split_at_mut(w);
+                            upsample_row(isa, &x[c0 * lh * lw..][..lh * lw], lh, lw, sy, ra, &mut vrow[..lw]);
+                            if c1 < cin {
+                                upsample_row(isa, &x[c1 * lh * lw..][..lh * lw], lh, lw, sy, rb, &mut vrow[..lw]);
+                            } else {
+                                rb.fill(0.0);
+                            }
+                            pairs(isa, ra, rb, false, &mut dst[1..=w]);
+                        }
                     }
+                    dst[0] = dst[1];
+                    dst[w + 1] = dst[w];
                 }
-                dst[0] = dst[1];
-                dst[w + 1] = dst[w];
+                if mmla && cp % 2 == 1 {
+                    let (lo, hi) = quad.split_at(wp);
+                    mmla::interleave(lo, hi, &mut slab[(r * cinp + cp - 1) * wp..][..2 * wp]);
+                }
             }
         }
     }
@@ -595,12 +617,17 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
     let kp = 9 * kc;
     let wp = w + 2;
     // Output channels in blocks whose weights stay in L2 beside the slab, each block cut into
-    // row panels of equal height: ≤ 6 rows on AVX2 and NEON (the tiles their weights were
-    // packed in, `Micro::row_tiles`), ≤ MR on AVX-512 (a 4-row tail tile is latency-bound); 16
-    // or 32 pixels at a time.
+    // row panels: the tiles their weights were packed in on AVX2 and NEON (≤ 6 rows,
+    // `Micro::row_tiles`) and on `bfmmla` (8 rows from an even one, `mmla::ROWS`), else ≤ MR of
+    // equal height (AVX-512: a 4-row tail tile is latency-bound); 16, 8 or 32 pixels at a time.
     let six = six_rows(d.isa);
-    let blocks: Vec<Vec<(usize, usize)>> = if let Some(micro) = six {
-        let b = micro.row_tiles(cout);
+    let mmla = d.isa == Isa::Bf16;
+    let packed_tiles = match six {
+        Some(micro) => Some(micro.row_tiles(cout)),
+        None if mmla => Some((0..=cout.div_ceil(mmla::ROWS)).map(|t| (t * mmla::ROWS).min(cout)).collect()),
+        None => None,
+    };
+    let blocks: Vec<Vec<(usize, usize)>> = if let Some(b) = packed_tiles {
         let tiles = b.len() - 1;
         let nb = (cout * kp * 4).div_ceil(A_BLOCK_BYTES).clamp(1, tiles);
         (0..nb).map(|blk| (tiles * blk / nb..tiles * (blk + 1) / nb).map(|t| (b[t], b[t + 1])).collect()).collect()
@@ -614,9 +641,17 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
             })
             .collect()
     };
-    let step = if six.is_some() { 16 } else { 32 };
-    // Tap (ky, kx) of a pixel is ky slab rows below it and kx columns right.
-    let taps: [usize; 9] = std::array::from_fn(|t| (t / 3) * kc * wp + t % 3);
+    let step = if six.is_some() {
+        16
+    } else if mmla {
+        mmla::PIX
+    } else {
+        32
+    };
+    // Words a pixel of a slab row takes, in one channel row (two on `bfmmla`: a quad's).
+    let pw = if mmla { 2 } else { 1 };
+    // Tap (ky, kx) of a pixel is ky slab rows below it and kx pixels right.
+    let taps: [usize; 9] = std::array::from_fn(|t| (t / 3) * kc * wp + pw * (t % 3));
     // The weights: row o output channel o's taps (on the 6-row routes, each row tile's
     // interleaved).
     let weights = Mat::from_ptr(d.words.as_ptr(), cout, kp, kp);
@@ -625,9 +660,9 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
             let ry = y - y0;
             for x0 in (0..w).step_by(step) {
                 let nv = (w - x0).min(step);
-                // The slab's channel rows at pixel x0 of slab row ry: tap (0, 0) of the
-                // tile's pixels, every other tap `taps` further.
-                let b = Mat::from_ptr(slab.as_ptr().wrapping_add(ry * kc * wp + x0), kc, step, wp);
+                // The slab's channel rows (quad rows on `bfmmla`) at pixel x0 of slab row ry:
+                // tap (0, 0) of the tile's pixels, every other tap `taps` further.
+                let b = Mat::from_ptr(slab.as_ptr().wrapping_add(ry * kc * wp + pw * x0), kc / pw, pw * step, pw * wp);
                 for &(r0, r1) in panels {
                     let c = out.block(r0, y * w + x0, r1 - r0, nv);
                     let res = residual.map(|r| r.as_raw().block(r0, y * w + x0, r1 - r0, nv));
@@ -652,12 +687,26 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
                         #[cfg(target_arch = "aarch64")]
                         // SAFETY: as above, on NEON (every aarch64 CPU).
                         Isa::Neon => unsafe { crate::simd::neon::kernel(a, b.cast(), &taps, bias, res, c, Prefetch::NONE) },
+                        // SAFETY: as above, on bf16 (or the portable twin); the tile's row pairs
+                        // start at row r0 (even: `mmla::ROWS` apart) of the packed layout, their
+                        // padding row included.
+                        Isa::Bf16 => unsafe { mmla_tile(d.emulated)(weights.row(r0), b, &taps, bias, res, c) },
                         isa => unreachable!("direct conv3x3 on the {isa} route, which this CPU lacks"),
                     }
                 }
             }
         }
     }
+}
+
+/// The `bfmmla` route's register tile: the instruction's (aarch64), or its portable twin's.
+fn mmla_tile(emulated: bool) -> mmla::Tile {
+    #[cfg(target_arch = "aarch64")]
+    if !emulated {
+        return neon::kernel;
+    }
+    assert!(emulated, "the direct bfmmla route exists only on aarch64");
+    mmla::kernel_emulated
 }
 
 /// The 6-row kernel (with taps) of direct route `isa`, if it takes one: AVX2's or NEON's
@@ -673,6 +722,9 @@ fn six_rows(isa: Isa) -> Option<crate::simd::sgemm::Micro> {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512;
 pub mod int8;
+mod mmla;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 pub mod tiles;
 pub mod winograd;
 
@@ -848,6 +900,23 @@ mod tests {
                         );
                     }
                 };
+                if bf16 {
+                    // The `bfmmla` route's layout and loops on its portable twin, on every
+                    // machine (aarch64's levels below run the instruction too).
+                    let twin = Conv3x3Op {
+                        weight: wtensor.clone(),
+                        bias: bias.clone(),
+                        cin,
+                        cout,
+                        packed: None,
+                        direct: Some(Direct { emulated: true, ..pack_direct(&wt, cin, cout, true, Isa::Bf16) }),
+                        winograd: None,
+                        up: None,
+                        tiles: None,
+                        up_tiles: None,
+                    };
+                    check("bfmmla twin", &twin.run(&x, oh, ow, relu, up, res).unwrap());
+                }
                 // (direct route group, Winograd, the im2col route's bf16 products) -> the first
                 // level's output.
                 type Group = (Option<Isa>, bool, Option<Isa>);
