@@ -69,6 +69,7 @@ pub(super) fn interleave(lo: &[u32], hi: &[u32], dst: &mut [u32]) {
 /// words of each quad row for every tap, and every element of `c` is writable.
 pub(super) unsafe fn kernel_emulated(a: *const u32, b: MatRef<u32>, taps: &[usize; 9], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
     let (mv, nv, quads, qs) = (c.rows(), c.cols(), b.rows(), b.stride());
+    debug_assert!(mv <= ROWS && nv <= PIX);
     let bf = |w: u32, hi: bool| f32::from_bits(if hi { w & 0xffff_0000 } else { w << 16 });
     let dot = |x: u32, y: u32| bf(x, false) * bf(y, false) + bf(x, true) * bf(y, true);
     let mut acc = [[0f32; PIX]; ROWS];

@@ -12,8 +12,9 @@
 //!   the map before its upsample: see [`UpWinograd`].
 //! * direct (bf16 products at AVX512-BF16 and on Arm's `bfmmla`, f32 at AVX2 and above and at
 //!   NEON): a tile's input rows are copied once into a "slab" (bf16 channel pairs or quads
-//!   ([`mmla`]), or f32 channels) with the replicate border in place, and the microkernel reads every tap straight from the slab at a shifted address,
-//!   so the 9x unfold (a memory-bound pass at 64 channels and 600x800 pixels) never happens.
+//!   ([`mmla`]), or f32 channels) with the replicate border in place, and the microkernel
+//!   reads every tap straight from the slab at a shifted address, so the 9x unfold (a
+//!   memory-bound pass at 64 channels and 600x800 pixels) never happens.
 //!   The upsample of the last `Resampler` is computed while the slab is built, so the
 //!   upsampled map is never stored.
 
@@ -402,7 +403,9 @@ impl Conv3x3Op {
     fn run_direct(&self, d: &Direct, src: Src, h: usize, w: usize, residual: Option<&[f32]>) -> Vec<f32> {
         let plan = Plan { cin: self.cin, cout: self.cout, h, w, kc: words_per_tap(self.cin, d.bf16, d.isa) };
         let (cout, kc, wp, hw) = (plan.cout, plan.kc, w + 2, h * w);
-        assert!(d.words.len() >= cout * 9 * kc && self.bias.len() >= cout, "conv3x3: weights for {cout} channels");
+        // `bfmmla`'s tiles read whole row pairs: an odd cout's padding row too.
+        let rows_packed = if d.isa == Isa::Bf16 { cout.div_ceil(2) * 2 } else { cout };
+        assert!(d.words.len() >= rows_packed * 9 * kc && self.bias.len() >= cout, "conv3x3: weights for {cout} channels");
         let residual = residual.map(|r| Mat::from_slice(r, cout, hw, hw));
         let rows = (SLAB_WORDS / (kc * wp)).saturating_sub(2).clamp(1, h);
         let tiles: Vec<(usize, usize)> = (0..h).step_by(rows).map(|y0| (y0, (y0 + rows).min(h))).collect();
@@ -472,7 +475,8 @@ enum Src<'a> {
 }
 
 /// One direct-route call's shape: the output map (cout, h, w) from `cin` channels, and `kc`
-/// words per pixel of a slab row (its channels, or channel pairs in bf16).
+/// words per pixel of a slab row (its channels, or channel pairs in bf16, padded to whole
+/// quads on `bfmmla`).
 #[derive(Clone, Copy)]
 struct Plan {
     cin: usize,
@@ -486,7 +490,8 @@ impl Direct {
     /// Fill `slab` for output rows [y0, y0 + rows_in - 2): slab row r is map row y0 + r − 1
     /// (clamped: replicate padding), laid out (r, channel pair or channel, x + 1) with the border
     /// columns replicated, so tap (ky, kx) of output pixel (y, x) is at row y − y0 + ky, column
-    /// x + kx. Words are bf16 pairs in bf16, else f32 bits, on this route.
+    /// x + kx. Words are bf16 pairs in bf16, else f32 bits, on this route. On `bfmmla` the layout
+    /// is (r, channel quad, x + 1, two pair words) ([`mmla`]): a pixel is two words.
     fn build_slab(&self, src: Src, plan: Plan, y0: usize, rows_in: usize, slab: &mut [u32], tmp: &mut Vec<f32>) {
         let Plan { cin, h, w, .. } = plan;
         let (bf16, isa) = (self.bf16, self.isa);
@@ -670,13 +675,15 @@ unsafe fn direct_tile(d: &Direct, plan: Plan, slab: &[u32], bias: &[f32], (y0, y
                     // The tile's weights interleaved: a row per (tap, channel) (6-row routes).
                     let a = Mat::from_ptr(weights.row(r0) as *const f32, kp, r1 - r0, r1 - r0);
                     // `d` exists only on a direct route (AVX2, AVX-512F or NEON for f32,
-                    // AVX512-BF16 for bf16), which `route` gives only where the CPU has it.
+                    // AVX512-BF16 or `bfmmla` for bf16), which `route` gives only where the CPU
+                    // has it (or `bfmmla`'s portable twin, `d.emulated`, in the tests).
                     // The arms' SAFETY: the CPU has the route's instructions (above); the
-                    // tile's r1 - r0 rows of kp weights, and its bias, are inside the op's
-                    // (asserted by `run_direct`); each tap's 16 (32 on AVX-512) words of the
-                    // slab's kc channel rows are inside the slab (its rows are w + 2 words and
-                    // it has 32 to spare past the last); `c` and `res` are inside `out` and
-                    // `residual` (asserted by `block`).
+                    // tile's r1 - r0 rows of kp weights (on `bfmmla` its whole row pairs), and
+                    // its bias, are inside the op's (asserted by `run_direct`); each tap's 16
+                    // (32 on AVX-512, 8 pixels of 2 on `bfmmla`) words of the slab's kc / pw
+                    // channel rows are inside the slab (its rows are pw · (w + 2) words and it
+                    // has 32 to spare past the last: at most 14 are read there); `c` and `res`
+                    // are inside `out` and `residual` (asserted by `block`).
                     match d.isa {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: as above, on AVX2 and FMA.
@@ -857,6 +864,8 @@ mod tests {
             (6, 5, 4, 17, false, true, false),
             (9, 12, 3, 20, false, true, true),
             (300, 25, 4, 36, false, false, false),
+            // Several slab tiles of rows (y0 > 0, a shorter last one) on every direct route.
+            (300, 9, 25, 36, false, false, true),
             // The Winograd route (f32 at AVX2 and NEON, 64 channels and more): odd sizes (a tile cut by
             // the edge), one row, one column, a tile row in several tasks.
             (64, 70, 7, 37, true, false, true),
@@ -902,7 +911,7 @@ mod tests {
                 };
                 if bf16 {
                     // The `bfmmla` route's layout and loops on its portable twin, on every
-                    // machine (aarch64's levels below run the instruction too).
+                    // machine (on aarch64 the level loop below runs the instruction at `bf16`).
                     let twin = Conv3x3Op {
                         weight: wtensor.clone(),
                         bias: bias.clone(),

@@ -36,13 +36,14 @@ pub(super) unsafe fn kernel(a: *const u32, b: MatRef<u32>, taps: &[usize; 9], bi
 unsafe fn pairs<const P: usize>(a: *const u32, b: MatRef<u32>, taps: &[usize; 9], bias: *const f32, add: Option<MatRef<f32>>, c: MatMut<f32>) {
     let (mv, nv, quads, qs) = (c.rows(), c.cols(), b.rows(), b.stride());
     // acc[p][j]: rows 2p, 2p + 1 × pixels 2j, 2j + 1, as (r0p0, r0p1, r1p0, r1p1), from the bias.
-    let mut acc = [[vdupq_n_f32(0.0); 4]; P];
-    for (p, acc) in acc.iter_mut().enumerate() {
-        // SAFETY: `bias` holds mv values (the caller's promise); the indices are below mv.
-        let v = unsafe { [*bias.add(2 * p), *bias.add(2 * p), *bias.add((2 * p + 1).min(mv - 1)), *bias.add((2 * p + 1).min(mv - 1))] };
+    let mut acc: [[float32x4_t; 4]; P] = core::array::from_fn(|p| {
+        // SAFETY: `bias` holds mv values (the caller's promise); the indices are below mv (the
+        // padding row of an odd mv takes its pair's bias: never stored).
+        let (b0, b1) = unsafe { (*bias.add(2 * p), *bias.add((2 * p + 1).min(mv - 1))) };
+        let v = [b0, b0, b1, b1];
         // SAFETY: `v` holds 4 floats.
-        *acc = [unsafe { vld1q_f32(v.as_ptr()) }; 4];
-    }
+        [unsafe { vld1q_f32(v.as_ptr()) }; 4]
+    });
     for (t, &tap) in taps.iter().enumerate() {
         let mut bq = b.ptr().wrapping_add(tap);
         let mut aq = a.wrapping_add(t * quads * 4);
