@@ -120,3 +120,16 @@ unsafe fn kern<const R: usize>(a: MatRef<f32>, b: MatRef<f32>, taps: &[usize], b
         unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), cr, nv) };
     }
 }
+
+/// The two rows of eight columns held by a row pair's four 2 × 2 accumulator blocks (as `bfmmla`
+/// leaves them: block j is (r0c2j, r0c2j+1, r1c2j, r1c2j+1)): row 0's columns 0..4 and 4..8,
+/// then row 1's.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) fn pair_rows(acc: &[float32x4_t; 4]) -> [[float32x4_t; 2]; 2] {
+    let [c01, c23, c45, c67] = [vreinterpretq_f64_f32(acc[0]), vreinterpretq_f64_f32(acc[1]), vreinterpretq_f64_f32(acc[2]), vreinterpretq_f64_f32(acc[3])];
+    [
+        [vreinterpretq_f32_f64(vzip1q_f64(c01, c23)), vreinterpretq_f32_f64(vzip1q_f64(c45, c67))],
+        [vreinterpretq_f32_f64(vzip2q_f64(c01, c23)), vreinterpretq_f32_f64(vzip2q_f64(c45, c67))],
+    ]
+}

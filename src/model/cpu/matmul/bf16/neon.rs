@@ -56,10 +56,8 @@ unsafe fn pairs<const P: usize>(a: MatRef<u32>, b: *const u32, c: MatMut<f32>, l
         b = b.wrapping_add(QUAD);
     }
     for (p, acc) in acc.iter().enumerate() {
-        let [c01, c23, c45, c67] = [vreinterpretq_f64_f32(acc[0]), vreinterpretq_f64_f32(acc[1]), vreinterpretq_f64_f32(acc[2]), vreinterpretq_f64_f32(acc[3])];
         // Row 2p's eight columns, then row 2p + 1's.
-        let even = [vreinterpretq_f32_f64(vzip1q_f64(c01, c23)), vreinterpretq_f32_f64(vzip1q_f64(c45, c67))];
-        let odd = [vreinterpretq_f32_f64(vzip2q_f64(c01, c23)), vreinterpretq_f32_f64(vzip2q_f64(c45, c67))];
+        let [even, odd] = crate::simd::neon::pair_rows(acc);
         for (r, halves) in [(2 * p, even), (2 * p + 1, odd)] {
             if r >= mv {
                 continue;
