@@ -522,7 +522,7 @@ impl Direct {
         }
         let mmla = isa == Isa::Bf16;
         // Pair rows per slab row: cin's pairs, padded to whole quads on `bfmmla`.
-        let cinp = if mmla { mmla::words_per_pixel(cin) } else { cin.div_ceil(2) };
+        let cinp = plan.kc;
         // tmp: two upsampled rows, a vertical blend row and a zero row (odd cin).
         tmp.resize(4 * w, 0.0);
         let (rows2, rest) = tmp.split_at_mut(2 * w);
