@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::config::RefinerConfig;
 use super::cpu::layer_norm::LayerNormOp;
 use super::cpu::matmul::gemm::{Gemm, Strided};
-use super::cpu::sparse_conv::{Neighbours, Products, SubmConv3d};
+use super::cpu::sparse_conv::{Neighbours, Pre, Products, SubmConv3d};
 use super::voxels::{mean_pool, upsample_add, Voxels};
 use super::weights::Weights;
 use super::Precision;
@@ -90,7 +90,6 @@ pub struct SparseResBlock3d {
     norm1: LayerNormOp,
     conv1: SubmConv3d,
     conv2: SubmConv3d,
-    isa: Isa,
 }
 
 impl SparseResBlock3d {
@@ -105,15 +104,14 @@ impl SparseResBlock3d {
             let weight = host(w, &format!("{p}.{name}.weight"), &[c, 3, 3, 3, c])?;
             Ok(SubmConv3d::new(&weight, host(w, &format!("{p}.{name}.bias"), &[c])?, c, c, products))
         };
-        Ok(Self { norm1, conv1: conv(w, "conv1")?, conv2: conv(w, "conv2")?, isa: isa::current() })
+        Ok(Self { norm1, conv1: conv(w, "conv1")?, conv2: conv(w, "conv2")? })
     }
 
     pub fn forward(&self, x: &[f32], nb: &Neighbours) -> Vec<f32> {
-        let h = silu(self.isa, self.norm1.run(x));
-        let h = silu(self.isa, self.conv1.forward(&h, nb));
-        let mut h = self.conv2.forward(&h, nb);
-        h.par_chunks_mut(4096).zip(x.par_chunks(4096)).for_each(|(h, x)| h.iter_mut().zip(x).for_each(|(h, x)| *h += x));
-        h
+        // The norm and the SiLUs applied as each convolution prepares its rows, the residual
+        // added where conv2's outputs start (`SubmConv3d::forward_fused`).
+        let h = self.conv1.forward_fused(x, nb, Pre::Norm { norm: &self.norm1, silu: true }, None);
+        self.conv2.forward_fused(&h, nb, Pre::Silu, Some(x))
     }
 
     pub fn macs(&self, nb: &Neighbours) -> u64 {

@@ -171,7 +171,7 @@ fn pack_rows_scalar(src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) {
 /// dst[r·kps + kp] for its k values, zero past them. The microkernel broadcasts from R row
 /// streams directly, so A needs no transposition: this is a straight vector conversion (A is
 /// converted on every call).
-fn convert_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
+pub(crate) fn convert_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
     convert_rows_at(isa, src, kps, kps, dst)
 }
 

@@ -11,6 +11,11 @@
 //! its 27 neighbours, so a dense 27-tap im2col would do 2-4x the multiply-adds. The centre tap is every voxel itself:
 //! its product reads the chunk's inputs in place and accumulates straight into the outputs.
 //!
+//! Where the CPU has AVX-512 (f32) or AVX512-BF16 (bf16), the products skip the gather and
+//! the adds: a register tile reads each pair's input row and adds into its output row where
+//! they lie ([`rows`]), the inputs converted to bf16 once a call. The gathered path stays for
+//! the AMX tiles, Arm's `bfmmla`, the portable routes and int8.
+//!
 //! int8 as the decoder's convolutions (`conv3x3::int8`): weights per output channel (over its
 //! 27 taps), inputs per voxel (asymmetric u8, quantised once a call, their rows gathered per tap),
 //! int32 sums per tap scaled back to f32 before the rows' adds, so that each voxel keeps its
@@ -18,11 +23,19 @@
 
 use rayon::prelude::*;
 
-use super::matmul::bf16::{gemm_bf16, PackedB};
+use super::layer_norm::LayerNormOp;
+use super::matmul::bf16::{self, gemm_bf16, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, fake_quantised, product_quantised, quantise_activations, QuantA, QuantB, Route};
 use crate::simd::isa::{self, Isa};
+use crate::simd::math::{layer_norm_row, silu_in_place};
 use crate::simd::{Mat, MatMut};
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod rows;
+
+use rows::{Panels, Tile};
 
 /// Offsets of a 3x3x3 kernel.
 pub const TAPS: usize = 27;
@@ -38,6 +51,10 @@ pub const ABSENT: u32 = u32::MAX;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Neighbours {
     map: Vec<u32>,
+    /// Per tap, its (voxel, neighbour) pairs in the voxels' order: a chunk's pairs of a tap are
+    /// one run of it, found by bisection (the rulebook, built once for every convolution of
+    /// the level rather than by each of them per chunk).
+    taps: Vec<Vec<(u32, u32)>>,
 }
 
 impl Neighbours {
@@ -47,11 +64,31 @@ impl Neighbours {
         assert!(map.len().is_multiple_of(TAPS), "neighbour map: {} entries, not 27 per voxel", map.len());
         let n = map.len() / TAPS;
         assert!(n < ABSENT as usize, "neighbour map: {n} voxels");
+        let mut counts = [0usize; TAPS];
         for (v, taps) in map.chunks_exact(TAPS).enumerate() {
             assert!(taps[CENTRE] as usize == v, "neighbour map: voxel {v} is not its own centre");
             assert!(taps.iter().all(|&t| t == ABSENT || (t as usize) < n), "neighbour map: voxel {v} names a voxel beyond {n}");
+            for (c, &t) in counts.iter_mut().zip(taps) {
+                *c += usize::from(t != ABSENT);
+            }
         }
-        Self { map }
+        let mut taps: Vec<Vec<(u32, u32)>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
+        for (v, row) in map.chunks_exact(TAPS).enumerate() {
+            for (pairs, &s) in taps.iter_mut().zip(row) {
+                if s != ABSENT {
+                    pairs.push((v as u32, s));
+                }
+            }
+        }
+        Self { map, taps }
+    }
+
+    /// Tap t's pairs whose voxel is in `voxels`, in order.
+    pub(crate) fn pairs_in(&self, t: usize, voxels: std::ops::Range<usize>) -> &[(u32, u32)] {
+        let pairs = &self.taps[t];
+        let lo = pairs.partition_point(|&(v, _)| (v as usize) < voxels.start);
+        let hi = lo + pairs[lo..].partition_point(|&(v, _)| (v as usize) < voxels.end);
+        &pairs[lo..hi]
     }
 
     /// Voxels.
@@ -71,7 +108,7 @@ impl Neighbours {
     /// (voxel, neighbour) pairs present, the centre included: the convolution's multiply-adds
     /// are `pairs · Ci · Co`.
     pub fn pairs(&self) -> usize {
-        self.map.iter().filter(|&&t| t != ABSENT).count()
+        self.taps.iter().map(Vec::len).sum()
     }
 }
 
@@ -99,6 +136,10 @@ enum TapWeights {
     /// int8's numbers on the f32 products: each tap's weight quantised and dequantised, laid out
     /// as `F32`'s; the inputs quantised and dequantised per voxel on every call.
     Int8Emulated(Vec<f32>),
+    /// The row tiles on the f32 inputs as they are.
+    F32Rows(Panels<f32>, Tile<f32>),
+    /// The row tiles on bf16 pairs, the inputs converted once a call.
+    Bf16Rows(Panels<u32>, Tile<u32>),
 }
 
 /// `SparseConv3d(ci, co, 3)` as a submanifold convolution.
@@ -115,7 +156,10 @@ impl SubmConv3d {
     /// From upstream's weight (Co, 3, 3, 3, Ci) and bias (Co), for products in `products` (the
     /// bias and the sums in f32 whatever they are).
     pub fn new(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, products: Products) -> Self {
+        let level = isa::current();
         match products {
+            Products::F32 if level >= Isa::Avx512 => Self::on_rows(weight, bias, ci, co, products, false),
+            Products::Bf16 if bf16::route(level) == Isa::Avx512Bf16 => Self::on_rows(weight, bias, ci, co, products, false),
             Products::F32 => Self::packed_by(weight, bias, ci, co, None),
             Products::Bf16 => Self::packed_by(weight, bias, ci, co, Some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n))),
             // The tiles' int8 products have no sparse gather yet: AMX CPUs have AVX512-VNNI.
@@ -130,6 +174,26 @@ impl SubmConv3d {
         let taps = match pack {
             Some(pack) => TapWeights::Bf16((0..TAPS).map(|t| pack(&tap_kn(weight, ci, co, t), ci, co)).collect()),
             None => TapWeights::F32((0..TAPS).flat_map(|t| tap_kn(weight, ci, co, t)).collect()),
+        };
+        Self { ci, co, bias, taps, isa: isa::current() }
+    }
+
+    /// As [`SubmConv3d::new`] on the row tiles (f32 or bf16 products): the AVX-512 tiles, which
+    /// the caller has checked this CPU has, or (`portable`) their twins.
+    pub(crate) fn on_rows(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, products: Products, portable: bool) -> Self {
+        Self::check(weight, &bias, ci, co);
+        #[cfg(target_arch = "x86_64")]
+        let (f32_tile, bf16_tile): (Tile<f32>, Tile<u32>) =
+            if portable { (rows::tile_f32_portable, rows::tile_bf16_portable) } else { (avx512::tile_f32, avx512::tile_bf16) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let (f32_tile, bf16_tile): (Tile<f32>, Tile<u32>) = {
+            assert!(portable, "the row tiles on the instructions are x86-64's");
+            (rows::tile_f32_portable, rows::tile_bf16_portable)
+        };
+        let taps = match products {
+            Products::F32 => TapWeights::F32Rows(Panels::f32(weight, ci, co), f32_tile),
+            Products::Bf16 => TapWeights::Bf16Rows(Panels::bf16(weight, ci, co), bf16_tile),
+            Products::Int8 => panic!("the row tiles multiply f32 or bf16"),
         };
         Self { ci, co, bias, taps, isa: isa::current() }
     }
@@ -166,12 +230,31 @@ impl SubmConv3d {
 
     /// y (M × Co) at every voxel of `nb` from x (M × Ci), rows in the voxels' order.
     pub fn forward(&self, x: &[f32], nb: &Neighbours) -> Vec<f32> {
+        self.forward_fused(x, nb, Pre::None, None)
+    }
+
+    /// y = [residual +] conv(pre(x)): the residual block's LayerNorm and SiLU applied to each
+    /// input row in the one pass that prepares the rows for the products (converts, quantises),
+    /// and its residual added where the outputs start from the bias (no pass of its own).
+    pub fn forward_fused(&self, x: &[f32], nb: &Neighbours, pre: Pre, residual: Option<&[f32]>) -> Vec<f32> {
         let (ci, co, m) = (self.ci, self.co, nb.len());
         assert_eq!(x.len(), m * ci, "SubmConv3d: {} inputs for {m} voxels of {ci} channels", x.len());
+        assert!(residual.is_none_or(|r| r.len() == m * co), "SubmConv3d: a residual of {} for {m} voxels of {co} channels", residual.map_or(0, <[f32]>::len));
         let mut y = vec![0f32; m * co];
         if m == 0 {
             return y;
         }
+        // bf16 rows: the inputs as pair words, made in the one pass; else pre(x) in f32 (x itself
+        // where there is nothing to apply).
+        let words = match &self.taps {
+            TapWeights::Bf16Rows(p, _) => Some(to_pairs(self.isa, x, ci, p.k(), pre)),
+            _ => None,
+        };
+        let applied = match (&words, pre) {
+            (None, Pre::Norm { .. } | Pre::Silu) => Some(pre.apply(self.isa, x, ci)),
+            _ => None,
+        };
+        let x = applied.as_deref().unwrap_or(x);
         // int8: the inputs quantised once, for the VNNI products or (emulated) back to f32.
         let (quantised, dequantised) = match &self.taps {
             TapWeights::Int8(q) => (Some(quantise_activations(x, m, ci, q[0].route())), None),
@@ -186,8 +269,21 @@ impl SubmConv3d {
         y.par_chunks_mut(chunk * co).enumerate().for_each(|(c, out)| {
             let v0 = c * chunk;
             let n = out.len() / co;
-            for r in out.chunks_exact_mut(co) {
-                r.copy_from_slice(&self.bias);
+            for (r, o) in out.chunks_exact_mut(co).enumerate() {
+                o.copy_from_slice(&self.bias);
+                if let Some(res) = residual {
+                    o.iter_mut().zip(&res[(v0 + r) * co..][..co]).for_each(|(o, r)| *o += r);
+                }
+            }
+            if let TapWeights::F32Rows(..) | TapWeights::Bf16Rows(..) = &self.taps {
+                match (&self.taps, &words) {
+                    // SAFETY: a row tile is chosen only where the CPU has it (`new`, `on_rows`).
+                    (TapWeights::F32Rows(p, tile), _) => unsafe { rows::accumulate(*tile, p, x, out, co, nb, v0) },
+                    // SAFETY: as above.
+                    (TapWeights::Bf16Rows(p, tile), Some(words)) => unsafe { rows::accumulate(*tile, p, words, out, co, nb, v0) },
+                    _ => unreachable!("bf16 rows have their words"),
+                }
+                return;
             }
             // The chunk's rows that have tap t, and their neighbours there.
             let (mut rows, mut srcs): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n), Vec::with_capacity(n));
@@ -205,12 +301,9 @@ impl SubmConv3d {
                 }
                 rows.clear();
                 srcs.clear();
-                for r in 0..n {
-                    let s = nb.map[(v0 + r) * TAPS + t];
-                    if s != ABSENT {
-                        rows.push(r as u32);
-                        srcs.push(s);
-                    }
+                for &(v, s) in nb.pairs_in(t, v0..v0 + n) {
+                    rows.push(v - v0 as u32);
+                    srcs.push(s);
                 }
                 let k = rows.len();
                 if k == 0 {
@@ -254,9 +347,78 @@ impl SubmConv3d {
                 }
             }
             TapWeights::Bf16(p) => gemm_bf16(Mat::from_slice(a, n, ci, ci), &p[t], Mat::from_slice_mut(dst, n, co, co), accumulate, 1),
-            TapWeights::Int8(_) => unreachable!("int8 taps run on quantised rows"),
+            TapWeights::Int8(_) | TapWeights::F32Rows(..) | TapWeights::Bf16Rows(..) => unreachable!("int8 taps and row tiles take no products"),
         }
     }
+}
+
+/// What a convolution applies to each input row before its products ([`SubmConv3d::forward_fused`]).
+#[derive(Clone, Copy)]
+pub enum Pre<'a> {
+    None,
+    /// SiLU.
+    Silu,
+    /// LayerNorm, then SiLU where `silu`.
+    Norm {
+        norm: &'a LayerNormOp,
+        silu: bool,
+    },
+}
+
+impl Pre<'_> {
+    /// `out` = this applied to the row `x`.
+    fn row(self, level: Isa, x: &[f32], out: &mut [f32]) {
+        match self {
+            Pre::None => out.copy_from_slice(x),
+            Pre::Silu => {
+                out.copy_from_slice(x);
+                silu_in_place(level, out);
+            }
+            Pre::Norm { norm, silu } => {
+                // SAFETY: f32 and MaybeUninit<f32> have one layout; the row code only writes.
+                let dst = unsafe { &mut *(out as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) };
+                layer_norm_row(norm.isa, x, &norm.weight, &norm.bias, norm.eps, dst);
+                if silu {
+                    silu_in_place(level, out);
+                }
+            }
+        }
+    }
+
+    /// Every row of x (rows of `ci`) with this applied, in parallel.
+    fn apply(self, level: Isa, x: &[f32], ci: usize) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        let rows = (4096 / ci.max(1)).max(1);
+        out.par_chunks_mut(rows * ci).zip(x.par_chunks(rows * ci)).for_each(|(o, x)| {
+            for (o, x) in o.chunks_exact_mut(ci).zip(x.chunks_exact(ci)) {
+                self.row(level, x, o);
+            }
+        });
+        out
+    }
+}
+
+/// pre(x) (rows of ci) as rows of `kps` bf16 pair words, in parallel: each block of rows made
+/// in a small f32 buffer, then converted (the f32 rows are never stored whole).
+fn to_pairs(level: Isa, x: &[f32], ci: usize, kps: usize, pre: Pre) -> Vec<u32> {
+    let m = x.len() / ci.max(1);
+    let mut words = vec![0u32; m * kps];
+    let route = if bf16::route(level) >= Isa::Avx512Bf16 { Isa::Avx512Bf16 } else { Isa::Portable };
+    let rows = (16_384 / ci.max(1)).clamp(1, 1024);
+    words.par_chunks_mut(rows * kps).zip(x.par_chunks(rows * ci)).for_each(|(d, s)| {
+        let n = s.len() / ci;
+        let mut converted = |src: &[f32]| bf16::convert_rows(route, Mat::from_slice(src, n, ci, ci), kps, d);
+        if let Pre::None = pre {
+            converted(s);
+        } else {
+            let mut buf = vec![0f32; s.len()];
+            for (o, x) in buf.chunks_exact_mut(ci).zip(s.chunks_exact(ci)) {
+                pre.row(level, x, o);
+            }
+            converted(&buf);
+        }
+    });
+    words
 }
 
 /// A chunk's gathered inputs of one tap.
@@ -313,15 +475,143 @@ mod tests {
                 }
             }
         }
+        let index: std::collections::HashMap<[i32; 3], u32> = vox.iter().enumerate().map(|(v, &p)| (p, v as u32)).collect();
         let mut map = vec![];
         for (v, p) in vox.iter().enumerate() {
             for t in 0..TAPS as i32 {
                 let q = [p[0] + t / 9 - 1, p[1] + (t / 3) % 3 - 1, p[2] + t % 3 - 1];
-                map.push(vox.iter().position(|&o| o == q).map_or(ABSENT, |u| u as u32));
+                map.push(index.get(&q).copied().unwrap_or(ABSENT));
             }
             assert_eq!(map[v * TAPS + CENTRE], v as u32);
         }
         (vox, Neighbours::from_map(map))
+    }
+
+    /// The dense definition in f64 at the active sites, on operands `round` maps (the identity,
+    /// or bf16's rounding): bias + Σ taps Σ ci w · x over the neighbours present.
+    fn dense_definition(nb: &Neighbours, x: &[f32], w: &[f32], bias: &[f32], ci: usize, co: usize, round: impl Fn(f32) -> f32) -> Vec<f64> {
+        let mut want = vec![0f64; nb.len() * co];
+        for v in 0..nb.len() {
+            for o in 0..co {
+                let mut s = bias[o] as f64;
+                for (t, &u) in nb.of(v).iter().enumerate() {
+                    if u != ABSENT {
+                        let (wr, xr) = (&w[(o * TAPS + t) * ci..][..ci], &x[u as usize * ci..][..ci]);
+                        s += wr.iter().zip(xr).map(|(&a, &b)| round(a) as f64 * round(b) as f64).sum::<f64>();
+                    }
+                }
+                want[v * co + o] = s;
+            }
+        }
+        want
+    }
+
+    fn max_err(got: &[f32], want: &[f64]) -> f64 {
+        assert_eq!(got.len(), want.len());
+        got.iter().zip(want).fold(0f64, |a, (&g, &w)| a.max((g as f64 - w).abs()))
+    }
+
+    /// The row tiles (their portable twins on every machine, the AVX-512 tiles where the CPU has
+    /// them) against the definition on the same rounded operands, on voxel sets of several
+    /// chunks (rows of later chunks, pairs across chunk boundaries) and channel counts off the
+    /// tiles' 12 rows and 32 columns and off the pairs of bf16.
+    #[test]
+    fn row_tiles_match_the_dense_definition() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let level = crate::simd::isa::current();
+        let bf16_rounded = crate::model::cpu::matmul::bf16::round_bf16;
+        for (ci, co, dims, keep) in [(3, 5, (5, 6, 4), 0.5), (33, 17, (6, 6, 6), 0.6), (32, 64, (48, 40, 4), 0.45), (17, 96, (30, 40, 3), 0.4)] {
+            let (_, nb) = random_voxels(&mut seed, dims, keep);
+            let m = nb.len();
+            let x = crate::simd::test_values(&mut seed, m * ci);
+            let w = crate::simd::test_values(&mut seed, co * TAPS * ci);
+            let bias = crate::simd::test_values(&mut seed, co);
+            let chunks = m.div_ceil((131_072 / co).clamp(64, 4096));
+            let exact = dense_definition(&nb, &x, &w, &bias, ci, co, |v| v);
+            let rounded = dense_definition(&nb, &x, &w, &bias, ci, co, bf16_rounded);
+            let scale = exact.iter().fold(1f64, |a, v| a.max(v.abs()));
+            let mut variants = vec![(Products::F32, true), (Products::Bf16, true)];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if level >= Isa::Avx512 {
+                    variants.push((Products::F32, false));
+                }
+                if crate::model::cpu::matmul::bf16::route(level) >= Isa::Avx512Bf16 {
+                    variants.push((Products::Bf16, false));
+                }
+            }
+            for (products, portable) in variants {
+                let conv = SubmConv3d::on_rows(&w, bias.clone(), ci, co, products, portable);
+                let got = conv.forward(&x, &nb);
+                let want = if products == Products::F32 { &exact } else { &rounded };
+                let err = max_err(&got, want);
+                assert!(
+                    err <= 1e-5 * scale,
+                    "{ci}->{co} on {m} voxels in {chunks} chunks ({products:?} rows, portable {portable}): max error {err} of {scale}"
+                );
+            }
+        }
+    }
+
+    /// `forward_fused` is the residual plus the convolution of the rows with the norm and the
+    /// SiLU applied, on every kind of taps (row tiles, gathered products, int8).
+    #[test]
+    fn fused_prologue_and_residual_match_the_separate_passes() {
+        let mut seed = 0x0bad_5eed_1234_5678u64;
+        let (ci, co) = (24, 24);
+        // More voxels than a chunk holds at 24 channels (4096): the residual of later chunks.
+        let (_, nb) = random_voxels(&mut seed, (40, 60, 4), 0.5);
+        let m = nb.len();
+        let x = crate::simd::test_values(&mut seed, m * ci);
+        let w = crate::simd::test_values(&mut seed, co * TAPS * ci);
+        let bias = crate::simd::test_values(&mut seed, co);
+        let res = crate::simd::test_values(&mut seed, m * co);
+        let level = isa::current();
+        let norm = LayerNormOp { weight: crate::simd::test_values(&mut seed, ci), bias: crate::simd::test_values(&mut seed, ci), eps: 1e-6, isa: level };
+        let normed = norm.run(&x);
+        let mut silu_normed = normed.clone();
+        silu_in_place(level, &mut silu_normed);
+        let mut silu_x = x.clone();
+        silu_in_place(level, &mut silu_x);
+        let convs = [
+            SubmConv3d::on_rows(&w, bias.clone(), ci, co, Products::F32, true),
+            SubmConv3d::on_rows(&w, bias.clone(), ci, co, Products::Bf16, true),
+            SubmConv3d::packed_by(&w, bias.clone(), ci, co, None),
+            SubmConv3d::new(&w, bias.clone(), ci, co, Products::F32),
+            SubmConv3d::new(&w, bias.clone(), ci, co, Products::Bf16),
+            SubmConv3d::new(&w, bias.clone(), ci, co, Products::Int8),
+            SubmConv3d::quantised(&w, bias.clone(), ci, co, Route::Emulated),
+        ];
+        for (i, conv) in convs.iter().enumerate() {
+            for (pre, input, name) in [
+                (Pre::Norm { norm: &norm, silu: true }, &silu_normed, "norm+silu"),
+                (Pre::Norm { norm: &norm, silu: false }, &normed, "norm"),
+                (Pre::Silu, &silu_x, "silu"),
+            ] {
+                let mut want = conv.forward(input, &nb);
+                want.iter_mut().zip(&res).for_each(|(w, r)| *w += r);
+                let got = conv.forward_fused(&x, &nb, pre, Some(&res));
+                let apart = got.iter().zip(&want).fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+                let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+                assert!(apart <= 1e-5 * scale, "conv {i}, {name}: fused {apart} from the separate passes (scale {scale})");
+            }
+            assert_eq!(conv.forward_fused(&x, &nb, Pre::None, None), conv.forward(&x, &nb), "conv {i}: nothing to apply");
+        }
+    }
+
+    /// A range's pairs of a tap are exactly the map's, in order, whatever the range.
+    #[test]
+    fn pairs_in_a_range_are_the_maps() {
+        let mut seed = 0x1357_9bdf_2468_ace0u64;
+        let (_, nb) = random_voxels(&mut seed, (9, 8, 5), 0.4);
+        let m = nb.len();
+        for (a, b) in [(0, m), (0, 0), (m / 3, m / 3 + 7), (m - 1, m), (m / 2, m)] {
+            for t in 0..TAPS {
+                let want: Vec<(u32, u32)> = (a..b).filter_map(|v| Some(nb.of(v)[t]).filter(|&s| s != ABSENT).map(|s| (v as u32, s))).collect();
+                assert_eq!(nb.pairs_in(t, a..b), &want[..], "tap {t}, voxels {a}..{b}");
+            }
+        }
+        assert_eq!(nb.pairs(), nb.map.iter().filter(|&&s| s != ABSENT).count());
     }
 
     /// The convolution against an f64 evaluation of the dense definition at the active sites,

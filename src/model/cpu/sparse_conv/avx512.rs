@@ -1,0 +1,127 @@
+//! The row tiles (`rows.rs`) on AVX-512: 12 rows × 32 output channels in 24 zmm accumulators,
+//! per unit of k two loads of the panel and one broadcast per row, as `matmul::bf16`'s
+//! microkernel, but with every row of A and C at its own address. f32 on `vfmadd231ps`
+//! (AVX-512F), bf16 pairs on `vdpbf16ps` (AVX512-BF16).
+//!
+//! Every function here needs the `#[target_feature]`s it names: `SubmConv3d` takes these tiles
+//! only at the levels that have them (`crate::simd::isa`).
+
+use core::arch::x86_64::*;
+
+use super::rows::{MR, NR};
+
+/// Dispatches a tile on its row count (1..=MR), the accumulators of that many rows.
+macro_rules! by_rows {
+    ($f:ident, $a:expr, $b:expr, $c:expr, $k:expr, $nv:expr) => {
+        match $a.len() {
+            1 => $f::<1>($a, $b, $c, $k, $nv),
+            2 => $f::<2>($a, $b, $c, $k, $nv),
+            3 => $f::<3>($a, $b, $c, $k, $nv),
+            4 => $f::<4>($a, $b, $c, $k, $nv),
+            5 => $f::<5>($a, $b, $c, $k, $nv),
+            6 => $f::<6>($a, $b, $c, $k, $nv),
+            7 => $f::<7>($a, $b, $c, $k, $nv),
+            8 => $f::<8>($a, $b, $c, $k, $nv),
+            9 => $f::<9>($a, $b, $c, $k, $nv),
+            10 => $f::<10>($a, $b, $c, $k, $nv),
+            11 => $f::<11>($a, $b, $c, $k, $nv),
+            12 => $f::<12>($a, $b, $c, $k, $nv),
+            _ => {}
+        }
+    };
+}
+
+/// The masks of the first nv ≤ 32 lanes over two zmm of f32.
+#[inline(always)]
+fn masks(nv: usize) -> (__mmask16, __mmask16) {
+    let m = if nv >= 32 { u32::MAX } else { (1u32 << nv) - 1 };
+    (m as u16, (m >> 16) as u16)
+}
+
+/// `rows::Tile` for f32 rows.
+///
+/// # Safety
+/// As `rows::Tile`; the CPU has AVX-512F.
+pub unsafe fn tile_f32(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize) {
+    debug_assert!(a.len() == c.len() && a.len() <= MR && nv <= NR);
+    // SAFETY: the caller's promise, passed on.
+    unsafe { by_rows!(f32_rows, a, b, c, k, nv) }
+}
+
+/// # Safety
+/// As [`tile_f32`], with R = a.len().
+#[target_feature(enable = "avx512f")]
+unsafe fn f32_rows<const R: usize>(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize) {
+    let a: [*const f32; R] = core::array::from_fn(|r| a[r]);
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for u in 0..k {
+        // SAFETY: unit u of the panel (NR floats at u · NR) and of each row (the caller's
+        // promise: k units each).
+        unsafe {
+            let b0 = _mm512_loadu_ps(b.add(u * NR));
+            let b1 = _mm512_loadu_ps(b.add(u * NR + 16));
+            for (acc, &ar) in acc.iter_mut().zip(&a) {
+                let av = _mm512_set1_ps(*ar.add(u));
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+            }
+        }
+    }
+    // SAFETY: the first nv floats of each c[r] (the caller's promise); masked lanes are
+    // neither read nor written.
+    unsafe { add_into(&acc, c, nv) }
+}
+
+/// `rows::Tile` for bf16 pair words.
+///
+/// # Safety
+/// As `rows::Tile`; the CPU has AVX-512F, BW, VL and BF16.
+pub unsafe fn tile_bf16(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize) {
+    debug_assert!(a.len() == c.len() && a.len() <= MR && nv <= NR);
+    // SAFETY: the caller's promise, passed on.
+    unsafe { by_rows!(bf16_rows, a, b, c, k, nv) }
+}
+
+/// # Safety
+/// As [`tile_bf16`], with R = a.len().
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn bf16_rows<const R: usize>(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize) {
+    let a: [*const u32; R] = core::array::from_fn(|r| a[r]);
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for u in 0..k {
+        // SAFETY: pair u of the panel (NR words at u · NR) and of each row (the caller's
+        // promise); the transmutes change only the type of 64 bytes, every pattern of which is
+        // a valid vector.
+        unsafe {
+            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(u * NR) as *const _));
+            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(u * NR + 16) as *const _));
+            for (acc, &ar) in acc.iter_mut().zip(&a) {
+                let av: __m512bh = core::mem::transmute(_mm512_set1_epi32(*ar.add(u) as i32));
+                acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+            }
+        }
+    }
+    // SAFETY: as in `f32_rows`.
+    unsafe { add_into(&acc, c, nv) }
+}
+
+/// `c[r][..nv] += acc[r]`.
+///
+/// # Safety
+/// Each c[r] holds nv ≤ 32 writable floats; the CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn add_into<const R: usize>(acc: &[[__m512; 2]; R], c: &[*mut f32], nv: usize) {
+    let (m0, m1) = masks(nv);
+    for (acc, &cr) in acc.iter().zip(c) {
+        // SAFETY: the masks cover the first nv floats of c[r] (the caller's promise); masked-off
+        // lanes are neither read nor written (nor can they fault).
+        unsafe {
+            let lo = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
+            let hi = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.wrapping_add(16)));
+            _mm512_mask_storeu_ps(cr, m0, lo);
+            _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, hi);
+        }
+    }
+}
