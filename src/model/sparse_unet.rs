@@ -2,8 +2,11 @@
 //! (`flex_sparse_blocks.py`: `SparseResBlock3d`, `PoolDown`, `NearestUp`), on the host: the
 //! refiner of MoGe-3. Names map to the state-dict keys under `refiner.`. Features are rows of
 //! voxels ([`Voxels`] order); the submanifold convolutions run on the CPU kernels in f32, bf16 or
-//! int8, the linears in f32 always: they are a few per cent of the work, and bf16 would round the
-//! input features (x/z, y/z, log z) by up to a depth bin (2^-8 relative against bins of 1/256).
+//! int8; the linears in f32, but for the bottleneck's fusion, in bf16 where the convolutions are
+//! (half its time). The first stays f32: bf16 would round the input features (x/z, y/z, log z)
+//! by up to a depth bin (2^-8 relative against bins of 1/256). So do those between levels: in
+//! bf16 they took the refiner at ViT-L's widths from PCC 0.99999 to 0.99994 against the float64
+//! reference (`tests/it/moge3.rs`), for 2 % of its time.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +15,7 @@ use rayon::prelude::*;
 
 use super::config::RefinerConfig;
 use super::cpu::layer_norm::LayerNormOp;
+use super::cpu::matmul::bf16::{self, linear_bf16, PackedB};
 use super::cpu::matmul::gemm::{Gemm, Strided};
 use super::cpu::sparse_conv::{Neighbours, Pre, Products, SubmConv3d};
 use super::voxels::{mean_pool, upsample_add, Voxels};
@@ -19,6 +23,7 @@ use super::weights::Weights;
 use super::Precision;
 use crate::simd::isa::{self, Isa};
 use crate::simd::math::silu_in_place;
+use crate::simd::Mat;
 
 /// The refiner's convolutions run in the model's precision.
 impl From<Precision> for Products {
@@ -36,20 +41,32 @@ fn host(w: &mut Weights, key: &str, shape: &[usize]) -> Result<Vec<f32>> {
     Ok(w.get(key, shape)?.to_device(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
 }
 
-/// `nn.Linear` on rows, in f32.
+/// `nn.Linear` on rows: in f32, or in bf16 (f32 sums) where the refiner's products are bf16 and
+/// the CPU multiplies bf16 natively ([`Linear::load_for`]).
 pub struct Linear {
     d_in: usize,
     d_out: usize,
-    /// PyTorch's (out, in).
+    /// PyTorch's (out, in); empty where packed.
     weight: Vec<f32>,
     bias: Vec<f32>,
+    packed: Option<PackedB>,
 }
 
 impl Linear {
     pub fn load(w: &mut Weights, p: &str, d_in: usize, d_out: usize) -> Result<Self> {
         let weight = host(w, &format!("{p}.weight"), &[d_out, d_in])?;
         let bias = host(w, &format!("{p}.bias"), &[d_out])?;
-        Ok(Self { d_in, d_out, weight, bias })
+        Ok(Self { d_in, d_out, weight, bias, packed: None })
+    }
+
+    /// As [`Linear::load`], in bf16 where `products` are and the CPU has them natively.
+    pub fn load_for(w: &mut Weights, p: &str, d_in: usize, d_out: usize, products: Products) -> Result<Self> {
+        let mut l = Self::load(w, p, d_in, d_out)?;
+        if products == Products::Bf16 && bf16::native() {
+            l.packed = Some(PackedB::from_f32_nk(&l.weight, d_out, d_in));
+            l.weight = vec![];
+        }
+        Ok(l)
     }
 
     /// y (n × out) = x (n × in) · Wᵀ + b.
@@ -57,6 +74,9 @@ impl Linear {
         let n = x.len() / self.d_in.max(1);
         assert_eq!(x.len(), n * self.d_in, "refiner linear: {} inputs of width {}", x.len(), self.d_in);
         let threads = rayon::current_num_threads().max(1);
+        if let Some(b) = &self.packed {
+            return linear_bf16(Mat::from_slice(x, n, self.d_in, self.d_in), b, &self.bias, None, threads);
+        }
         let mut y = vec![0f32; n * self.d_out];
         if n == 0 {
             return y;
@@ -166,8 +186,10 @@ impl Sparse3DUNet {
             (0..n).map(|b| SparseResBlock3d::load(w, &format!("{name}.{b}"), c, products)).collect()
         };
         let input_proj = Linear::load(w, &format!("{p}.input_proj"), cfg.in_channels, ch[0])?;
-        let encoder_fuse = Linear::load(w, &format!("{p}.encoder_fuse"), cfg.encoder_channels, last)?;
-        let fuse_proj = (Linear::load(w, &format!("{p}.fuse_proj.0"), 2 * last, last)?, Linear::load(w, &format!("{p}.fuse_proj.2"), last, last)?);
+        // The bottleneck's fusion in the products' precision (the module's documentation).
+        let linear = |w: &mut Weights, name: String, d_in: usize, d_out: usize| Linear::load_for(w, &name, d_in, d_out, products);
+        let encoder_fuse = linear(w, format!("{p}.encoder_fuse"), cfg.encoder_channels, last)?;
+        let fuse_proj = (linear(w, format!("{p}.fuse_proj.0"), 2 * last, last)?, linear(w, format!("{p}.fuse_proj.2"), last, last)?);
         let mut down_stages = vec![];
         let mut downsample_blocks = vec![];
         for (k, &c) in ch.iter().enumerate() {

@@ -64,22 +64,39 @@ impl Neighbours {
         assert!(map.len().is_multiple_of(TAPS), "neighbour map: {} entries, not 27 per voxel", map.len());
         let n = map.len() / TAPS;
         assert!(n < ABSENT as usize, "neighbour map: {n} voxels");
-        let mut counts = [0usize; TAPS];
-        for (v, taps) in map.chunks_exact(TAPS).enumerate() {
-            assert!(taps[CENTRE] as usize == v, "neighbour map: voxel {v} is not its own centre");
-            assert!(taps.iter().all(|&t| t == ABSENT || (t as usize) < n), "neighbour map: voxel {v} names a voxel beyond {n}");
-            for (c, &t) in counts.iter_mut().zip(taps) {
-                *c += usize::from(t != ABSENT);
-            }
-        }
-        let mut taps: Vec<Vec<(u32, u32)>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
-        for (v, row) in map.chunks_exact(TAPS).enumerate() {
-            for (pairs, &s) in taps.iter_mut().zip(row) {
-                if s != ABSENT {
-                    pairs.push((v as u32, s));
+        // Checked and cut into each tap's pairs block by block in parallel, then each tap's
+        // blocks joined in order.
+        const BLOCK: usize = 16_384;
+        let blocks: Vec<Vec<Vec<(u32, u32)>>> = map
+            .par_chunks(BLOCK * TAPS)
+            .enumerate()
+            .map(|(b, block)| {
+                let mut counts = [0usize; TAPS];
+                for row in block.chunks_exact(TAPS) {
+                    counts.iter_mut().zip(row).for_each(|(c, &s)| *c += usize::from(s != ABSENT));
                 }
-            }
-        }
+                let mut taps: Vec<Vec<(u32, u32)>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
+                for (r, row) in block.chunks_exact(TAPS).enumerate() {
+                    let v = b * BLOCK + r;
+                    assert!(row[CENTRE] as usize == v, "neighbour map: voxel {v} is not its own centre");
+                    for (pairs, &s) in taps.iter_mut().zip(row) {
+                        if s != ABSENT {
+                            assert!((s as usize) < n, "neighbour map: voxel {v} names a voxel beyond {n}");
+                            pairs.push((v as u32, s));
+                        }
+                    }
+                }
+                taps
+            })
+            .collect();
+        let taps = (0..TAPS)
+            .into_par_iter()
+            .map(|t| {
+                let mut pairs = Vec::with_capacity(blocks.iter().map(|b| b[t].len()).sum());
+                blocks.iter().for_each(|b| pairs.extend_from_slice(&b[t]));
+                pairs
+            })
+            .collect();
         Self { map, taps }
     }
 
@@ -240,9 +257,8 @@ impl SubmConv3d {
         let (ci, co, m) = (self.ci, self.co, nb.len());
         assert_eq!(x.len(), m * ci, "SubmConv3d: {} inputs for {m} voxels of {ci} channels", x.len());
         assert!(residual.is_none_or(|r| r.len() == m * co), "SubmConv3d: a residual of {} for {m} voxels of {co} channels", residual.map_or(0, <[f32]>::len));
-        let mut y = vec![0f32; m * co];
         if m == 0 {
-            return y;
+            return vec![];
         }
         // bf16 rows: the inputs as pair words, made in the one pass; else pre(x) in f32 (x itself
         // where there is nothing to apply).
@@ -266,15 +282,20 @@ impl SubmConv3d {
         // of 32 voxels at 512 channels ran at half the dense rate in f32), and the outputs, one
         // tap's products and its gathered inputs stay within L2 and L3 (`examples/sparse_conv_bench`).
         let chunk = (131_072 / co).clamp(64, 4096);
-        y.par_chunks_mut(chunk * co).enumerate().for_each(|(c, out)| {
+        // Never zeroed: each chunk starts its rows from the bias (and residual).
+        let mut y: Vec<f32> = Vec::with_capacity(m * co);
+        y.spare_capacity_mut()[..m * co].par_chunks_mut(chunk * co).enumerate().for_each(|(c, out)| {
             let v0 = c * chunk;
             let n = out.len() / co;
             for (r, o) in out.chunks_exact_mut(co).enumerate() {
-                o.copy_from_slice(&self.bias);
-                if let Some(res) = residual {
-                    o.iter_mut().zip(&res[(v0 + r) * co..][..co]).for_each(|(o, r)| *o += r);
+                match residual {
+                    Some(res) => o.iter_mut().zip(&self.bias).zip(&res[(v0 + r) * co..][..co]).for_each(|((o, b), r)| _ = o.write(b + r)),
+                    None => o.iter_mut().zip(&self.bias).for_each(|(o, &b)| _ = o.write(b)),
                 }
             }
+            // SAFETY: every element of `out` was written just above; f32 and MaybeUninit<f32>
+            // have one layout.
+            let out = unsafe { &mut *(out as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
             if let TapWeights::F32Rows(..) | TapWeights::Bf16Rows(..) = &self.taps {
                 match (&self.taps, &words) {
                     // SAFETY: a row tile is chosen only where the CPU has it (`new`, `on_rows`).
@@ -327,6 +348,8 @@ impl SubmConv3d {
                 add_rows(self.isa, out, &products[..k * co], &rows, co);
             }
         });
+        // SAFETY: the chunks cover all m · co elements, each written by its task.
+        unsafe { y.set_len(m * co) };
         y
     }
 
