@@ -8,24 +8,24 @@
 
 use core::arch::x86_64::*;
 
-use super::rows::{MR, NR};
+use super::rows::{Start, MR, NR};
 
 /// Dispatches a tile on its row count (1..=MR), the accumulators of that many rows.
 macro_rules! by_rows {
-    ($f:ident, $a:expr, $b:expr, $c:expr, $k:expr, $nv:expr) => {
+    ($f:ident, $a:expr, $b:expr, $c:expr, $k:expr, $nv:expr, $s:expr) => {
         match $a.len() {
-            1 => $f::<1>($a, $b, $c, $k, $nv),
-            2 => $f::<2>($a, $b, $c, $k, $nv),
-            3 => $f::<3>($a, $b, $c, $k, $nv),
-            4 => $f::<4>($a, $b, $c, $k, $nv),
-            5 => $f::<5>($a, $b, $c, $k, $nv),
-            6 => $f::<6>($a, $b, $c, $k, $nv),
-            7 => $f::<7>($a, $b, $c, $k, $nv),
-            8 => $f::<8>($a, $b, $c, $k, $nv),
-            9 => $f::<9>($a, $b, $c, $k, $nv),
-            10 => $f::<10>($a, $b, $c, $k, $nv),
-            11 => $f::<11>($a, $b, $c, $k, $nv),
-            12 => $f::<12>($a, $b, $c, $k, $nv),
+            1 => $f::<1>($a, $b, $c, $k, $nv, $s),
+            2 => $f::<2>($a, $b, $c, $k, $nv, $s),
+            3 => $f::<3>($a, $b, $c, $k, $nv, $s),
+            4 => $f::<4>($a, $b, $c, $k, $nv, $s),
+            5 => $f::<5>($a, $b, $c, $k, $nv, $s),
+            6 => $f::<6>($a, $b, $c, $k, $nv, $s),
+            7 => $f::<7>($a, $b, $c, $k, $nv, $s),
+            8 => $f::<8>($a, $b, $c, $k, $nv, $s),
+            9 => $f::<9>($a, $b, $c, $k, $nv, $s),
+            10 => $f::<10>($a, $b, $c, $k, $nv, $s),
+            11 => $f::<11>($a, $b, $c, $k, $nv, $s),
+            12 => $f::<12>($a, $b, $c, $k, $nv, $s),
             _ => {}
         }
     };
@@ -42,16 +42,16 @@ fn masks(nv: usize) -> (__mmask16, __mmask16) {
 ///
 /// # Safety
 /// As `rows::Tile`; the CPU has AVX-512F.
-pub unsafe fn tile_f32(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize) {
+pub unsafe fn tile_f32(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
     debug_assert!(a.len() == c.len() && a.len() <= MR && nv <= NR);
     // SAFETY: the caller's promise, passed on.
-    unsafe { by_rows!(f32_rows, a, b, c, k, nv) }
+    unsafe { by_rows!(f32_rows, a, b, c, k, nv, start) }
 }
 
 /// # Safety
 /// As [`tile_f32`], with R = a.len().
 #[target_feature(enable = "avx512f")]
-unsafe fn f32_rows<const R: usize>(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize) {
+unsafe fn f32_rows<const R: usize>(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
     let a: [*const f32; R] = core::array::from_fn(|r| a[r]);
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     for u in 0..k {
@@ -67,25 +67,25 @@ unsafe fn f32_rows<const R: usize>(a: &[*const f32], b: *const f32, c: &[*mut f3
             }
         }
     }
-    // SAFETY: the first nv floats of each c[r] (the caller's promise); masked lanes are
-    // neither read nor written.
-    unsafe { add_into(&acc, c, nv) }
+    // SAFETY: the first nv floats of each c[r], of the bias and of each residual row (the
+    // caller's promise); masked lanes are neither read nor written.
+    unsafe { store(&acc, c, nv, start) }
 }
 
 /// `rows::Tile` for bf16 pair words.
 ///
 /// # Safety
 /// As `rows::Tile`; the CPU has AVX-512F, BW, VL and BF16.
-pub unsafe fn tile_bf16(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize) {
+pub unsafe fn tile_bf16(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
     debug_assert!(a.len() == c.len() && a.len() <= MR && nv <= NR);
     // SAFETY: the caller's promise, passed on.
-    unsafe { by_rows!(bf16_rows, a, b, c, k, nv) }
+    unsafe { by_rows!(bf16_rows, a, b, c, k, nv, start) }
 }
 
 /// # Safety
 /// As [`tile_bf16`], with R = a.len().
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn bf16_rows<const R: usize>(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize) {
+unsafe fn bf16_rows<const R: usize>(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
     let a: [*const u32; R] = core::array::from_fn(|r| a[r]);
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     for u in 0..k {
@@ -103,25 +103,48 @@ unsafe fn bf16_rows<const R: usize>(a: &[*const u32], b: *const u32, c: &[*mut f
         }
     }
     // SAFETY: as in `f32_rows`.
-    unsafe { add_into(&acc, c, nv) }
+    unsafe { store(&acc, c, nv, start) }
 }
 
-/// `c[r][..nv] += acc[r]`.
+/// `c[r][..nv] = start + acc[r]`.
 ///
 /// # Safety
-/// Each c[r] holds nv ≤ 32 writable floats; the CPU has AVX-512F.
+/// Each c[r] holds nv ≤ 32 writable floats (readable for [`Start::Add`]), the bias and each
+/// residual row nv readable ones; the CPU has AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn add_into<const R: usize>(acc: &[[__m512; 2]; R], c: &[*mut f32], nv: usize) {
+unsafe fn store<const R: usize>(acc: &[[__m512; 2]; R], c: &[*mut f32], nv: usize, start: Start) {
     let (m0, m1) = masks(nv);
-    for (acc, &cr) in acc.iter().zip(c) {
-        // SAFETY: the masks cover the first nv floats of c[r] (the caller's promise); masked-off
-        // lanes are neither read nor written (nor can they fault).
-        unsafe {
-            let lo = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
-            let hi = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.wrapping_add(16)));
-            _mm512_mask_storeu_ps(cr, m0, lo);
-            _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, hi);
+    // SAFETY (every block below): the masks cover the first nv floats of each row, the bias and
+    // each residual row (the caller's promise); masked-off lanes are neither read nor written
+    // (nor can they fault).
+    match start {
+        Start::Add => {
+            for (acc, &cr) in acc.iter().zip(c) {
+                // SAFETY: as above.
+                unsafe {
+                    let lo = _mm512_add_ps(acc[0], _mm512_maskz_loadu_ps(m0, cr));
+                    let hi = _mm512_add_ps(acc[1], _mm512_maskz_loadu_ps(m1, cr.wrapping_add(16)));
+                    _mm512_mask_storeu_ps(cr, m0, lo);
+                    _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, hi);
+                }
+            }
+        }
+        Start::From { bias, residual } => {
+            // SAFETY: as above.
+            let (b0, b1) = unsafe { (_mm512_maskz_loadu_ps(m0, bias), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16))) };
+            for (r, (acc, &cr)) in acc.iter().zip(c).enumerate() {
+                let (mut lo, mut hi) = (_mm512_add_ps(acc[0], b0), _mm512_add_ps(acc[1], b1));
+                // SAFETY: as above.
+                unsafe {
+                    if let Some(res) = residual {
+                        lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, res[r]));
+                        hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, res[r].wrapping_add(16)));
+                    }
+                    _mm512_mask_storeu_ps(cr, m0, lo);
+                    _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, hi);
+                }
+            }
         }
     }
 }

@@ -287,6 +287,14 @@ impl SubmConv3d {
         y.spare_capacity_mut()[..m * co].par_chunks_mut(chunk * co).enumerate().for_each(|(c, out)| {
             let v0 = c * chunk;
             let n = out.len() / co;
+            // The row tiles start every output from the bias and residual themselves.
+            match (&self.taps, &words) {
+                // SAFETY: a row tile is chosen only where the CPU has it (`new`, `on_rows`).
+                (TapWeights::F32Rows(p, tile), _) => return unsafe { rows::accumulate(*tile, p, x, out, co, nb, v0, &self.bias, residual) },
+                // SAFETY: as above.
+                (TapWeights::Bf16Rows(p, tile), Some(words)) => return unsafe { rows::accumulate(*tile, p, words, out, co, nb, v0, &self.bias, residual) },
+                _ => {}
+            }
             for (r, o) in out.chunks_exact_mut(co).enumerate() {
                 match residual {
                     Some(res) => o.iter_mut().zip(&self.bias).zip(&res[(v0 + r) * co..][..co]).for_each(|((o, b), r)| _ = o.write(b + r)),
@@ -296,16 +304,6 @@ impl SubmConv3d {
             // SAFETY: every element of `out` was written just above; f32 and MaybeUninit<f32>
             // have one layout.
             let out = unsafe { &mut *(out as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
-            if let TapWeights::F32Rows(..) | TapWeights::Bf16Rows(..) = &self.taps {
-                match (&self.taps, &words) {
-                    // SAFETY: a row tile is chosen only where the CPU has it (`new`, `on_rows`).
-                    (TapWeights::F32Rows(p, tile), _) => unsafe { rows::accumulate(*tile, p, x, out, co, nb, v0) },
-                    // SAFETY: as above.
-                    (TapWeights::Bf16Rows(p, tile), Some(words)) => unsafe { rows::accumulate(*tile, p, words, out, co, nb, v0) },
-                    _ => unreachable!("bf16 rows have their words"),
-                }
-                return;
-            }
             // The chunk's rows that have tap t, and their neighbours there.
             let (mut rows, mut srcs): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n), Vec::with_capacity(n));
             let mut gathered = match &self.taps {
@@ -425,22 +423,23 @@ impl Pre<'_> {
 /// in a small f32 buffer, then converted (the f32 rows are never stored whole).
 fn to_pairs(level: Isa, x: &[f32], ci: usize, kps: usize, pre: Pre) -> Vec<u32> {
     let m = x.len() / ci.max(1);
-    let mut words = vec![0u32; m * kps];
+    let mut words: Vec<u32> = Vec::with_capacity(m * kps);
     let route = if bf16::route(level) >= Isa::Avx512Bf16 { Isa::Avx512Bf16 } else { Isa::Portable };
     let rows = (16_384 / ci.max(1)).clamp(1, 1024);
-    words.par_chunks_mut(rows * kps).zip(x.par_chunks(rows * ci)).for_each(|(d, s)| {
+    words.spare_capacity_mut()[..m * kps].par_chunks_mut(rows * kps).zip(x.par_chunks(rows * ci)).for_each_init(Vec::new, |buf, (d, s)| {
         let n = s.len() / ci;
-        let mut converted = |src: &[f32]| bf16::convert_rows(route, Mat::from_slice(src, n, ci, ci), kps, d);
         if let Pre::None = pre {
-            converted(s);
+            bf16::convert_rows_uninit(route, Mat::from_slice(s, n, ci, ci), kps, d);
         } else {
-            let mut buf = vec![0f32; s.len()];
+            buf.resize(s.len(), 0f32);
             for (o, x) in buf.chunks_exact_mut(ci).zip(s.chunks_exact(ci)) {
                 pre.row(level, x, o);
             }
-            converted(&buf);
+            bf16::convert_rows_uninit(route, Mat::from_slice(buf, n, ci, ci), kps, d);
         }
     });
+    // SAFETY: the conversion wrote kps words of each of the m rows: all m · kps.
+    unsafe { words.set_len(m * kps) };
     words
 }
 

@@ -13,7 +13,9 @@
 //! This file has the layout, the loops and the portable twins of the register tiles (what every
 //! machine tests); `avx512.rs` has the tiles on the instructions.
 
-use super::{Neighbours, TAPS};
+use std::mem::MaybeUninit;
+
+use super::{Neighbours, CENTRE, TAPS};
 use crate::model::cpu::matmul::bf16::pair;
 
 /// Rows of a register tile: 12 rows × 2 zmm of accumulators (as `matmul::bf16`'s tile).
@@ -21,14 +23,25 @@ pub const MR: usize = 12;
 /// Output channels of a register tile and of a weight panel.
 pub const NR: usize = 32;
 
-/// A register tile: `c[r][..nv] += a[r] · B` over `k` units, for each of the (≤ [`MR`]) rows, B
-/// one panel (`k` · NR values).
+/// A register tile: `c[r][..nv] = start + a[r] · B` over `k` units, for each of the (≤ [`MR`])
+/// rows, B one panel (`k` · NR values).
 ///
 /// # Safety
-/// `a` and `c` have the same length ≤ MR; each `a[r]` points to `k` readable units, each `c[r]`
-/// to `nv` ≤ NR writable floats that no other row of `c` overlaps; `b` to `k` · NR readable units;
-/// the CPU has the tile's instructions.
-pub type Tile<T> = unsafe fn(a: &[*const T], b: *const T, c: &[*mut f32], k: usize, nv: usize);
+/// `a` and `c` have the same length ≤ MR (and `start`'s residual rows too); each `a[r]` points
+/// to `k` readable units, each `c[r]` to `nv` ≤ NR writable floats (readable where `start` is
+/// [`Start::Add`]) that no other row of `c` overlaps, each residual row and the bias to `nv`
+/// readable floats; `b` to `k` · NR readable units; the CPU has the tile's instructions.
+pub type Tile<T> = unsafe fn(a: &[*const T], b: *const T, c: &[*mut f32], k: usize, nv: usize, start: Start);
+
+/// What a tile's products are added to.
+#[derive(Clone, Copy)]
+pub enum Start<'a> {
+    /// The outputs' values (a tap after the first).
+    Add,
+    /// The bias, and the residual's rows: the first tap of every row, which writes outputs
+    /// never written before (the centre: every voxel has it).
+    From { bias: *const f32, residual: Option<&'a [*const f32]> },
+}
 
 /// The 27 taps' weights as panels (module documentation).
 pub struct Panels<T> {
@@ -85,28 +98,45 @@ impl Panels<u32> {
     }
 }
 
-/// `out` (the n rows of `co` of voxels v0..v0 + n) += Σ over taps t and their pairs (v, s) of
-/// those voxels: x row s · W_t, on `tile`. `x` holds every voxel's row of `w.k()` units.
+/// `out` (the n rows of `co` of voxels v0..v0 + n) = bias [+ residual] + Σ over taps t and their
+/// pairs (v, s) of those voxels: x row s · W_t, on `tile`. `x` holds every voxel's row of
+/// `w.k()` units, `residual` (where given) every voxel's row of `co`. Every element of `out` is
+/// written (it need not be initialised).
 ///
 /// # Safety
 /// `tile` runs on this CPU.
-pub unsafe fn accumulate<T>(tile: Tile<T>, w: &Panels<T>, x: &[T], out: &mut [f32], co: usize, nb: &Neighbours, v0: usize) {
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn accumulate<T>(
+    tile: Tile<T>,
+    w: &Panels<T>,
+    x: &[T],
+    out: &mut [MaybeUninit<f32>],
+    co: usize,
+    nb: &Neighbours,
+    v0: usize,
+    bias: &[f32],
+    residual: Option<&[f32]>,
+) {
     let k = w.k;
     let n = out.len() / co.max(1);
     // Every pair's addresses in bounds: its source below nb.len() (`Neighbours::from_map`),
-    // which x holds, its voxel in v0..v0 + n (`pairs_in`), which out holds.
+    // which x holds, its voxel in v0..v0 + n (`pairs_in`), which out holds (and the residual).
     assert!(
-        co.div_ceil(NR) == w.panels && out.len() == n * co && x.len() == nb.len() * k,
+        co.div_ceil(NR) == w.panels && out.len() == n * co && x.len() == nb.len() * k && bias.len() == co && residual.is_none_or(|r| r.len() == nb.len() * co),
         "row tiles: {} outputs of {co}, {} inputs for {} voxels",
         out.len(),
         x.len(),
         nb.len()
     );
-    let (xp, op) = (x.as_ptr(), out.as_mut_ptr());
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr() as *mut f32);
     let mut a = [std::ptr::null::<T>(); MR];
     let mut c = [std::ptr::null_mut::<f32>(); MR];
-    for t in 0..TAPS {
+    let mut res = [std::ptr::null::<f32>(); MR];
+    // The centre first: it pairs every voxel with itself, in order, so it writes every output
+    // once from the bias before any other tap reads one.
+    for t in std::iter::once(CENTRE).chain((0..TAPS).filter(|&t| t != CENTRE)) {
         let pairs = nb.pairs_in(t, v0..v0 + n);
+        assert!(t != CENTRE || pairs.len() == n, "row tiles: {} centres for {n} voxels", pairs.len());
         // Panel outer: its weights stay in L1/L2 while the tap's rows pass.
         for p in 0..w.panels {
             let (b, j0) = (w.panel(t, p), p * NR);
@@ -116,12 +146,17 @@ pub unsafe fn accumulate<T>(tile: Tile<T>, w: &Panels<T>, x: &[T], out: &mut [f3
                     debug_assert!((v as usize - v0) < n && (s as usize) < nb.len());
                     a[i] = xp.wrapping_add(s as usize * k);
                     c[i] = op.wrapping_add((v as usize - v0) * co + j0);
+                    if let Some(r) = residual {
+                        res[i] = r.as_ptr().wrapping_add(v as usize * co + j0);
+                    }
                 }
                 let g = group.len();
+                let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) } } else { Start::Add };
                 // SAFETY: each a[i] is a row of x (k units), each c[i] nv floats of a row of out
-                // (asserted above), distinct rows within a group (a tap pairs each voxel once), b
-                // one panel; the CPU has the tile (the caller's promise).
-                unsafe { tile(&a[..g], b.as_ptr(), &c[..g], k, nv) };
+                // and res[i] of the residual (asserted above), distinct rows within a group (a
+                // tap pairs each voxel once), written by the centre's tiles before any other tap
+                // adds to them; b one panel; the CPU has the tile (the caller's promise).
+                unsafe { tile(&a[..g], b.as_ptr(), &c[..g], k, nv, start) };
             }
         }
     }
@@ -132,9 +167,9 @@ pub unsafe fn accumulate<T>(tile: Tile<T>, w: &Panels<T>, x: &[T], out: &mut [f3
 ///
 /// # Safety
 /// As [`Tile`].
-pub unsafe fn tile_f32_portable(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize) {
+pub unsafe fn tile_f32_portable(a: &[*const f32], b: *const f32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
     // SAFETY: the caller's promise.
-    unsafe { portable(a, b, c, k, nv, |acc, av, bv| acc + av * bv) }
+    unsafe { portable(a, b, c, k, nv, start, |acc, av, bv| acc + av * bv) }
 }
 
 /// The bf16 tile in portable code: the twin of `avx512::tile_bf16` (`vdpbf16ps`: both halves'
@@ -142,27 +177,37 @@ pub unsafe fn tile_f32_portable(a: &[*const f32], b: *const f32, c: &[*mut f32],
 ///
 /// # Safety
 /// As [`Tile`].
-pub unsafe fn tile_bf16_portable(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize) {
+pub unsafe fn tile_bf16_portable(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
     let (lo, hi) = (|w: u32| f32::from_bits(w << 16), |w: u32| f32::from_bits(w & 0xffff_0000));
     // SAFETY: the caller's promise.
-    unsafe { portable(a, b, c, k, nv, |acc, av, bv| acc + lo(av) * lo(bv) + hi(av) * hi(bv)) }
+    unsafe { portable(a, b, c, k, nv, start, |acc, av, bv| acc + lo(av) * lo(bv) + hi(av) * hi(bv)) }
 }
 
 /// # Safety
 /// As [`Tile`].
-unsafe fn portable<T: Copy>(a: &[*const T], b: *const T, c: &[*mut f32], k: usize, nv: usize, madd: impl Fn(f32, T, T) -> f32) {
+unsafe fn portable<T: Copy>(a: &[*const T], b: *const T, c: &[*mut f32], k: usize, nv: usize, start: Start, madd: impl Fn(f32, T, T) -> f32) {
     debug_assert!(a.len() == c.len() && a.len() <= MR && nv <= NR);
-    // SAFETY: the caller's promise: a[r] holds k units, b k · NR, c[r] nv floats.
+    // SAFETY: the caller's promise: a[r] holds k units, b k · NR, c[r] nv floats (and the
+    // bias and residual rows).
     let b = unsafe { std::slice::from_raw_parts(b, k * NR) };
-    for (&ar, &cr) in a.iter().zip(c) {
+    for (r, (&ar, &cr)) in a.iter().zip(c).enumerate() {
         // SAFETY: as above, for row r.
-        let (ar, cr) = unsafe { (std::slice::from_raw_parts(ar, k), std::slice::from_raw_parts_mut(cr, nv)) };
+        let ar = unsafe { std::slice::from_raw_parts(ar, k) };
         let mut acc = [0f32; NR];
         for (&av, bu) in ar.iter().zip(b.chunks_exact(NR)) {
             for (s, &bv) in acc.iter_mut().zip(bu) {
                 *s = madd(*s, av, bv);
             }
         }
-        cr.iter_mut().zip(acc).for_each(|(o, s)| *o += s);
+        for (j, s) in acc.iter().enumerate().take(nv) {
+            // SAFETY: as above: column j < nv of row r, of the bias and of the residual's row r.
+            unsafe {
+                let o = cr.add(j);
+                *o = match start {
+                    Start::Add => *o + s,
+                    Start::From { bias, residual } => s + *bias.add(j) + residual.map_or(0.0, |res| *res[r].add(j)),
+                };
+            }
+        }
     }
 }

@@ -186,9 +186,16 @@ const PF_ROWS: usize = 8;
 /// See `super::convert_rows`: 32 k (16 pairs) per conversion, masked at the k end.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) fn convert_rows(src: Mat<&[f32]>, kps: usize, ld: usize, dst: &mut [u32]) {
+    // SAFETY: u32 and MaybeUninit<u32> have one layout; the conversion only writes.
+    convert_rows_uninit(src, kps, ld, unsafe { &mut *(dst as *mut [u32] as *mut [std::mem::MaybeUninit<u32>]) })
+}
+
+/// [`convert_rows`] into words not yet initialised: it writes kps words of every row.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) fn convert_rows_uninit(src: Mat<&[f32]>, kps: usize, ld: usize, dst: &mut [std::mem::MaybeUninit<u32>]) {
     let (rows, k1) = (src.rows(), src.cols());
     assert!(ld >= kps && dst.len() >= rows.saturating_sub(1) * ld + kps, "convert_rows: {} words for {rows} rows of {kps} pairs, {ld} apart", dst.len());
-    let (src, d) = (src.as_raw(), dst.as_mut_ptr());
+    let (src, d) = (src.as_raw(), dst.as_mut_ptr() as *mut u32);
     for r in 0..rows {
         let dr = d.wrapping_add(r * ld);
         let mut kp = 0;

@@ -175,6 +175,25 @@ pub(crate) fn convert_rows(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [u3
     convert_rows_at(isa, src, kps, kps, dst)
 }
 
+/// [`convert_rows`] into words not yet initialised (m rows of `kps`, every one written).
+pub(crate) fn convert_rows_uninit(isa: Isa, src: Mat<&[f32]>, kps: usize, dst: &mut [std::mem::MaybeUninit<u32>]) {
+    assert!(dst.len() >= src.rows() * kps, "convert_rows: {} words for {} rows of {kps} pairs", dst.len(), src.rows());
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Bf16 {
+        // SAFETY: the route is AVX512-BF16 only on a CPU that has it.
+        unsafe { avx512bf16::convert_rows_uninit(src, kps, kps, dst) };
+        return;
+    }
+    let _ = isa;
+    for (r, out) in dst.chunks_exact_mut(kps).take(src.rows()).enumerate() {
+        let row = src.row(r);
+        for (i, d) in out.iter_mut().enumerate() {
+            let at = |j: usize| row.get(j).copied().unwrap_or(0.0);
+            d.write(pair(at(2 * i), at(2 * i + 1)));
+        }
+    }
+}
+
 /// [`convert_rows`] with the rows `ld` ≥ kps words apart (what lies between is left as it is).
 fn convert_rows_at(isa: Isa, src: Mat<&[f32]>, kps: usize, ld: usize, dst: &mut [u32]) {
     assert!(ld >= kps, "convert_rows: rows {ld} words apart for {kps} pairs");
