@@ -17,7 +17,7 @@ use super::config::RefinerConfig;
 use super::cpu::layer_norm::LayerNormOp;
 use super::cpu::matmul::bf16::{self, linear_bf16, PackedB};
 use super::cpu::matmul::gemm::{Gemm, Strided};
-use super::cpu::sparse_conv::{Neighbours, Pre, Products, SubmConv3d};
+use super::cpu::sparse_conv::{DenseRows, Neighbours, Pre, Products, SubmConv3d};
 use super::voxels::{mean_pool, upsample_add, Voxels};
 use super::weights::Weights;
 use super::Precision;
@@ -50,23 +50,28 @@ pub struct Linear {
     weight: Vec<f32>,
     bias: Vec<f32>,
     packed: Option<PackedB>,
+    /// f32 on the row tiles, where the CPU has them.
+    rows: Option<DenseRows>,
 }
 
 impl Linear {
     pub fn load(w: &mut Weights, p: &str, d_in: usize, d_out: usize) -> Result<Self> {
         let weight = host(w, &format!("{p}.weight"), &[d_out, d_in])?;
         let bias = host(w, &format!("{p}.bias"), &[d_out])?;
-        Ok(Self { d_in, d_out, weight, bias, packed: None })
+        let rows = DenseRows::new(&weight, bias.clone(), d_in, d_out, false);
+        let weight = if rows.is_some() { vec![] } else { weight };
+        Ok(Self { d_in, d_out, weight, bias, packed: None, rows })
     }
 
     /// As [`Linear::load`], in bf16 where `products` are and the CPU has them natively.
     pub fn load_for(w: &mut Weights, p: &str, d_in: usize, d_out: usize, products: Products) -> Result<Self> {
-        let mut l = Self::load(w, p, d_in, d_out)?;
         if products == Products::Bf16 && bf16::native() {
-            l.packed = Some(PackedB::from_f32_nk(&l.weight, d_out, d_in));
-            l.weight = vec![];
+            let weight = host(w, &format!("{p}.weight"), &[d_out, d_in])?;
+            let bias = host(w, &format!("{p}.bias"), &[d_out])?;
+            let packed = Some(PackedB::from_f32_nk(&weight, d_out, d_in));
+            return Ok(Self { d_in, d_out, weight: vec![], bias, packed, rows: None });
         }
-        Ok(l)
+        Self::load(w, p, d_in, d_out)
     }
 
     /// y (n × out) = x (n × in) · Wᵀ + b.
@@ -76,6 +81,9 @@ impl Linear {
         let threads = rayon::current_num_threads().max(1);
         if let Some(b) = &self.packed {
             return linear_bf16(Mat::from_slice(x, n, self.d_in, self.d_in), b, &self.bias, None, threads);
+        }
+        if let Some(rows) = &self.rows {
+            return rows.forward(x);
         }
         let mut y = vec![0f32; n * self.d_out];
         if n == 0 {

@@ -58,14 +58,6 @@ impl Voxels {
         col.iter().zip(&self.z).map(|(&c, &z)| [c / self.width as u32, c % self.width as u32, z]).collect()
     }
 
-    /// The voxel of column `c` at depth `z`, if active.
-    fn find(&self, c: usize, z: i64) -> Option<u32> {
-        let (a, b) = (self.start[c] as usize, self.start[c + 1] as usize);
-        let col = &self.z[a..b];
-        let k = col.partition_point(|&q| (q as i64) < z);
-        (k < col.len() && col[k] as i64 == z).then(|| (a + k) as u32)
-    }
-
     /// The 27-neighbour map of the submanifold convolutions at this level.
     pub fn neighbours(&self) -> Neighbours {
         let col = self.columns();
@@ -74,13 +66,23 @@ impl Voxels {
         map.par_chunks_mut(TAPS).enumerate().for_each(|(v, taps)| {
             let c = col[v] as i64;
             let (i, j, z) = (c / w, c % w, self.z[v] as i64);
-            for (t, slot) in taps.iter_mut().enumerate() {
-                let (di, dj, dz) = (t as i64 / 9 - 1, (t as i64 / 3) % 3 - 1, t as i64 % 3 - 1);
-                let (ni, nj) = (i + di, j + dj);
-                if (0..h).contains(&ni) && (0..w).contains(&nj) {
-                    if let Some(u) = self.find((ni * w + nj) as usize, z + dz) {
-                        *slot = u;
+            // Per neighbouring column, one search for z − 1, then its next voxels for z, z + 1
+            // (taps 3·column + dz + 1).
+            for (cn, slots) in taps.chunks_exact_mut(3).enumerate() {
+                let (ni, nj) = (i + cn as i64 / 3 - 1, j + cn as i64 % 3 - 1);
+                if !((0..h).contains(&ni) && (0..w).contains(&nj)) {
+                    continue;
+                }
+                let c = (ni * w + nj) as usize;
+                let (a, b) = (self.start[c] as usize, self.start[c + 1] as usize);
+                let col = &self.z[a..b];
+                let first = col.partition_point(|&q| (q as i64) < z - 1);
+                for (k, &q) in col.iter().enumerate().skip(first).take(3) {
+                    let dz = q as i64 - z;
+                    if dz > 1 {
+                        break;
                     }
+                    slots[(dz + 1) as usize] = (a + k) as u32;
                 }
             }
         });

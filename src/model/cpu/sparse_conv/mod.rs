@@ -373,6 +373,53 @@ impl SubmConv3d {
     }
 }
 
+/// A linear layer in f32 on the row tiles (the refiner's linears between its levels: skinny
+/// products, 32-512 channels over up to a voxel per pixel, that the `gemm` crate ran at a third
+/// of this), where the CPU has AVX-512.
+pub struct DenseRows {
+    panels: Panels<f32>,
+    bias: Vec<f32>,
+    d_out: usize,
+    tile: Tile<f32>,
+}
+
+impl DenseRows {
+    /// From PyTorch's (out, in) weight, where this CPU has the tile (else `None`), or on the
+    /// portable twin.
+    pub fn new(weight: &[f32], bias: Vec<f32>, d_in: usize, d_out: usize, portable: bool) -> Option<Self> {
+        assert!(weight.len() == d_in * d_out && bias.len() == d_out, "linear rows: weight {} and bias {} for {d_in} -> {d_out}", weight.len(), bias.len());
+        let tile: Tile<f32> = if portable {
+            rows::tile_f32_portable
+        } else {
+            #[cfg(target_arch = "x86_64")]
+            if isa::current() >= Isa::Avx512 {
+                avx512::tile_f32
+            } else {
+                return None;
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            return None;
+        };
+        Some(Self { panels: Panels::linear(weight, d_in, d_out), bias, d_out, tile })
+    }
+
+    /// y (n × out) = x (n × in) · Wᵀ + b, rows in parallel.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let (k, co) = (self.panels.k(), self.d_out);
+        let n = x.len() / k.max(1);
+        assert_eq!(x.len(), n * k, "linear rows: {} inputs of width {k}", x.len());
+        let mut y: Vec<f32> = Vec::with_capacity(n * co);
+        let rows = 240;
+        y.spare_capacity_mut()[..n * co].par_chunks_mut(rows * co).zip(x.par_chunks(rows * k)).for_each(|(out, x)| {
+            // SAFETY: the tile was chosen where the CPU has it (`new`).
+            unsafe { rows::dense(self.tile, &self.panels, x, out, co, &self.bias) }
+        });
+        // SAFETY: `dense` wrote every element of each task's rows: all n · co.
+        unsafe { y.set_len(n * co) };
+        y
+    }
+}
+
 /// What a convolution applies to each input row before its products ([`SubmConv3d::forward_fused`]).
 #[derive(Clone, Copy)]
 pub enum Pre<'a> {
@@ -618,6 +665,32 @@ mod tests {
                 assert!(apart <= 1e-5 * scale, "conv {i}, {name}: fused {apart} from the separate passes (scale {scale})");
             }
             assert_eq!(conv.forward_fused(&x, &nb, Pre::None, None), conv.forward(&x, &nb), "conv {i}: nothing to apply");
+        }
+    }
+
+    /// The linear on the row tiles (the twin everywhere, AVX-512 where present) against f64, on
+    /// row counts off the tiles' 12 and the tasks' 240, widths off the 32 columns.
+    #[test]
+    fn dense_rows_match_the_definition() {
+        let mut seed = 0x7f4a_7c15_9e37_79b9u64;
+        for (n, d_in, d_out) in [(1, 3, 32), (13, 32, 64), (500, 64, 33), (241, 7, 1)] {
+            let x = crate::simd::test_values(&mut seed, n * d_in);
+            let w = crate::simd::test_values(&mut seed, d_out * d_in);
+            let bias = crate::simd::test_values(&mut seed, d_out);
+            let want: Vec<f64> = (0..n * d_out)
+                .map(|e| {
+                    let (r, o) = (e / d_out, e % d_out);
+                    bias[o] as f64 + (0..d_in).map(|i| x[r * d_in + i] as f64 * w[o * d_in + i] as f64).sum::<f64>()
+                })
+                .collect();
+            for portable in [true, false] {
+                let Some(l) = DenseRows::new(&w, bias.clone(), d_in, d_out, portable) else {
+                    println!("dense rows: no AVX-512 tile on this CPU, the twin only");
+                    continue;
+                };
+                let err = max_err(&l.forward(&x), &want);
+                assert!(err <= 1e-5, "{n} x {d_in} -> {d_out} (portable {portable}): max error {err}");
+            }
         }
     }
 

@@ -43,7 +43,8 @@ pub enum Start<'a> {
     From { bias: *const f32, residual: Option<&'a [*const f32]> },
 }
 
-/// The 27 taps' weights as panels (module documentation).
+/// The taps' weights as panels (module documentation): the 27 of a convolution, or the one of
+/// a linear layer.
 pub struct Panels<T> {
     data: Vec<T>,
     /// Units per input row.
@@ -52,16 +53,17 @@ pub struct Panels<T> {
 }
 
 impl<T: Copy + Default> Panels<T> {
-    /// From upstream's weight (Co, 27, Ci): unit u of output channel o at tap t is
-    /// `unit(&weight[(o·27 + t)·Ci..][..Ci], u)`.
-    fn build(weight: &[f32], ci: usize, co: usize, k: usize, unit: impl Fn(&[f32], usize) -> T) -> Self {
-        assert_eq!(weight.len(), co * TAPS * ci, "row panels: weight of {} for {ci} -> {co}", weight.len());
+    /// From a weight (Co, taps, Ci) (upstream's convolution weight, or a linear's (out, in)
+    /// with one tap): unit u of output channel o at tap t is
+    /// `unit(&weight[(o·taps + t)·Ci..][..Ci], u)`.
+    fn build(weight: &[f32], taps: usize, ci: usize, co: usize, k: usize, unit: impl Fn(&[f32], usize) -> T) -> Self {
+        assert_eq!(weight.len(), co * taps * ci, "row panels: weight of {} for {ci} -> {co}", weight.len());
         let panels = co.div_ceil(NR);
-        let mut data = vec![T::default(); TAPS * panels * k * NR];
-        for t in 0..TAPS {
+        let mut data = vec![T::default(); taps * panels * k * NR];
+        for t in 0..taps {
             for o in 0..co {
                 let (p, lane) = (o / NR, o % NR);
-                let w = &weight[(o * TAPS + t) * ci..][..ci];
+                let w = &weight[(o * taps + t) * ci..][..ci];
                 let base = (t * panels + p) * k * NR + lane;
                 for u in 0..k {
                     data[base + u * NR] = unit(w, u);
@@ -87,14 +89,19 @@ impl<T> Panels<T> {
 impl Panels<f32> {
     /// For f32 inputs: k = Ci.
     pub fn f32(weight: &[f32], ci: usize, co: usize) -> Self {
-        Self::build(weight, ci, co, ci, |w, u| w[u])
+        Self::build(weight, TAPS, ci, co, ci, |w, u| w[u])
+    }
+
+    /// A linear layer's weight, PyTorch's (out, in), for f32 inputs.
+    pub fn linear(weight: &[f32], d_in: usize, d_out: usize) -> Self {
+        Self::build(weight, 1, d_in, d_out, d_in, |w, u| w[u])
     }
 }
 
 impl Panels<u32> {
     /// For bf16 pair words: k = ⌈Ci / 2⌉, the odd channel's partner zero.
     pub fn bf16(weight: &[f32], ci: usize, co: usize) -> Self {
-        Self::build(weight, ci, co, ci.div_ceil(2), |w, u| pair(w[2 * u], w.get(2 * u + 1).copied().unwrap_or(0.0)))
+        Self::build(weight, TAPS, ci, co, ci.div_ceil(2), |w, u| pair(w[2 * u], w.get(2 * u + 1).copied().unwrap_or(0.0)))
     }
 }
 
@@ -158,6 +165,35 @@ pub unsafe fn accumulate<T>(
                 // adds to them; b one panel; the CPU has the tile (the caller's promise).
                 unsafe { tile(&a[..g], b.as_ptr(), &c[..g], k, nv, start) };
             }
+        }
+    }
+}
+
+/// `out` (n rows of `co`) = bias + x (n rows of `w.k()`) · W for a one-tap `w` (a linear
+/// layer), on `tile`; every element of `out` written.
+///
+/// # Safety
+/// `tile` runs on this CPU.
+pub unsafe fn dense<T>(tile: Tile<T>, w: &Panels<T>, x: &[T], out: &mut [MaybeUninit<f32>], co: usize, bias: &[f32]) {
+    let (k, n) = (w.k, out.len() / co.max(1));
+    assert!(
+        co.div_ceil(NR) == w.panels && w.data.len() == w.panels * k * NR && out.len() == n * co && x.len() == n * k && bias.len() == co,
+        "row tiles: a linear of {} outputs of {co} for {} inputs",
+        out.len(),
+        x.len()
+    );
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr() as *mut f32);
+    for p in 0..w.panels {
+        let (b, j0) = (w.panel(0, p), p * NR);
+        let nv = (co - j0).min(NR);
+        for r0 in (0..n).step_by(MR) {
+            let g = (n - r0).min(MR);
+            let a: [*const T; MR] = std::array::from_fn(|i| xp.wrapping_add((r0 + i) * k));
+            let c: [*mut f32; MR] = std::array::from_fn(|i| op.wrapping_add((r0 + i) * co + j0));
+            // SAFETY: rows r0..r0 + g of x (k units each) and of out (nv floats from j0), all
+            // inside them (asserted above); b one panel, the bias nv floats from j0; the CPU has
+            // the tile (the caller's promise).
+            unsafe { tile(&a[..g], b.as_ptr(), &c[..g], k, nv, Start::From { bias: bias[j0..].as_ptr(), residual: None }) };
         }
     }
 }
