@@ -10,6 +10,27 @@ use core::arch::x86_64::*;
 
 use super::rows::{Start, MR, NR};
 
+/// Dispatches a multi-tap tile on its row count (1..=MR).
+macro_rules! by_rows_multi {
+    ($f:ident, $a:expr, $b:expr, $c:expr, $k:expr, $nv:expr, $s:expr) => {
+        match $c.len() {
+            1 => $f::<1>($a, $b, $c, $k, $nv, $s),
+            2 => $f::<2>($a, $b, $c, $k, $nv, $s),
+            3 => $f::<3>($a, $b, $c, $k, $nv, $s),
+            4 => $f::<4>($a, $b, $c, $k, $nv, $s),
+            5 => $f::<5>($a, $b, $c, $k, $nv, $s),
+            6 => $f::<6>($a, $b, $c, $k, $nv, $s),
+            7 => $f::<7>($a, $b, $c, $k, $nv, $s),
+            8 => $f::<8>($a, $b, $c, $k, $nv, $s),
+            9 => $f::<9>($a, $b, $c, $k, $nv, $s),
+            10 => $f::<10>($a, $b, $c, $k, $nv, $s),
+            11 => $f::<11>($a, $b, $c, $k, $nv, $s),
+            12 => $f::<12>($a, $b, $c, $k, $nv, $s),
+            _ => {}
+        }
+    };
+}
+
 /// Dispatches a tile on its row count (1..=MR), the accumulators of that many rows.
 macro_rules! by_rows {
     ($f:ident, $a:expr, $b:expr, $c:expr, $k:expr, $nv:expr, $s:expr) => {
@@ -99,6 +120,75 @@ unsafe fn bf16_rows<const R: usize>(a: &[*const u32], b: *const u32, c: &[*mut f
                 let av: __m512bh = core::mem::transmute(_mm512_set1_epi32(*ar.add(u) as i32));
                 acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
                 acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+            }
+        }
+    }
+    // SAFETY: as in `f32_rows`.
+    unsafe { store(&acc, c, nv, start) }
+}
+
+/// `rows::MultiTile` for f32 rows.
+///
+/// # Safety
+/// As `rows::MultiTile`; the CPU has AVX-512F.
+pub unsafe fn multi_f32(a: &[[*const f32; MR]], b: &[*const f32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    debug_assert!(a.len() == b.len() && c.len() <= MR && nv <= NR);
+    // SAFETY: the caller's promise, passed on.
+    unsafe { by_rows_multi!(f32_multi, a, b, c, k, nv, start) }
+}
+
+/// # Safety
+/// As [`multi_f32`], with R = c.len().
+#[target_feature(enable = "avx512f")]
+unsafe fn f32_multi<const R: usize>(a: &[[*const f32; MR]], b: &[*const f32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for (at, &bt) in a.iter().zip(b) {
+        let ar: [*const f32; R] = core::array::from_fn(|r| at[r]);
+        for u in 0..k {
+            // SAFETY: unit u of this tap's panel and of each row's input (the caller's promise).
+            unsafe {
+                let b0 = _mm512_loadu_ps(bt.add(u * NR));
+                let b1 = _mm512_loadu_ps(bt.add(u * NR + 16));
+                for (acc, &ar) in acc.iter_mut().zip(&ar) {
+                    let av = _mm512_set1_ps(*ar.add(u));
+                    acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                }
+            }
+        }
+    }
+    // SAFETY: as in `f32_rows`.
+    unsafe { store(&acc, c, nv, start) }
+}
+
+/// `rows::MultiTile` for bf16 pair words.
+///
+/// # Safety
+/// As `rows::MultiTile`; the CPU has AVX-512F, BW, VL and BF16.
+pub unsafe fn multi_bf16(a: &[[*const u32; MR]], b: &[*const u32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    debug_assert!(a.len() == b.len() && c.len() <= MR && nv <= NR);
+    // SAFETY: the caller's promise, passed on.
+    unsafe { by_rows_multi!(bf16_multi, a, b, c, k, nv, start) }
+}
+
+/// # Safety
+/// As [`multi_bf16`], with R = c.len().
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn bf16_multi<const R: usize>(a: &[[*const u32; MR]], b: &[*const u32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for (at, &bt) in a.iter().zip(b) {
+        let ar: [*const u32; R] = core::array::from_fn(|r| at[r]);
+        for u in 0..k {
+            // SAFETY: pair u of this tap's panel and of each row's input (the caller's
+            // promise); the transmutes as in `bf16_rows`.
+            unsafe {
+                let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(bt.add(u * NR) as *const _));
+                let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(bt.add(u * NR + 16) as *const _));
+                for (acc, &ar) in acc.iter_mut().zip(&ar) {
+                    let av: __m512bh = core::mem::transmute(_mm512_set1_epi32(*ar.add(u) as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+                }
             }
         }
     }

@@ -33,6 +33,19 @@ pub const NR: usize = 32;
 /// readable floats; `b` to `k` · NR readable units; the CPU has the tile's instructions.
 pub type Tile<T> = unsafe fn(a: &[*const T], b: *const T, c: &[*mut f32], k: usize, nv: usize, start: Start);
 
+/// A register tile over several taps: `c[r][..nv] = start + Σ_t a[t][r] · B_t` over `k` units,
+/// the sums kept in registers across the taps (`b[t]` tap t's panel, `a[t][r]` row r's input at
+/// that tap): for rows that share their taps, no pass over the outputs between taps.
+///
+/// # Safety
+/// As [`Tile`] for each tap: `a` and `b` have one entry per tap, each `a[t]` at least `c.len()`
+/// rows.
+pub type MultiTile<T> = unsafe fn(a: &[[*const T; MR]], b: &[*const T], c: &[*mut f32], k: usize, nv: usize, start: Start);
+
+/// Voxels per block of [`Neighbours::by_taps`]: a block's outputs are one chunk of the grouped
+/// route.
+pub const GROUP_BLOCK: usize = 4096;
+
 /// What a tile's products are added to.
 #[derive(Clone, Copy)]
 pub enum Start<'a> {
@@ -169,6 +182,99 @@ pub unsafe fn accumulate<T>(
     }
 }
 
+/// As [`accumulate`], for the block of voxels v0..v0 + n (a block of [`GROUP_BLOCK`]) by groups
+/// of voxels with the same taps (`Neighbours::by_taps`): each tile sums all its rows' taps in
+/// registers and writes its outputs once. For few channels, where a tap's products are short
+/// (16 pairs at 32 channels) beside reading and writing the outputs around them.
+///
+/// # Safety
+/// `tile` runs on this CPU.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn accumulate_grouped<T>(
+    tile: MultiTile<T>,
+    w: &Panels<T>,
+    x: &[T],
+    out: &mut [MaybeUninit<f32>],
+    co: usize,
+    nb: &Neighbours,
+    v0: usize,
+    bias: &[f32],
+    residual: Option<&[f32]>,
+) {
+    let k = w.k;
+    let n = out.len() / co.max(1);
+    assert!(
+        v0.is_multiple_of(GROUP_BLOCK)
+            && n <= GROUP_BLOCK
+            && co.div_ceil(NR) == w.panels
+            && out.len() == n * co
+            && x.len() == nb.len() * k
+            && bias.len() == co
+            && residual.is_none_or(|r| r.len() == nb.len() * co),
+        "row tiles: {} outputs of {co} from voxel {v0}, {} inputs for {} voxels",
+        out.len(),
+        x.len(),
+        nb.len()
+    );
+    // This block's voxels, grouped by their taps (each exactly once: `by_taps`).
+    let order = nb.by_taps();
+    let order = &order[v0..v0 + n];
+    let (xp, op) = (x.as_ptr(), out.as_mut_ptr() as *mut f32);
+    let mut a = [[std::ptr::null::<T>(); MR]; TAPS];
+    let mut b = [std::ptr::null::<T>(); TAPS];
+    let mut c = [std::ptr::null_mut::<f32>(); MR];
+    let mut res = [std::ptr::null::<f32>(); MR];
+    let mut taps = [0usize; TAPS];
+    let mut i = 0;
+    while i < n {
+        let mask = order[i].0;
+        let g = order[i..].iter().take(MR).take_while(|e| e.0 == mask).count();
+        let group = &order[i..i + g];
+        let nt = group_inputs(nb, group, mask, xp, k, &mut a, &mut taps);
+        for p in 0..w.panels {
+            let j0 = p * NR;
+            let nv = (co - j0).min(NR);
+            for (bt, &t) in b.iter_mut().zip(&taps[..nt]) {
+                *bt = w.panel(t, p).as_ptr();
+            }
+            for (r, &(_, v)) in group.iter().enumerate() {
+                debug_assert!((v as usize) >= v0 && (v as usize) < v0 + n);
+                c[r] = op.wrapping_add((v as usize - v0) * co + j0);
+                if let Some(rs) = residual {
+                    res[r] = rs.as_ptr().wrapping_add(v as usize * co + j0);
+                }
+            }
+            let start = Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) };
+            // SAFETY: each a[t][r] is a row of x (a neighbour of the group's voxel r), each c[r]
+            // nv floats of its own row of out (the block's voxels are distinct) and res[r] of
+            // the residual, b[t] tap t's panel; the CPU has the tile (the caller's promise).
+            unsafe { tile(&a[..nt], &b[..nt], &c[..g], k, nv, start) };
+        }
+        i += g;
+    }
+}
+
+/// The addresses of a group's inputs at each of its taps (`mask`): `a[i][r]` row r's at tap
+/// `taps[i]`. Returns the number of taps.
+#[inline(never)]
+fn group_inputs<T>(nb: &Neighbours, group: &[(u32, u32)], mask: u32, xp: *const T, k: usize, a: &mut [[*const T; MR]], taps: &mut [usize; TAPS]) -> usize {
+    let mut nt = 0;
+    for t in 0..TAPS {
+        if mask & (1 << t) == 0 {
+            continue;
+        }
+        taps[nt] = t;
+        for (slot, &(_, v)) in a[nt].iter_mut().zip(group) {
+            let s = nb.of(v as usize)[t];
+            // The mask is the voxel's taps: s is one of the nb.len() voxels.
+            debug_assert!((s as usize) < nb.len());
+            *slot = xp.wrapping_add(s as usize * k);
+        }
+        nt += 1;
+    }
+    nt
+}
+
 /// `out` (n rows of `co`) = bias + x (n rows of `w.k()`) · W for a one-tap `w` (a linear
 /// layer), on `tile`; every element of `out` written.
 ///
@@ -219,6 +325,63 @@ pub unsafe fn tile_bf16_portable(a: &[*const u32], b: *const u32, c: &[*mut f32]
     unsafe { portable(a, b, c, k, nv, start, |acc, av, bv| acc + lo(av) * lo(bv) + hi(av) * hi(bv)) }
 }
 
+/// The f32 multi-tap tile in portable code: the twin of `avx512::multi_f32`.
+///
+/// # Safety
+/// As [`MultiTile`].
+pub unsafe fn multi_f32_portable(a: &[[*const f32; MR]], b: &[*const f32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    // SAFETY: the caller's promise.
+    unsafe { multi_portable(a, b, c, k, nv, start, |acc, av, bv| acc + av * bv) }
+}
+
+/// The bf16 multi-tap tile in portable code: the twin of `avx512::multi_bf16`.
+///
+/// # Safety
+/// As [`MultiTile`].
+pub unsafe fn multi_bf16_portable(a: &[[*const u32; MR]], b: &[*const u32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    let (lo, hi) = (|w: u32| f32::from_bits(w << 16), |w: u32| f32::from_bits(w & 0xffff_0000));
+    // SAFETY: the caller's promise.
+    unsafe { multi_portable(a, b, c, k, nv, start, |acc, av, bv| acc + lo(av) * lo(bv) + hi(av) * hi(bv)) }
+}
+
+/// # Safety
+/// As [`MultiTile`].
+unsafe fn multi_portable<T: Copy>(a: &[[*const T; MR]], b: &[*const T], c: &[*mut f32], k: usize, nv: usize, start: Start, madd: impl Fn(f32, T, T) -> f32) {
+    debug_assert!(a.len() == b.len() && c.len() <= MR && nv <= NR);
+    for (r, &cr) in c.iter().enumerate() {
+        let mut acc = [0f32; NR];
+        for (at, &bt) in a.iter().zip(b) {
+            // SAFETY: the caller's promise: row r's input at this tap holds k units, its panel
+            // k · NR.
+            let (ar, bt) = unsafe { (std::slice::from_raw_parts(at[r], k), std::slice::from_raw_parts(bt, k * NR)) };
+            for (&av, bu) in ar.iter().zip(bt.chunks_exact(NR)) {
+                for (s, &bv) in acc.iter_mut().zip(bu) {
+                    *s = madd(*s, av, bv);
+                }
+            }
+        }
+        // SAFETY: the caller's promise: c[r], the bias and the residual's row r hold nv floats.
+        unsafe { finish(&acc, r, cr, nv, start) };
+    }
+}
+
+/// `cr[..nv] = start + acc` for row r.
+///
+/// # Safety
+/// As [`Tile`], for row r.
+unsafe fn finish(acc: &[f32; NR], r: usize, cr: *mut f32, nv: usize, start: Start) {
+    for (j, s) in acc.iter().enumerate().take(nv) {
+        // SAFETY: column j < nv of row r, of the bias and of the residual's row r.
+        unsafe {
+            let o = cr.add(j);
+            *o = match start {
+                Start::Add => *o + s,
+                Start::From { bias, residual } => s + *bias.add(j) + residual.map_or(0.0, |res| *res[r].add(j)),
+            };
+        }
+    }
+}
+
 /// # Safety
 /// As [`Tile`].
 unsafe fn portable<T: Copy>(a: &[*const T], b: *const T, c: &[*mut f32], k: usize, nv: usize, start: Start, madd: impl Fn(f32, T, T) -> f32) {
@@ -235,15 +398,7 @@ unsafe fn portable<T: Copy>(a: &[*const T], b: *const T, c: &[*mut f32], k: usiz
                 *s = madd(*s, av, bv);
             }
         }
-        for (j, s) in acc.iter().enumerate().take(nv) {
-            // SAFETY: as above: column j < nv of row r, of the bias and of the residual's row r.
-            unsafe {
-                let o = cr.add(j);
-                *o = match start {
-                    Start::Add => *o + s,
-                    Start::From { bias, residual } => s + *bias.add(j) + residual.map_or(0.0, |res| *res[r].add(j)),
-                };
-            }
-        }
+        // SAFETY: as above.
+        unsafe { finish(&acc, r, cr, nv, start) };
     }
 }
