@@ -444,7 +444,7 @@ impl<T> RowTaps<T> {
         // SAFETY: the caller's promise, passed on.
         unsafe {
             if self.grouped {
-                rows::accumulate_grouped(self.multi, &self.panels, x, out, co, nb, v0, bias, residual)
+                rows::accumulate_grouped(self.multi, self.tile, &self.panels, x, out, co, nb, v0, bias, residual)
             } else {
                 rows::accumulate(self.tile, &self.panels, x, out, co, nb, v0, bias, residual)
             }
@@ -635,6 +635,23 @@ mod tests {
         (vox, Neighbours::from_map(map))
     }
 
+    /// One voxel per pixel of an h × w map at a depth that steps up every 5 rows and 9 columns:
+    /// its neighbour map by brute force.
+    fn terraces(h: i32, w: i32) -> Neighbours {
+        let z = |i: i32, j: i32| i / 5 + j / 9;
+        let mut map = vec![];
+        for i in 0..h {
+            for j in 0..w {
+                for t in 0..TAPS as i32 {
+                    let (ni, nj, nz) = (i + t / 9 - 1, j + (t / 3) % 3 - 1, z(i, j) + t % 3 - 1);
+                    let inside = (0..h).contains(&ni) && (0..w).contains(&nj) && z(ni, nj) == nz;
+                    map.push(if inside { (ni * w + nj) as u32 } else { ABSENT });
+                }
+            }
+        }
+        Neighbours::from_map(map)
+    }
+
     /// The dense definition in f64 at the active sites, on operands `round` maps (the identity,
     /// or bf16's rounding): bias + Σ taps Σ ci w · x over the neighbours present.
     fn dense_definition(nb: &Neighbours, x: &[f32], w: &[f32], bias: &[f32], ci: usize, co: usize, round: impl Fn(f32) -> f32) -> Vec<f64> {
@@ -668,8 +685,16 @@ mod tests {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let level = crate::simd::isa::current();
         let bf16_rounded = crate::model::cpu::matmul::bf16::round_bf16;
-        for (ci, co, dims, keep) in [(3, 5, (5, 6, 4), 0.5), (33, 17, (6, 6, 6), 0.6), (32, 64, (48, 40, 4), 0.45), (17, 96, (30, 40, 3), 0.4)] {
-            let (_, nb) = random_voxels(&mut seed, dims, keep);
+        // Random voxels (taps of every kind: few voxels share theirs), and a terraced surface of
+        // one voxel per pixel (most share theirs: full groups of the grouped route).
+        let cases = [(3, 5, (5, 6, 4), 0.5), (33, 17, (6, 6, 6), 0.6), (32, 64, (48, 40, 4), 0.45), (17, 96, (30, 40, 3), 0.4), (32, 40, (70, 80, 0), 1.0)];
+        for (ci, co, dims, keep) in cases {
+            let nb = if dims.2 > 0 { random_voxels(&mut seed, dims, keep).1 } else { terraces(dims.0, dims.1) };
+            if dims.2 == 0 {
+                let order = nb.by_taps();
+                let full = order.chunk_by(|a, b| a.0 == b.0).map(|run| run.len() / 12 * 12).sum::<usize>();
+                assert!(full * 2 > order.len(), "the terraces: {full} of {} voxels in full groups", order.len());
+            }
             let m = nb.len();
             let x = crate::simd::test_values(&mut seed, m * ci);
             let w = crate::simd::test_values(&mut seed, co * TAPS * ci);

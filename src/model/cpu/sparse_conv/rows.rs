@@ -15,7 +15,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::{Neighbours, CENTRE, TAPS};
+use super::{Neighbours, ABSENT, CENTRE, TAPS};
 use crate::model::cpu::matmul::bf16::pair;
 
 /// Rows of a register tile: 12 rows × 2 zmm of accumulators (as `matmul::bf16`'s tile).
@@ -183,15 +183,18 @@ pub unsafe fn accumulate<T>(
 }
 
 /// As [`accumulate`], for the block of voxels v0..v0 + n (a block of [`GROUP_BLOCK`]) by groups
-/// of voxels with the same taps (`Neighbours::by_taps`): each tile sums all its rows' taps in
-/// registers and writes its outputs once. For few channels, where a tap's products are short
-/// (16 pairs at 32 channels) beside reading and writing the outputs around them.
+/// of voxels with the same taps (`Neighbours::by_taps`): each full group of [`MR`] voxels is one
+/// tile that sums all their taps in registers and writes their outputs once (`multi`). For few
+/// channels, where a tap's products are short (16 pairs at 32 channels) beside reading and
+/// writing the outputs around them. The voxels left over (runs of the same taps shorter than a
+/// tile, many on a rough surface) go tap by tap on `tile`, 12 at a time.
 ///
 /// # Safety
-/// `tile` runs on this CPU.
+/// `tile` and `multi` run on this CPU.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn accumulate_grouped<T>(
-    tile: MultiTile<T>,
+    multi: MultiTile<T>,
+    tile: Tile<T>,
     w: &Panels<T>,
     x: &[T],
     out: &mut [MaybeUninit<f32>],
@@ -225,11 +228,17 @@ pub unsafe fn accumulate_grouped<T>(
     let mut c = [std::ptr::null_mut::<f32>(); MR];
     let mut res = [std::ptr::null::<f32>(); MR];
     let mut taps = [0usize; TAPS];
+    let mut left: Vec<u32> = vec![];
     let mut i = 0;
     while i < n {
         let mask = order[i].0;
         let g = order[i..].iter().take(MR).take_while(|e| e.0 == mask).count();
         let group = &order[i..i + g];
+        i += g;
+        if g < MR {
+            left.extend(group.iter().map(|e| e.1));
+            continue;
+        }
         let nt = group_inputs(nb, group, mask, xp, k, &mut a, &mut taps);
         for p in 0..w.panels {
             let j0 = p * NR;
@@ -248,9 +257,47 @@ pub unsafe fn accumulate_grouped<T>(
             // SAFETY: each a[t][r] is a row of x (a neighbour of the group's voxel r), each c[r]
             // nv floats of its own row of out (the block's voxels are distinct) and res[r] of
             // the residual, b[t] tap t's panel; the CPU has the tile (the caller's promise).
-            unsafe { tile(&a[..nt], &b[..nt], &c[..g], k, nv, start) };
+            unsafe { multi(&a[..nt], &b[..nt], &c[..g], k, nv, start) };
         }
-        i += g;
+    }
+    // The voxels left over, tap by tap, the centre first (every voxel has it: it writes their
+    // outputs from the bias before another tap adds to them).
+    let mut src = [std::ptr::null::<T>(); MR];
+    let mut rows = [0u32; MR];
+    for t in std::iter::once(CENTRE).chain((0..TAPS).filter(|&t| t != CENTRE)) {
+        for p in 0..w.panels {
+            let (bp, j0) = (w.panel(t, p).as_ptr(), p * NR);
+            let nv = (co - j0).min(NR);
+            let mut g = 0;
+            let mut flush = |src: &[*const T], rows: &[u32]| {
+                for (r, &v) in rows.iter().enumerate() {
+                    c[r] = op.wrapping_add((v as usize - v0) * co + j0);
+                    if let Some(rs) = residual {
+                        res[r] = rs.as_ptr().wrapping_add(v as usize * co + j0);
+                    }
+                }
+                let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..rows.len()]) } } else { Start::Add };
+                // SAFETY: as for the groups, one tap at a time: src rows of x, c rows of out
+                // (distinct voxels of this block), written by the centre's tiles first.
+                unsafe { tile(src, bp, &c[..rows.len()], k, nv, start) };
+            };
+            for &v in &left {
+                let s = nb.of(v as usize)[t];
+                if s == ABSENT {
+                    continue;
+                }
+                src[g] = xp.wrapping_add(s as usize * k);
+                rows[g] = v;
+                g += 1;
+                if g == MR {
+                    flush(&src, &rows);
+                    g = 0;
+                }
+            }
+            if g > 0 {
+                flush(&src[..g], &rows[..g]);
+            }
+        }
     }
 }
 
