@@ -25,6 +25,10 @@ pub struct BuildOptions {
     precision: Precision,
     dtype: DType,
     ops: Ops,
+    /// Whether the decoder's last level is folded into smaller convolutions where it is linear
+    /// (`crate::model::modules::FoldedTail`); `None`: in the fast precisions, not in f32
+    /// ([`BuildOptions::with_fold`]).
+    fold: Option<bool>,
 }
 
 impl BuildOptions {
@@ -40,7 +44,7 @@ impl BuildOptions {
     /// The same with the products' weights in `dtype` (f32 or bf16): bf16 on the CPU runs
     /// candle's generic ops with the GPU's arithmetic (the tests' stand-in for it).
     pub fn with_dtype(self, dtype: DType) -> Result<Self, String> {
-        Self::make(&self.device, self.precision, dtype)
+        Self::make(&self.device, self.precision, dtype).map(|o| Self { fold: self.fold, ..o })
     }
 
     fn make(device: &Device, precision: Precision, dtype: DType) -> Result<Self, String> {
@@ -53,8 +57,22 @@ impl BuildOptions {
             Precision::Int8 if !device.is_cpu() => Err("--precision int8 runs on the CPU only: add --device cpu (a GPU runs bf16 or f32)".into()),
             Precision::Int8 if dtype != DType::F32 => Err("int8 products take f32 weights, not bf16".into()),
             Precision::Int8 if ops == Ops::Generic => Err("--precision int8 needs the CPU kernels: unset MOGE_GENERIC_OPS".into()),
-            _ => Ok(Self { device: device.clone(), precision, dtype, ops }),
+            _ => Ok(Self { device: device.clone(), precision, dtype, ops, fold: None }),
         }
+    }
+
+    /// The same with the decoder's last level folded (`crate::model::modules::FoldedTail`:
+    /// the same numbers up to rounding, less work) or computed as upstream writes it. By
+    /// default bf16 and int8 fold it and f32 does not: f32 is the parity reference, and the
+    /// order of its sums is upstream's (MoGe-3's refiner bins log-depth, so a rounding's
+    /// difference can move a voxel).
+    pub fn with_fold(self, fold: bool) -> Self {
+        Self { fold: Some(fold), ..self }
+    }
+
+    /// Whether the decoder's last level is folded where it can be ([`BuildOptions::with_fold`]).
+    pub fn folds(&self) -> bool {
+        self.fold.unwrap_or(self.precision != Precision::F32)
     }
 
     pub fn device(&self) -> &Device {

@@ -4,6 +4,7 @@
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 
+use super::build::BuildOptions;
 use super::config::{BackboneSpec, ConvStackConfig, EncoderConfig};
 use super::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
 use super::cpu::conv3x3::int8::QuantConv;
@@ -38,10 +39,10 @@ type NewQuantConv = fn(&[f32], Vec<f32>, usize, usize, crate::simd::isa::Isa) ->
 /// channels): there the bf16 tiles ran every decoder shape 1.3-1.8x faster than the VNNI int8
 /// kernels (`examples/conv3x3_bench`, an Intel Xeon with AMX, 2026-12-03), as attention runs
 /// bf16 there too (`dinov2::Block::load`).
-fn conv_bf16(w: &Weights, cin: usize, cout: usize, min: usize) -> bool {
-    match w.build().precision() {
+fn conv_bf16(build: &BuildOptions, cin: usize, cout: usize, min: usize) -> bool {
+    match build.precision() {
         Precision::Bf16 => true,
-        Precision::Int8 => w.build().cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= min,
+        Precision::Int8 => build.cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= min,
         Precision::F32 => false,
     }
 }
@@ -50,10 +51,10 @@ fn conv_bf16(w: &Weights, cin: usize, cout: usize, min: usize) -> bool {
 /// more channels in and out ([`INT8_CONV_MIN_CHANNELS`]: the stacks' 32 to 1024; those with a
 /// few, the output convolutions and the neck's 2-channel inputs, stay f32), built by `new`
 /// from the f32 weight as the op takes it.
-fn int8_conv(w: &Weights, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
-    let Some(level) = w.build().cpu_level() else { return Ok(None) };
+fn int8_conv(build: &BuildOptions, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
+    let Some(level) = build.cpu_level() else { return Ok(None) };
     // Those that multiply in bf16 instead (int8 on AMX) are not int8's.
-    if !(w.build().precision() == Precision::Int8 && cin.min(cout) >= min) || conv_bf16(w, cin, cout, min) {
+    if !(build.precision() == Precision::Int8 && cin.min(cout) >= min) || conv_bf16(build, cin, cout, min) {
         return Ok(None);
     }
     Ok(Some(Box::new(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)))
@@ -63,10 +64,15 @@ impl Conv1x1 {
     pub fn load(w: &mut Weights, p: &str, cin: usize, cout: usize) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 1, 1])?.reshape((cout, cin))?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)? {
+        Self::new(w.build(), weight, bias, cin, cout)
+    }
+    /// From its (cout, cin) weight in the products' dtype and its (cout) f32 bias, on the
+    /// model's device.
+    fn new(build: &BuildOptions, weight: Tensor, bias: Tensor, cin: usize, cout: usize) -> Result<Self> {
+        let route = if let Some(op) = int8_conv(build, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)? {
             Conv1x1Route::Int8(op)
-        } else if w.build().cpu_level().is_some() {
-            let bf16 = conv_bf16(w, cin, cout, INT8_POINTWISE_MIN_CHANNELS);
+        } else if build.cpu_level().is_some() {
+            let bf16 = conv_bf16(build, cin, cout, INT8_POINTWISE_MIN_CHANNELS);
             let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
             let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
             Conv1x1Route::Cpu(Box::new(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise }))
@@ -136,17 +142,22 @@ impl Conv3x3 {
     fn load_with(w: &mut Weights, p: &str, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
+        Self::new(w.build(), weight, bias, cin, cout, upsampling)
+    }
+    /// From its (cout, cin, 3, 3) weight in the products' dtype and its (cout) f32 bias, on the
+    /// model's device; `upsampling` as [`Conv3x3::load_upsampling`].
+    fn new(build: &BuildOptions, weight: Tensor, bias: Tensor, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let new: NewQuantConv = if upsampling { QuantConv::new_upsampling } else { QuantConv::new };
         // A convolution that runs in int8 takes every call there (an upsampling one is only
         // called upsampled): no f32 weights packed beside it.
-        let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)? {
+        let route = if let Some(op) = int8_conv(build, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)? {
             Conv3x3Route::Int8(op)
-        } else if w.build().cpu_level().is_some() {
+        } else if build.cpu_level().is_some() {
             let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
-            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, conv_bf16(w, cin, cout, INT8_CONV_MIN_CHANNELS))?))
+            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, conv_bf16(build, cin, cout, INT8_CONV_MIN_CHANNELS))?))
         } else {
-            let device = w.build().device();
-            Conv3x3Route::Generic { unfolded: !crate::device::conv2d_usable(device) || (device.is_cpu() && w.build().dtype() != candle_core::DType::F32) }
+            let device = build.device();
+            Conv3x3Route::Generic { unfolded: !crate::device::conv2d_usable(device) || (device.is_cpu() && build.dtype() != candle_core::DType::F32) }
         };
         Ok(Self { weight, bias: bias.reshape((1, cout, 1, 1))?, route })
     }
@@ -265,10 +276,10 @@ impl ConvTranspose2x2 {
         let weight = w.get_product(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let route = if let Some(op) = int8_conv(w, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)? {
+        let route = if let Some(op) = int8_conv(w.build(), &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)? {
             ConvTranspose2x2Route::Int8(op)
         } else if w.build().cpu_level().is_some() {
-            let bf16 = conv_bf16(w, cin, cout, INT8_CONV_MIN_CHANNELS);
+            let bf16 = conv_bf16(w.build(), cin, cout, INT8_CONV_MIN_CHANNELS);
             let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             let bias: Vec<f32> = bias.to_vec1()?;
             let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| ConvTranspose2x2Op::pointwise(wv, cin, cout, &bias))? };
@@ -343,7 +354,47 @@ pub struct ConvStack {
 }
 
 impl ConvStack {
+    /// The whole stack, as upstream runs it.
     pub fn load(w: &mut Weights, p: &str, cfg: &ConvStackConfig) -> Result<Self> {
+        Self::load_levels(w, p, cfg, cfg.levels())
+    }
+
+    /// The stack without its last level, and that level's linear parts on the host
+    /// ([`LinearTail`]) for a [`FoldedTail`]; `None` where the last level is not linear from
+    /// the previous level's map to its output (nothing is read then).
+    pub fn load_without_tail(w: &mut Weights, p: &str, cfg: &ConvStackConfig, head: bool) -> Result<Option<(Self, LinearTail)>> {
+        let n = cfg.levels();
+        if !LinearTail::folds(cfg, head) {
+            return Ok(None);
+        }
+        let stack = Self::load_levels(w, p, cfg, n - 1)?;
+        let last = n - 1;
+        let (c, prev) = (cfg.dim_res_blocks[last], cfg.dim_res_blocks[last - 1]);
+        let conv = (
+            host(w.get(&format!("{p}.resamplers.{}.1.weight", last - 1), &[c, prev, 3, 3])?)?,
+            host(w.get(&format!("{p}.resamplers.{}.1.bias", last - 1), &[c])?)?,
+        );
+        let input = match cfg.dim_in.get(last).flatten() {
+            Some(cin) => Some((
+                cin,
+                host(w.get(&format!("{p}.input_blocks.{last}.weight"), &[c, cin, 1, 1])?)?,
+                host(w.get(&format!("{p}.input_blocks.{last}.bias"), &[c])?)?,
+            )),
+            None => None,
+        };
+        let output = match cfg.dim_out.get(last).flatten() {
+            Some(cout) => Some((
+                cout,
+                host(w.get(&format!("{p}.output_blocks.{last}.weight"), &[cout, c, 1, 1])?)?,
+                host(w.get(&format!("{p}.output_blocks.{last}.bias"), &[cout])?)?,
+            )),
+            None => None,
+        };
+        Ok(Some((stack, LinearTail { channels: c, prev, conv, input, output })))
+    }
+
+    /// Levels `0..levels` of the stack (the resamplers between them).
+    fn load_levels(w: &mut Weights, p: &str, cfg: &ConvStackConfig, levels: usize) -> Result<Self> {
         if cfg.res_block_in_norm != "none" || cfg.res_block_hidden_norm != "none" || cfg.activation != "relu" {
             bail!(
                 "{p}: unsupported residual block (norms '{}'/'{}', activation '{}'); MoGe-2 uses 'none'/'none'/'relu'",
@@ -352,7 +403,7 @@ impl ConvStack {
                 cfg.activation
             );
         }
-        let n = cfg.levels();
+        let n = levels;
         let dims = &cfg.dim_res_blocks;
         let mut input_blocks = Vec::with_capacity(n);
         let mut res_blocks = Vec::with_capacity(n);
@@ -383,6 +434,12 @@ impl ConvStack {
 
     /// `inputs[i]` feeds level i (None where the level has no input). Returns every level's output.
     pub fn forward(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        Ok(self.forward_with_last(inputs)?.0)
+    }
+
+    /// As [`ConvStack::forward`], with the last level's map before its output block (what the
+    /// next level would be resampled from: a [`FoldedTail`]'s input).
+    pub fn forward_with_last(&self, inputs: &[Option<&Tensor>]) -> Result<(Vec<Tensor>, Tensor)> {
         let n = self.res_blocks.len();
         let mut outs = Vec::with_capacity(n);
         let mut x: Option<Tensor> = None;
@@ -405,10 +462,169 @@ impl ConvStack {
             });
             if i + 1 < n {
                 x = Some(self.resamplers[i].forward(&cur)?);
+            } else {
+                return Ok((outs, cur));
             }
         }
-        Ok(outs)
+        bail!("a ConvStack of no levels")
     }
+}
+
+/// A 1x1 or 3x3 convolution's weight and bias as f32 on the host.
+type HostConv = (Vec<f32>, Vec<f32>);
+
+/// A tensor's values as f32 on the host.
+fn host(t: Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(candle_core::DType::F32)?.to_device(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1()?)
+}
+
+/// The last level of a [`ConvStack`] where it is linear in the previous level's map: the
+/// bilinear resampler's 3x3 convolution (`conv`, `prev` → `channels`), the level's input
+/// block (a 1x1 from `cin` channels, or none), no residual blocks, and the output block (a 1x1
+/// to `cout` channels, or the identity).
+pub struct LinearTail {
+    channels: usize,
+    prev: usize,
+    conv: HostConv,
+    input: Option<(usize, Vec<f32>, Vec<f32>)>,
+    output: Option<(usize, Vec<f32>, Vec<f32>)>,
+}
+
+impl LinearTail {
+    /// Whether the last level of a stack of `cfg` is linear, with an input block for the neck
+    /// (`head` false: its UV) and an output block for a head.
+    pub fn folds(cfg: &ConvStackConfig, head: bool) -> bool {
+        let n = cfg.levels();
+        let last = n.wrapping_sub(1);
+        n >= 2
+            && cfg.resamplers.get(last - 1).unwrap_or_default() == "bilinear"
+            && cfg.num_res_blocks.get(last).unwrap_or(0) == 0
+            && if head {
+                cfg.dim_out.get(last).flatten().is_some()
+            } else {
+                cfg.dim_out.get(last).flatten().is_none() && cfg.dim_in.get(last).flatten().is_some()
+            }
+    }
+}
+
+/// The decoder's full-resolution level, folded at load. There MoGe-2's neck and heads are
+/// linear from their previous levels' maps to the heads' outputs (`ConvStack` in
+/// `moge/model/modules.py`: a bilinear upsample, a 3x3 convolution, the input block added, no
+/// residual blocks, the output 1x1), so each head's output is
+///
+/// `W2·W1·Cn(up(n)) + W2·Ch(up(h)) + W2·W1·Wn·uv + W2·W1·(bn + cn) + W2·(b1 + ch) + b2`
+///
+/// (neck: `Cn`, `cn` its last resampler's convolution, `Wn`, `bn` the 1x1 of its UV input;
+/// head: `Ch`, `ch` its resampler's, `W1`, `b1` its input block, `W2`, `b2` its output
+/// block). The 32-channel maps at full resolution (the neck's, and each head's twice) are never
+/// made: one upsampled convolution from the neck's previous map to every head's outputs (seven
+/// channels for three heads), one from each head's map to its own, and the UV term. The same
+/// numbers as upstream's order up to rounding (`tests/it/parity.rs`,
+/// `the_folded_decoder_matches_the_unfolded_one`); bf16 and int8 fold, f32 does not
+/// ([`BuildOptions::with_fold`]).
+pub struct FoldedTail {
+    /// From the neck's previous map (upsampled) to every head's outputs, stacked; no bias.
+    neck: Conv3x3,
+    /// Per head: its rows in `neck`'s output, its convolution (upsampled, every constant in its
+    /// bias) and its UV term (a 1x1 of the level's UV, no bias).
+    heads: Vec<(usize, usize, Conv3x3, Conv1x1)>,
+}
+
+impl FoldedTail {
+    /// From the neck's and the heads' [`LinearTail`]s (the heads' in their output order).
+    pub fn new(build: &BuildOptions, neck: &LinearTail, heads: &[LinearTail]) -> Result<Self> {
+        let (cn, pn) = (neck.channels, neck.prev);
+        let Some((uv_in, wn, bn)) = &neck.input else { bail!("the neck's last level has no input block") };
+        let total: usize = heads.iter().map(|h| h.output.as_ref().map_or(0, |o| o.0)).sum();
+        let mut neck_w = vec![0f64; total * pn * 9];
+        let mut parts = Vec::with_capacity(heads.len());
+        let mut row = 0;
+        for h in heads {
+            let Some((k, w2, b2)) = &h.output else { bail!("a head's last level has no output block") };
+            let (k, c) = (*k, h.channels);
+            // A = W2·W1 (k × cn), the identity for a head without an input block.
+            let a: Vec<f64> = match &h.input {
+                Some((cin, w1, _)) => {
+                    if *cin != cn {
+                        bail!("a head's last input block takes {cin} channels, the neck gives {cn}");
+                    }
+                    matmul64(w2, w1, k, c, cn)
+                }
+                None if c == cn => w2.iter().map(|&v| v as f64).collect(),
+                None => bail!("a head of {c} channels adds the neck's {cn} without an input block"),
+            };
+            // The neck's convolution, through A, into rows row..row + k.
+            let an = matmul64_f64(&a, &neck.conv.0, k, cn, pn * 9);
+            neck_w[row * pn * 9..(row + k) * pn * 9].copy_from_slice(&an);
+            // The head's convolution through W2, with every constant in its bias.
+            let head_w = matmul64(w2, &h.conv.0, k, c, h.prev * 9);
+            let b1: Vec<f64> = match &h.input {
+                Some((_, _, b1)) => b1.iter().map(|&v| v as f64).collect(),
+                None => vec![0.0; c],
+            };
+            let mut bias = vec![0f64; k];
+            for o in 0..k {
+                let mut acc = b2[o] as f64;
+                for j in 0..cn {
+                    acc += a[o * cn + j] * (bn[j] as f64 + neck.conv.1[j] as f64);
+                }
+                for j in 0..c {
+                    acc += w2[o * c + j] as f64 * (b1[j] + h.conv.1[j] as f64);
+                }
+                bias[o] = acc;
+            }
+            let uv_w = matmul64_f64(&a, &wn.iter().map(|&v| v as f64).collect::<Vec<_>>(), k, cn, *uv_in);
+            let head_conv = Conv3x3::new(build, product(build, &head_w, &[k, h.prev, 3, 3])?, f32_tensor(build, &bias, &[k])?, h.prev, k, true)?;
+            let uv = Conv1x1::new(build, product(build, &uv_w, &[k, *uv_in])?, f32_tensor(build, &vec![0.0; k], &[k])?, *uv_in, k)?;
+            parts.push((row, k, head_conv, uv));
+            row += k;
+        }
+        let neck = Conv3x3::new(build, product(build, &neck_w, &[total, pn, 3, 3])?, f32_tensor(build, &vec![0.0; total], &[total])?, pn, total, true)?;
+        Ok(Self { neck, heads: parts })
+    }
+
+    /// The part every head shares, from the neck's previous map (the map its last resampler
+    /// takes): each head's rows of `W2·W1·Cn(up(n))`.
+    pub fn shared(&self, neck: &Tensor) -> Result<Tensor> {
+        self.neck.forward_upsampled(neck)
+    }
+
+    /// Head `i`'s output from [`FoldedTail::shared`], its own previous map and the level's
+    /// (2, H, W) UV.
+    pub fn head(&self, i: usize, shared: &Tensor, prev: &Tensor, uv: &Tensor) -> Result<Tensor> {
+        let Some((row, k, conv, uv_conv)) = self.heads.get(i) else { bail!("no head {i} in the folded decoder") };
+        let own = (conv.forward_upsampled(prev)? + shared.narrow(0, *row, *k)?)?;
+        uv_conv.forward_add(uv, &own)
+    }
+}
+
+/// `a` (m × k, f32) · `b` (k × n, f32) in f64.
+fn matmul64(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+    matmul64_f64(&a.iter().map(|&v| v as f64).collect::<Vec<_>>(), b, m, k, n)
+}
+
+/// `a` (m × k, f64) · `b` (k × n) in f64.
+fn matmul64_f64<B: Copy + Into<f64>>(a: &[f64], b: &[B], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0f64; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let av = a[i * k + p];
+            for (cv, &bv) in c[i * n..(i + 1) * n].iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *cv += av * bv.into();
+            }
+        }
+    }
+    c
+}
+
+/// A product's weight made at load, in the products' dtype on the model's device.
+fn product(build: &BuildOptions, v: &[f64], shape: &[usize]) -> Result<Tensor> {
+    Ok(f32_tensor(build, v, shape)?.to_dtype(build.dtype())?)
+}
+
+/// f32 values made at load, on the model's device.
+fn f32_tensor(build: &BuildOptions, v: &[f64], shape: &[usize]) -> Result<Tensor> {
+    Ok(Tensor::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape, &candle_core::Device::Cpu)?.to_device(build.device())?)
 }
 
 /// `MLP`: Linear, ReLU, ..., Linear (keys `.0`, `.2`, `.4`, ...).

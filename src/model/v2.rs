@@ -12,9 +12,9 @@ use lru::LruCache;
 
 use super::build::BuildOptions;
 use super::checkpoint::Checkpoint;
-use super::config::{BackboneSpec, ConvStackConfig, ModelConfig, RemapOutput};
+use super::config::{BackboneSpec, ModelConfig, RemapOutput};
 use super::dinov2::{PATCH_SIZE, POS_GRID};
-use super::modules::{ConvStack, Dinov2Encoder, EncoderOutput, Mlp};
+use super::modules::{ConvStack, Dinov2Encoder, EncoderOutput, FoldedTail, LinearTail, Mlp};
 use super::sparse_unet::{RefinerStats, Sparse3DUNet};
 use super::token_grid;
 use super::weights::Weights;
@@ -41,6 +41,9 @@ pub struct Model {
     points_head: Option<ConvStack>,
     normal_head: Option<ConvStack>,
     mask_head: Option<ConvStack>,
+    /// The full-resolution level of the neck and heads, folded ([`FoldedTail`]); the stacks
+    /// above then end one level early. `None`: they run it themselves.
+    tail: Option<FoldedTail>,
     scale_head: Option<Mlp>,
     /// MoGe-3's sparse U-Net (`refiner.*`), on the host.
     pub(super) refiner: Option<Sparse3DUNet>,
@@ -58,6 +61,7 @@ struct Parts {
     points_head: Option<ConvStack>,
     normal_head: Option<ConvStack>,
     mask_head: Option<ConvStack>,
+    tail: Option<FoldedTail>,
     scale_head: Option<Mlp>,
     refiner: Option<Sparse3DUNet>,
 }
@@ -69,16 +73,38 @@ impl Parts {
         let depth = w.keys().filter_map(|k| k.strip_prefix("encoder.backbone.blocks.")?.split('.').next()?.parse::<usize>().ok()).max().map_or(0, |d| d + 1);
         let spec = BackboneSpec::from_name(&config.encoder.backbone, dim, depth).map_err(anyhow::Error::msg)?;
         let encoder = Dinov2Encoder::load(w, &config.encoder, &spec)?;
-        let neck = ConvStack::load(w, "neck", &config.neck)?;
-        let head = |w: &mut Weights, name: &str, cfg: &Option<ConvStackConfig>| -> Result<Option<ConvStack>> {
-            cfg.as_ref().map(|c| ConvStack::load(w, name, c)).transpose()
+        let heads = [("points_head", &config.points_head), ("normal_head", &config.normal_head), ("mask_head", &config.mask_head)];
+        // The last level folds where the neck's and every head's does.
+        let fold =
+            w.build().folds() && LinearTail::folds(&config.neck, false) && heads.iter().all(|(_, c)| c.as_ref().is_none_or(|c| LinearTail::folds(c, true)));
+        let (neck, tail, [points_head, normal_head, mask_head]) = if fold {
+            let Some((neck, neck_tail)) = ConvStack::load_without_tail(w, "neck", &config.neck, false)? else { bail!("the neck's last level does not fold") };
+            let mut tails = Vec::new();
+            let mut stacks = [None, None, None];
+            for ((name, cfg), stack) in heads.iter().zip(&mut stacks) {
+                if let Some(cfg) = cfg {
+                    let Some((s, t)) = ConvStack::load_without_tail(w, name, cfg, true)? else { bail!("{name}'s last level does not fold") };
+                    *stack = Some(s);
+                    tails.push(t);
+                }
+            }
+            let tail = FoldedTail::new(w.build(), &neck_tail, &tails)?;
+            (neck, Some(tail), stacks)
+        } else {
+            let neck = ConvStack::load(w, "neck", &config.neck)?;
+            let mut stacks = [None, None, None];
+            for ((name, cfg), stack) in heads.iter().zip(&mut stacks) {
+                *stack = cfg.as_ref().map(|c| ConvStack::load(w, name, c)).transpose()?;
+            }
+            (neck, None, stacks)
         };
         Ok(Self {
             encoder,
             neck,
-            points_head: head(w, "points_head", &config.points_head)?,
-            normal_head: head(w, "normal_head", &config.normal_head)?,
-            mask_head: head(w, "mask_head", &config.mask_head)?,
+            points_head,
+            normal_head,
+            mask_head,
+            tail,
             scale_head: config.scale_head.as_ref().map(|c| Mlp::load(w, "scale_head", &c.dims)).transpose()?,
             refiner: config.refiner.as_ref().map(|c| Sparse3DUNet::load(w, "refiner", c, w.build().precision().into())).transpose()?,
         })
@@ -225,7 +251,7 @@ impl Model {
             None => Parts::bind(&config, &mut w)?,
         };
         w.finish()?;
-        let Parts { encoder, neck, points_head, normal_head, mask_head, scale_head, refiner } = parts;
+        let Parts { encoder, neck, points_head, normal_head, mask_head, tail, scale_head, refiner } = parts;
         if points_head.is_none() {
             bail!("the model has no points head");
         }
@@ -251,6 +277,7 @@ impl Model {
             points_head,
             normal_head,
             mask_head,
+            tail,
             scale_head,
             refiner,
             pos_cache: Mutex::new(LruCache::new(GRIDS_CACHED)),
@@ -394,14 +421,24 @@ impl Model {
         // UV conditioning per level: level 0 also takes the encoder's features.
         let level0 = Tensor::cat(&[&enc.features, &uv[0]], 0)?;
         let inputs: Vec<Option<&Tensor>> = std::iter::once(&level0).chain(&uv[1..]).map(Some).collect();
-        let neck = self.neck.forward(&inputs)?;
+        let (neck, neck_last) = self.neck.forward_with_last(&inputs)?;
+        // The folded full-resolution level: the neck's share of the heads' outputs.
+        let shared = self.tail.as_ref().map(|t| t.shared(&neck_last)).transpose()?;
         lap("neck", &mut timings);
         let neck_in: Vec<Option<&Tensor>> = neck.iter().map(Some).collect();
 
         let mut heads = Vec::new();
         for (name, head) in [("points_head", &self.points_head), ("normal_head", &self.normal_head), ("mask_head", &self.mask_head)] {
             if let Some(h) = head {
-                heads.push((name, h.forward(&neck_in)?));
+                let levels = match (&self.tail, &shared) {
+                    (Some(tail), Some(shared)) => {
+                        let (mut levels, last) = h.forward_with_last(&neck_in)?;
+                        levels.push(tail.head(heads.len(), shared, &last, &uv[inputs.len() - 1])?);
+                        levels
+                    }
+                    _ => h.forward(&neck_in)?,
+                };
+                heads.push((name, levels));
                 lap(name, &mut timings);
             }
         }

@@ -77,3 +77,46 @@ cases! {
     case_f16_checkpoint => "f16_rgb_1200", true;
     case_bf16_checkpoint => "bf16_portrait_1800", true;
 }
+
+/// The decoder's full-resolution level folded at load (`moge::model::modules::FoldedTail`)
+/// against the stacks run as upstream writes them, on checkpoints with three heads and with two
+/// (`tiny_vitl` has no normal head): f32 the same maps up to rounding; bf16 as close to f32 as
+/// the unfolded bf16 model is. The folded model no longer makes the neck's last map. (By default
+/// bf16 folds and f32 does not.)
+#[test]
+fn the_folded_decoder_matches_the_unfolded_one() {
+    use crate::support::reference::{pcc, rel_to_max, tensor_vec};
+    use moge::model::{BuildOptions, Precision};
+    let img = moge::image_io::load_rgb(&fixtures().join("images/rgb_64x48.png"), true).unwrap();
+    for ckpt in ["tiny_normal", "tiny_vitl", "random_normal"] {
+        let path = fixtures().join(format!("{ckpt}.pt"));
+        let run = |build: &BuildOptions| {
+            let model = moge::Model::load(&path, build).unwrap();
+            let prep = model.prepare(img.as_raw(), img.width() as usize, img.height() as usize, 300);
+            model.forward_intermediates(&prep, None).unwrap()
+        };
+        let f32_build = BuildOptions::new(&candle_core::Device::Cpu, Precision::F32).unwrap();
+        assert!(!f32_build.folds() && BuildOptions::new(&candle_core::Device::Cpu, Precision::Bf16).unwrap().folds(), "the defaults");
+        let reference = run(&f32_build);
+        for precision in [Precision::F32, Precision::Bf16] {
+            let build = BuildOptions::new(&candle_core::Device::Cpu, precision).unwrap();
+            let (folded, unfolded) = (run(&build.clone().with_fold(true)), run(&build.clone().with_fold(false)));
+            assert_eq!(folded.neck.len() + 1, unfolded.neck.len(), "{ckpt}: the folded neck ends a level early");
+            assert_eq!(folded.heads.len(), unfolded.heads.len());
+            assert!(folded.heads.len() >= 2, "{ckpt}: heads");
+            for (((name, a), (_, b)), (_, r)) in folded.heads.iter().zip(&unfolded.heads).zip(&reference.heads) {
+                assert_eq!(a.len(), b.len(), "{ckpt} {name}: levels");
+                let (a, b, r) = (tensor_vec(a.last().unwrap()), tensor_vec(b.last().unwrap()), tensor_vec(r.last().unwrap()));
+                let what = format!("{ckpt} {name} {precision:?}");
+                if precision == Precision::F32 {
+                    let e = rel_to_max(&a, &b);
+                    assert!(e < 1e-5, "{what}: folded vs unfolded max|diff|/max|ref| {e:.2e}");
+                } else {
+                    let (pf, pu) = (pcc(&a, &r), pcc(&b, &r));
+                    eprintln!("{what}: PCC against f32, folded {pf:.7}, unfolded {pu:.7}");
+                    assert!(pf >= 0.9999 && 1.0 - pf <= 2.0 * (1.0 - pu) + 1e-6, "{what}: PCC against f32, folded {pf:.7}, unfolded {pu:.7}");
+                }
+            }
+        }
+    }
+}
