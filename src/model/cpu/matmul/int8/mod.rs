@@ -665,7 +665,8 @@ mod tests {
     }
 
     /// With the GELU asked for, every route (the tiles in their epilogue, the others in a pass
-    /// after) gives the bits of the GELU applied to its product without it.
+    /// after) gives the bits of the GELU applied to its product without it; the hardware
+    /// tiles' vector GELU (`simd::avx512::gelu16`) within 2e-6 of it.
     #[test]
     fn the_gelu_is_applied_alike_on_every_route() {
         let mut seed = 0x6a09_e667_f3bc_c908u64;
@@ -676,9 +677,18 @@ mod tests {
         let builds = isa::levels().map(|l| QuantB::from_f32_nk(&w, n, k, l)).chain([QuantB::for_route(&w, n, k, Route::AmxEmulated)]);
         for b in builds {
             let (Some(plain), Some(gelu)) = (product(&x, m, &b, &bias, None), product(&x, m, &b, &bias, Some(isa::max()))) else { continue };
+            let mut worst = 0f64;
             for (e, (&p, &g)) in plain.iter().zip(&gelu).enumerate() {
-                assert_eq!(crate::simd::math::gelu(p).to_bits(), g.to_bits(), "{:?} [{e}]", b.route());
+                let want = crate::simd::math::gelu(p);
+                if b.route() == Route::Amx {
+                    let err = (g - want).abs() as f64 / (want.abs().max(p.abs()) as f64).max(1e-30);
+                    worst = worst.max(err);
+                    assert!(err <= 2e-6, "{:?} [{e}]: gelu({p}) {g} vs {want}", b.route());
+                } else {
+                    assert_eq!(want.to_bits(), g.to_bits(), "{:?} [{e}]", b.route());
+                }
             }
+            eprintln!("{:?}: worst relative difference {worst:.1e}", b.route());
         }
     }
 

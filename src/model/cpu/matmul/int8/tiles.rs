@@ -119,26 +119,51 @@ unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, out: *mut i32, hook: &mut impl
     }
 }
 
-/// [`epilogue`] compiled with AVX-512F and FMA, so that it vectorises and its `mul_add` is one
-/// instruction rather than a call.
+/// [`epilogue`] in AVX-512 vectors: the same operations in the same order (a wrapping i32
+/// product and difference, then one fused multiply-add), so the same bits before the GELU;
+/// the GELU is the bf16 tiles' vector one (`simd::avx512::gelu16`: `vrcp14ps` and a Newton
+/// step for the division, within 2e-6 of `simd::math::gelu`). Each row stored by two masked
+/// stores (a `memcpy` call per row of 32 floats cost as much as a sixth of the product at
+/// ViT-L's fc1); the element-wise GELU cost fc1 a third more than bf16's (an Intel Xeon with
+/// AMX, `examples/encoder_bench.rs`, 2026-12-07).
 ///
 /// # Safety
 /// The CPU has AVX-512F and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 unsafe fn epilogue_avx512(t: &Tile, acc: &Acc, rows: std::ops::Range<usize>) {
-    use core::arch::x86_64::_mm512_mask_storeu_ps;
+    use core::arch::x86_64::*;
     let (m0, m1) = crate::simd::avx512::masks(t.c.cols());
-    // Each row stored by two masked stores (a `memcpy` call per row of 32 floats cost as much as
-    // a sixth of the product at ViT-L's fc1).
-    epilogue_rows(t, acc, rows, |r, y| {
-        // SAFETY: row r's first nv columns are in C and this tile's (`Tile::c`); the masks keep
-        // the stores to them, and masked-off lanes never fault.
+    let (cs, sw, bias): (&[i32; NR], &[f32; NR], &[f32; NR]) = (fixed(t.colsum), fixed(t.scale_b), fixed(t.bias));
+    // SAFETY: NR = 32 values in each of the panel's arrays.
+    let (cs0, cs1, sw0, sw1, b0, b1) = unsafe {
+        (
+            _mm512_loadu_si512(cs.as_ptr() as *const _),
+            _mm512_loadu_si512(cs.as_ptr().add(16) as *const _),
+            _mm512_loadu_ps(sw.as_ptr()),
+            _mm512_loadu_ps(sw.as_ptr().add(16)),
+            _mm512_loadu_ps(bias.as_ptr()),
+            _mm512_loadu_ps(bias.as_ptr().add(16)),
+        )
+    };
+    for r in rows {
+        let (z, s) = (_mm512_set1_epi32(t.zero_a[r]), _mm512_set1_ps(t.scale_a[r]));
+        // SAFETY: row r of the accumulators is NR i32; row r's first nv columns are in C and
+        // this tile's (`Tile::c`): the masks keep the stores to them.
         unsafe {
-            _mm512_mask_storeu_ps(t.c.row(r), m0, core::arch::x86_64::_mm512_loadu_ps(y.as_ptr()));
-            _mm512_mask_storeu_ps(t.c.row(r).wrapping_add(16), m1, core::arch::x86_64::_mm512_loadu_ps(y.as_ptr().add(16)));
+            let a = acc.0.as_ptr().add(r * NR);
+            let v0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(a as *const _), _mm512_mullo_epi32(z, cs0)));
+            let v1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(a.add(16) as *const _), _mm512_mullo_epi32(z, cs1)));
+            let mut y0 = _mm512_fmadd_ps(v0, _mm512_mul_ps(s, sw0), b0);
+            let mut y1 = _mm512_fmadd_ps(v1, _mm512_mul_ps(s, sw1), b1);
+            if t.gelu {
+                y0 = crate::simd::avx512::gelu16(y0);
+                y1 = crate::simd::avx512::gelu16(y1);
+            }
+            _mm512_mask_storeu_ps(t.c.row(r), m0, y0);
+            _mm512_mask_storeu_ps(t.c.row(r).wrapping_add(16), m1, y1);
         }
-    })
+    }
 }
 
 /// C's tile from the group's accumulators: the VNNI route's epilogue, element by element.
