@@ -142,19 +142,23 @@ impl Conv3x3 {
     fn load_with(w: &mut Weights, p: &str, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
         let weight = w.get_product(&format!("{p}.weight"), &[cout, cin, 3, 3])?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        Self::new(w.build(), weight, bias, cin, cout, upsampling)
+        Self::new(w.build(), weight, bias, cin, cout, upsampling, false)
     }
     /// From its (cout, cin, 3, 3) weight in the products' dtype and its (cout) f32 bias, on the
-    /// model's device; `upsampling` as [`Conv3x3::load_upsampling`].
-    fn new(build: &BuildOptions, weight: Tensor, bias: Tensor, cin: usize, cout: usize, upsampling: bool) -> Result<Self> {
+    /// model's device; `upsampling` as [`Conv3x3::load_upsampling`]. `folded`: a
+    /// [`FoldedTail`]'s, a few outputs from a map of `cin` channels, which multiplies in bf16
+    /// where the convolutions of `cin` channels do (under int8 on AMX too), else in f32.
+    fn new(build: &BuildOptions, weight: Tensor, bias: Tensor, cin: usize, cout: usize, upsampling: bool, folded: bool) -> Result<Self> {
         let new: NewQuantConv = if upsampling { QuantConv::new_upsampling } else { QuantConv::new };
+        let int8 = if folded { None } else { int8_conv(build, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)? };
         // A convolution that runs in int8 takes every call there (an upsampling one is only
         // called upsampled): no f32 weights packed beside it.
-        let route = if let Some(op) = int8_conv(build, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)? {
+        let route = if let Some(op) = int8 {
             Conv3x3Route::Int8(op)
         } else if build.cpu_level().is_some() {
             let new = if upsampling { Conv3x3Op::new_upsampling } else { Conv3x3Op::new };
-            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, conv_bf16(build, cin, cout, INT8_CONV_MIN_CHANNELS))?))
+            let bf16 = conv_bf16(build, cin, if folded { cin } else { cout }, INT8_CONV_MIN_CHANNELS);
+            Conv3x3Route::Cpu(Box::new(new(weight.clone(), bias.to_vec1::<f32>()?, cin, cout, bf16)?))
         } else {
             let device = build.device();
             Conv3x3Route::Generic { unfolded: !crate::device::conv2d_usable(device) || (device.is_cpu() && build.dtype() != candle_core::DType::F32) }
@@ -574,12 +578,12 @@ impl FoldedTail {
                 bias[o] = acc;
             }
             let uv_w = matmul64_f64(&a, &wn.iter().map(|&v| v as f64).collect::<Vec<_>>(), k, cn, *uv_in);
-            let head_conv = Conv3x3::new(build, product(build, &head_w, &[k, h.prev, 3, 3])?, f32_tensor(build, &bias, &[k])?, h.prev, k, true)?;
+            let head_conv = Conv3x3::new(build, product(build, &head_w, &[k, h.prev, 3, 3])?, f32_tensor(build, &bias, &[k])?, h.prev, k, true, true)?;
             let uv = Conv1x1::new(build, product(build, &uv_w, &[k, *uv_in])?, f32_tensor(build, &vec![0.0; k], &[k])?, *uv_in, k)?;
             parts.push((row, k, head_conv, uv));
             row += k;
         }
-        let neck = Conv3x3::new(build, product(build, &neck_w, &[total, pn, 3, 3])?, f32_tensor(build, &vec![0.0; total], &[total])?, pn, total, true)?;
+        let neck = Conv3x3::new(build, product(build, &neck_w, &[total, pn, 3, 3])?, f32_tensor(build, &vec![0.0; total], &[total])?, pn, total, true, true)?;
         Ok(Self { neck, heads: parts })
     }
 

@@ -80,8 +80,8 @@ cases! {
 
 /// The decoder's full-resolution level folded at load (`moge::model::modules::FoldedTail`)
 /// against the stacks run as upstream writes them, on checkpoints with three heads and with two
-/// (`tiny_vitl` has no normal head): f32 the same maps up to rounding; bf16 as close to f32 as
-/// the unfolded bf16 model is. The folded model no longer makes the neck's last map. (By default
+/// (`tiny_vitl` has no normal head): f32 the same maps up to rounding; bf16 and int8 as close
+/// to f32 as the unfolded model of their precision is. The folded model no longer makes the neck's last map. (By default
 /// bf16 folds and f32 does not.)
 #[test]
 fn the_folded_decoder_matches_the_unfolded_one() {
@@ -98,7 +98,7 @@ fn the_folded_decoder_matches_the_unfolded_one() {
         let f32_build = BuildOptions::new(&candle_core::Device::Cpu, Precision::F32).unwrap();
         assert!(!f32_build.folds() && BuildOptions::new(&candle_core::Device::Cpu, Precision::Bf16).unwrap().folds(), "the defaults");
         let reference = run(&f32_build);
-        for precision in [Precision::F32, Precision::Bf16] {
+        for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
             let build = BuildOptions::new(&candle_core::Device::Cpu, precision).unwrap();
             let (folded, unfolded) = (run(&build.clone().with_fold(true)), run(&build.clone().with_fold(false)));
             assert_eq!(folded.neck.len() + 1, unfolded.neck.len(), "{ckpt}: the folded neck ends a level early");
@@ -114,7 +114,8 @@ fn the_folded_decoder_matches_the_unfolded_one() {
                 } else {
                     let (pf, pu) = (pcc(&a, &r), pcc(&b, &r));
                     eprintln!("{what}: PCC against f32, folded {pf:.7}, unfolded {pu:.7}");
-                    assert!(pf >= 0.9999 && 1.0 - pf <= 2.0 * (1.0 - pu) + 1e-6, "{what}: PCC against f32, folded {pf:.7}, unfolded {pu:.7}");
+                    let gate = if precision == Precision::Int8 { 0.999 } else { 0.9999 };
+                    assert!(pf >= gate && 1.0 - pf <= 2.0 * (1.0 - pu) + 1e-6, "{what}: PCC against f32, folded {pf:.7}, unfolded {pu:.7}");
                 }
             }
         }
