@@ -29,7 +29,7 @@ use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, fake_quantised, product_quantised, quantise_activations, QuantA, QuantB, Route};
 use crate::simd::isa::{self, Isa};
 use crate::simd::math::{layer_norm_row, silu_in_place};
-use crate::simd::{Mat, MatMut};
+use crate::simd::{Lines, Mat, MatMut};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -311,8 +311,11 @@ impl SubmConv3d {
         }
         // bf16 rows: the inputs as pair words, made in the one pass; else pre(x) in f32 (x itself
         // where there is nothing to apply).
+        // The gathered bf16 taps in panels (the AMX tiles') take pair rows too: each tap gathers
+        // converted rows (half the bytes of f32's), and no product converts its A again.
         let words = match &self.taps {
             TapWeights::Bf16Rows(r) => Some(to_pairs(self.isa, x, ci, r.panels.k(), pre)),
+            TapWeights::Bf16(p) => p[0].pair_rows(0).map(|(kps, _)| to_pairs(self.isa, x, ci, kps, pre)),
             _ => None,
         };
         let applied = match (&words, pre) {
@@ -358,14 +361,25 @@ impl SubmConv3d {
             let out = unsafe { &mut *(out as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
             // The chunk's rows that have tap t, and their neighbours there.
             let (mut rows, mut srcs): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n), Vec::with_capacity(n));
-            let mut gathered = match &self.taps {
-                TapWeights::Int8(q) => Gathered::Int8(QuantA::with_rows(n, ci, q[0].route())),
+            let mut gathered = match (&self.taps, &words) {
+                (TapWeights::Int8(q), _) => Gathered::Int8(QuantA::with_rows(n, ci, q[0].route())),
+                (TapWeights::Bf16(p), Some(_)) => {
+                    let (kps, rows) = p[0].pair_rows(n).expect("pair rows for bf16 taps in panels");
+                    Gathered::Pairs(Lines::zeros(rows * kps), kps)
+                }
                 _ => Gathered::F32(vec![0f32; n * ci]),
             };
             // The int8 products' bias: the outputs start from the conv's.
             let zeros = vec![0f32; co];
             let mut products = vec![0f32; n * co];
             for t in 0..TAPS {
+                if let (Gathered::Pairs(g, kps), Some(words), TapWeights::Bf16(p), CENTRE) = (&mut gathered, &words, &self.taps, t) {
+                    // The chunk's own rows, copied onto cache lines for the tiles' loads.
+                    g[..n * *kps].copy_from_slice(&words[v0 * *kps..(v0 + n) * *kps]);
+                    g[n * *kps..].fill(0);
+                    bf16::gemm_bf16_pairs(g, &p[t], Mat::from_slice_mut(out, n, co, co), true);
+                    continue;
+                }
                 if let (TapWeights::F32(_) | TapWeights::Bf16(_) | TapWeights::Int8Emulated(_), CENTRE) = (&self.taps, t) {
                     self.product(t, &x[v0 * ci..(v0 + n) * ci], n, out, true);
                     continue;
@@ -386,6 +400,16 @@ impl SubmConv3d {
                         g.gather(a, src);
                         // SAFETY: products holds k rows of co, this task's own.
                         unsafe { product_quantised(g, &q[t], &zeros, MatMut::from_mut_ptr(products.as_mut_ptr(), k, co, co), false, false) };
+                    }
+                    (Gathered::Pairs(g, kps), _, TapWeights::Bf16(p)) => {
+                        let (kps, words) = (*kps, words.as_deref().expect("pair rows for gathered pairs"));
+                        for (d, s) in g.chunks_exact_mut(kps).zip(src) {
+                            d.copy_from_slice(&words[s * kps..(s + 1) * kps]);
+                        }
+                        // The rows the tiles read past the k gathered: zeros, not another tap's.
+                        let padded = p[t].pair_rows(k).map_or(k, |(_, rows)| rows);
+                        g[k * kps..padded * kps].fill(0);
+                        bf16::gemm_bf16_pairs(g, &p[t], Mat::from_slice_mut(&mut products[..k * co], k, co, co), false);
                     }
                     (Gathered::F32(g), ..) => {
                         for (d, s) in g.chunks_exact_mut(ci).zip(src) {
@@ -573,6 +597,8 @@ fn to_pairs(level: Isa, x: &[f32], ci: usize, kps: usize, pre: Pre) -> Vec<u32> 
 enum Gathered {
     F32(Vec<f32>),
     Int8(QuantA),
+    /// bf16 pair rows of `.1` words, on cache lines.
+    Pairs(Lines<u32>, usize),
 }
 
 /// Tap t's (Ci × Co) block of upstream's weight (Co, 27, Ci): element (i, o) = weight[o][t][i].

@@ -364,6 +364,15 @@ pub struct PackedB {
 }
 
 impl PackedB {
+    /// Where B is in panels, the rows of A that [`gemm_bf16_pairs`] takes: k pairs per row, and
+    /// the rows stored for m rows (whole tiles' on the tile route).
+    pub(crate) fn pair_rows(&self, m: usize) -> Option<(usize, usize)> {
+        match &self.store {
+            Store::Panels { kernel, .. } => Some((kernel.pairs(self.k), kernel.rows(m))),
+            Store::Rounded(_) => None,
+        }
+    }
+
     /// From B given K×N row-major, for the route of [`isa::current`].
     pub fn from_f32_kn(data: &[f32], k: usize, n: usize) -> Self {
         Self::build(data, k, n, false, isa::current())
@@ -508,6 +517,22 @@ pub fn gemm_bf16(a: Mat<&[f32]>, b: &PackedB, mut c: Mat<&mut [f32]>, accumulate
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
         }
     }
+}
+
+/// `C (m×n) = [C +] A · B` on this thread, A already bf16 pairs: its m rows of
+/// [`PackedB::pair_rows`]'s k pairs each, readable (zeros) to its rows rounded up to that
+/// kernel's, on a cache line where the kernel is the tiles'. Panics where B is not in panels or
+/// the shapes disagree.
+pub(crate) fn gemm_bf16_pairs(a: &[u32], b: &PackedB, mut c: Mat<&mut [f32]>, accumulate: bool) {
+    let (m, n) = (c.rows(), b.n);
+    let Store::Panels { words, kernel } = &b.store else { panic!("gemm_bf16_pairs: B is not in panels") };
+    let kps = kernel.pairs(b.k);
+    assert!(c.cols() == n && a.len() >= kernel.rows(m) * kps, "gemm_bf16_pairs: {} words of A for {m} rows of {kps} pairs", a.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    let job = Job { k: b.k, kernel: *kernel, a: Operand::Packed(a), b: Operand::Packed(words), c: c.as_raw_mut(), accumulate, epilogue: None };
+    job.run(1, true);
 }
 
 /// `C (m×n) = bias + A · B`, then GELU where `gelu` names the level of its vector code: a
