@@ -75,7 +75,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
         products: match (bf16, matmul::bf16::route(level)) {
             _ if precision == crate::model::Precision::Int8 => match matmul::int8::route(level) {
                 matmul::int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
-                matmul::int8::Route::Amx => "int8 amx tiles (tdpbusd) for the ViT's linears, bf16 amx tiles for the decoder's convolutions of 32+ channels (1x1: 64+; faster than int8 there), f32 for the rest".to_owned(),
+                matmul::int8::Route::Amx => "int8 amx tiles (tdpbusd) for the ViT's linears, bf16 amx tiles for MoGe-3's sparse convolutions and the decoder's convolutions of 32+ channels (1x1: 64+; faster than int8 there), f32 for the rest".to_owned(),
                 r => format!("int8 {} for the ViT's linears, MoGe-3's sparse convolutions and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
             },
             (false, _) => match sgemm::Micro::at(level) {

@@ -219,7 +219,11 @@ impl SubmConv3d {
             Products::Bf16 if bf16::route(level) == Isa::Avx512Bf16 => Self::on_rows(weight, bias, ci, co, products, false),
             Products::F32 => Self::packed_by(weight, bias, ci, co, None),
             Products::Bf16 => Self::packed_by(weight, bias, ci, co, Some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n))),
-            // The tiles' int8 products have no sparse gather yet: AMX CPUs have AVX512-VNNI.
+            // int8 on AMX multiplies in bf16 on the tiles, as the decoder's convolutions do there
+            // (`modules::conv_bf16`): the refiner at 560x832 took 0.61 s a call so, 0.87 s in
+            // int8 on AVX512-VNNI (`examples/refiner_bench`, an Intel Xeon with AMX, 2026-12-07).
+            Products::Int8 if bf16::route(level) == Isa::Amx => Self::packed_by(weight, bias, ci, co, Some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n))),
+            // Elsewhere on the VNNI products (the tiles' int8 has no sparse gather).
             Products::Int8 => Self::quantised(weight, bias, ci, co, int8::route(isa::current()).without_tiles()),
         }
     }
