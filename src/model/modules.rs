@@ -378,22 +378,14 @@ impl ConvStack {
             host(w.get(&format!("{p}.resamplers.{}.1.weight", last - 1), &[c, prev, 3, 3])?)?,
             host(w.get(&format!("{p}.resamplers.{}.1.bias", last - 1), &[c])?)?,
         );
-        let input = match cfg.dim_in.get(last).flatten() {
-            Some(cin) => Some((
-                cin,
-                host(w.get(&format!("{p}.input_blocks.{last}.weight"), &[c, cin, 1, 1])?)?,
-                host(w.get(&format!("{p}.input_blocks.{last}.bias"), &[c])?)?,
-            )),
-            None => None,
+        // A 1x1 block's (channels, weight, bias), from `cin` to `cout`; `channels` the side
+        // that is not `c`.
+        let one_by_one = |w: &mut Weights, block: &str, cin: usize, cout: usize, channels: usize| -> Result<(usize, Vec<f32>, Vec<f32>)> {
+            let key = format!("{p}.{block}.{last}");
+            Ok((channels, host(w.get(&format!("{key}.weight"), &[cout, cin, 1, 1])?)?, host(w.get(&format!("{key}.bias"), &[cout])?)?))
         };
-        let output = match cfg.dim_out.get(last).flatten() {
-            Some(cout) => Some((
-                cout,
-                host(w.get(&format!("{p}.output_blocks.{last}.weight"), &[cout, c, 1, 1])?)?,
-                host(w.get(&format!("{p}.output_blocks.{last}.bias"), &[cout])?)?,
-            )),
-            None => None,
-        };
+        let input = cfg.dim_in.get(last).flatten().map(|cin| one_by_one(w, "input_blocks", cin, c, cin)).transpose()?;
+        let output = cfg.dim_out.get(last).flatten().map(|cout| one_by_one(w, "output_blocks", c, cout, cout)).transpose()?;
         Ok(Some((stack, LinearTail { channels: c, prev, conv, input, output })))
     }
 
