@@ -374,15 +374,12 @@ impl ConvStack {
         let stack = Self::load_levels(w, p, cfg, n - 1)?;
         let last = n - 1;
         let (c, prev) = (cfg.dim_res_blocks[last], cfg.dim_res_blocks[last - 1]);
-        let conv = (
-            host(w.get(&format!("{p}.resamplers.{}.1.weight", last - 1), &[c, prev, 3, 3])?)?,
-            host(w.get(&format!("{p}.resamplers.{}.1.bias", last - 1), &[c])?)?,
-        );
+        let conv = (w.host(&format!("{p}.resamplers.{}.1.weight", last - 1), &[c, prev, 3, 3])?, w.host(&format!("{p}.resamplers.{}.1.bias", last - 1), &[c])?);
         // A 1x1 block's (channels, weight, bias), from `cin` to `cout`; `channels` the side
         // that is not `c`.
         let one_by_one = |w: &mut Weights, block: &str, cin: usize, cout: usize, channels: usize| -> Result<(usize, Vec<f32>, Vec<f32>)> {
             let key = format!("{p}.{block}.{last}");
-            Ok((channels, host(w.get(&format!("{key}.weight"), &[cout, cin, 1, 1])?)?, host(w.get(&format!("{key}.bias"), &[cout])?)?))
+            Ok((channels, w.host(&format!("{key}.weight"), &[cout, cin, 1, 1])?, w.host(&format!("{key}.bias"), &[cout])?))
         };
         let input = cfg.dim_in.get(last).flatten().map(|cin| one_by_one(w, "input_blocks", cin, c, cin)).transpose()?;
         let output = cfg.dim_out.get(last).flatten().map(|cout| one_by_one(w, "output_blocks", c, cout, cout)).transpose()?;
@@ -469,11 +466,6 @@ impl ConvStack {
 /// A 1x1 or 3x3 convolution's weight and bias as f32 on the host.
 type HostConv = (Vec<f32>, Vec<f32>);
 
-/// A tensor's values as f32 on the host.
-fn host(t: Tensor) -> Result<Vec<f32>> {
-    Ok(t.to_dtype(candle_core::DType::F32)?.to_device(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1()?)
-}
-
 /// The last level of a [`ConvStack`] where it is linear in the previous level's map: the
 /// bilinear resampler's 3x3 convolution (`conv`, `prev` → `channels`), the level's input
 /// block (a 1x1 from `cin` channels, or none), no residual blocks, and the output block (a 1x1
@@ -550,7 +542,7 @@ impl FoldedTail {
                 None => bail!("a head of {c} channels adds the neck's {cn} without an input block"),
             };
             // The neck's convolution, through A, into rows row..row + k.
-            let an = matmul64_f64(&a, &neck.conv.0, k, cn, pn * 9);
+            let an = matmul64(&a, &neck.conv.0, k, cn, pn * 9);
             neck_w[row * pn * 9..(row + k) * pn * 9].copy_from_slice(&an);
             // The head's convolution through W2, with every constant in its bias.
             let head_w = matmul64(w2, &h.conv.0, k, c, h.prev * 9);
@@ -569,7 +561,7 @@ impl FoldedTail {
                 }
                 bias[o] = acc;
             }
-            let uv_w = matmul64_f64(&a, &wn.iter().map(|&v| v as f64).collect::<Vec<_>>(), k, cn, *uv_in);
+            let uv_w = matmul64(&a, wn, k, cn, *uv_in);
             let head_conv = Conv3x3::new(build, product(build, &head_w, &[k, h.prev, 3, 3])?, f32_tensor(build, &bias, &[k])?, h.prev, k, true, true)?;
             let uv = Conv1x1::new(build, product(build, &uv_w, &[k, *uv_in])?, f32_tensor(build, &vec![0.0; k], &[k])?, *uv_in, k)?;
             parts.push((row, k, head_conv, uv));
@@ -594,17 +586,12 @@ impl FoldedTail {
     }
 }
 
-/// `a` (m × k, f32) · `b` (k × n, f32) in f64.
-fn matmul64(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
-    matmul64_f64(&a.iter().map(|&v| v as f64).collect::<Vec<_>>(), b, m, k, n)
-}
-
-/// `a` (m × k, f64) · `b` (k × n) in f64.
-fn matmul64_f64<B: Copy + Into<f64>>(a: &[f64], b: &[B], m: usize, k: usize, n: usize) -> Vec<f64> {
+/// `a` (m × k) · `b` (k × n) in f64, each of f32 or f64.
+fn matmul64<A: Copy + Into<f64>, B: Copy + Into<f64>>(a: &[A], b: &[B], m: usize, k: usize, n: usize) -> Vec<f64> {
     let mut c = vec![0f64; m * n];
     for i in 0..m {
         for p in 0..k {
-            let av = a[i * k + p];
+            let av: f64 = a[i * k + p].into();
             for (cv, &bv) in c[i * n..(i + 1) * n].iter_mut().zip(&b[p * n..(p + 1) * n]) {
                 *cv += av * bv.into();
             }

@@ -36,11 +36,6 @@ impl From<Precision> for Products {
     }
 }
 
-/// A tensor of the state dict on the host.
-fn host(w: &mut Weights, key: &str, shape: &[usize]) -> Result<Vec<f32>> {
-    Ok(w.get(key, shape)?.to_device(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
-}
-
 /// `nn.Linear` on rows: in f32, or in bf16 (f32 sums) where the refiner's products are bf16 and
 /// the CPU multiplies bf16 natively ([`Linear::load_for`]).
 pub struct Linear {
@@ -56,8 +51,8 @@ pub struct Linear {
 
 impl Linear {
     pub fn load(w: &mut Weights, p: &str, d_in: usize, d_out: usize) -> Result<Self> {
-        let weight = host(w, &format!("{p}.weight"), &[d_out, d_in])?;
-        let bias = host(w, &format!("{p}.bias"), &[d_out])?;
+        let weight = w.host(&format!("{p}.weight"), &[d_out, d_in])?;
+        let bias = w.host(&format!("{p}.bias"), &[d_out])?;
         let rows = DenseRows::new(&weight, bias.clone(), d_in, d_out, false);
         let weight = if rows.is_some() { vec![] } else { weight };
         Ok(Self { d_in, d_out, weight, bias, packed: None, rows })
@@ -66,8 +61,8 @@ impl Linear {
     /// As [`Linear::load`], in bf16 where `products` are and the CPU has them natively.
     pub fn load_for(w: &mut Weights, p: &str, d_in: usize, d_out: usize, products: Products) -> Result<Self> {
         if products == Products::Bf16 && bf16::native() {
-            let weight = host(w, &format!("{p}.weight"), &[d_out, d_in])?;
-            let bias = host(w, &format!("{p}.bias"), &[d_out])?;
+            let weight = w.host(&format!("{p}.weight"), &[d_out, d_in])?;
+            let bias = w.host(&format!("{p}.bias"), &[d_out])?;
             let packed = Some(PackedB::from_f32_nk(&weight, d_out, d_in));
             return Ok(Self { d_in, d_out, weight: vec![], bias, packed, rows: None });
         }
@@ -123,14 +118,14 @@ pub struct SparseResBlock3d {
 impl SparseResBlock3d {
     pub fn load(w: &mut Weights, p: &str, c: usize, products: Products) -> Result<Self> {
         let norm1 = LayerNormOp {
-            weight: host(w, &format!("{p}.norm1.weight"), &[c])?,
-            bias: host(w, &format!("{p}.norm1.bias"), &[c])?,
+            weight: w.host(&format!("{p}.norm1.weight"), &[c])?,
+            bias: w.host(&format!("{p}.norm1.bias"), &[c])?,
             eps: 1e-6,
             isa: isa::current(),
         };
         let conv = |w: &mut Weights, name: &str| -> Result<SubmConv3d> {
-            let weight = host(w, &format!("{p}.{name}.weight"), &[c, 3, 3, 3, c])?;
-            Ok(SubmConv3d::new(&weight, host(w, &format!("{p}.{name}.bias"), &[c])?, c, c, products))
+            let weight = w.host(&format!("{p}.{name}.weight"), &[c, 3, 3, 3, c])?;
+            Ok(SubmConv3d::new(&weight, w.host(&format!("{p}.{name}.bias"), &[c])?, c, c, products))
         };
         Ok(Self { norm1, conv1: conv(w, "conv1")?, conv2: conv(w, "conv2")? })
     }

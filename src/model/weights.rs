@@ -33,6 +33,12 @@ impl Weights {
         self.get_as(key, shape, DType::F32)
     }
 
+    /// As [`Weights::get`], as f32 values on the host (for what is computed from the weights at
+    /// load: the refiner's host kernels, the decoder's folded level).
+    pub fn host(&mut self, key: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self.get(key, shape)?.to_device(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+    }
+
     /// As [`Weights::get`] for the weight of a matrix product (linear, convolution), in the
     /// dtype of the products: f32, or bf16 on a GPU (activations stay f32 either way).
     pub fn get_product(&mut self, key: &str, shape: &[usize]) -> Result<Tensor> {

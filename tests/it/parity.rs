@@ -81,8 +81,8 @@ cases! {
 /// The decoder's full-resolution level folded at load (`moge::model::modules::FoldedTail`)
 /// against the stacks run as upstream writes them, on checkpoints with three heads and with two
 /// (`tiny_vitl` has no normal head): f32 the same maps up to rounding; bf16 and int8 as close
-/// to f32 as the unfolded model of their precision is. The folded model no longer makes the neck's last map. (By default
-/// bf16 folds and f32 does not.)
+/// to f32 as the unfolded model of their precision is. The folded model no longer makes the
+/// neck's last map. (By default bf16 folds and f32 does not.)
 #[test]
 fn the_folded_decoder_matches_the_unfolded_one() {
     use crate::support::reference::{pcc, rel_to_max, tensor_vec};

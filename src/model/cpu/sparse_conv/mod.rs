@@ -222,7 +222,7 @@ impl SubmConv3d {
             // int8 on AMX multiplies in bf16 on the tiles, as the decoder's convolutions do there
             // (`modules::conv_bf16`): the refiner at 560x832 took 0.61 s a call so, 0.87 s in
             // int8 on AVX512-VNNI (`examples/refiner_bench`, an Intel Xeon with AMX, 2026-12-07).
-            Products::Int8 if bf16::route(level) == Isa::Amx => Self::packed_by(weight, bias, ci, co, Some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n))),
+            Products::Int8 if bf16::route(level) == Isa::Amx => Self::new(weight, bias, ci, co, Products::Bf16),
             // Elsewhere on the VNNI products (the tiles' int8 has no sparse gather).
             Products::Int8 => Self::quantised(weight, bias, ci, co, int8::route(isa::current()).without_tiles()),
         }
@@ -367,9 +367,9 @@ impl SubmConv3d {
             let (mut rows, mut srcs): (Vec<u32>, Vec<u32>) = (Vec::with_capacity(n), Vec::with_capacity(n));
             let mut gathered = match (&self.taps, &words) {
                 (TapWeights::Int8(q), _) => Gathered::Int8(QuantA::with_rows(n, ci, q[0].route())),
-                (TapWeights::Bf16(p), Some(_)) => {
+                (TapWeights::Bf16(p), Some(words)) => {
                     let (kps, rows) = p[0].pair_rows(n).expect("pair rows for bf16 taps in panels");
-                    Gathered::Pairs(Lines::zeros(rows * kps), kps)
+                    Gathered::Pairs(Lines::zeros(rows * kps), kps, words)
                 }
                 _ => Gathered::F32(vec![0f32; n * ci]),
             };
@@ -377,7 +377,7 @@ impl SubmConv3d {
             let zeros = vec![0f32; co];
             let mut products = vec![0f32; n * co];
             for t in 0..TAPS {
-                if let (Gathered::Pairs(g, kps), Some(words), TapWeights::Bf16(p), CENTRE) = (&mut gathered, &words, &self.taps, t) {
+                if let (Gathered::Pairs(g, kps, words), TapWeights::Bf16(p), CENTRE) = (&mut gathered, &self.taps, t) {
                     // The chunk's own rows, copied onto cache lines for the tiles' loads.
                     g[..n * *kps].copy_from_slice(&words[v0 * *kps..(v0 + n) * *kps]);
                     g[n * *kps..].fill(0);
@@ -405,8 +405,8 @@ impl SubmConv3d {
                         // SAFETY: products holds k rows of co, this task's own.
                         unsafe { product_quantised(g, &q[t], &zeros, MatMut::from_mut_ptr(products.as_mut_ptr(), k, co, co), false, false) };
                     }
-                    (Gathered::Pairs(g, kps), _, TapWeights::Bf16(p)) => {
-                        let (kps, words) = (*kps, words.as_deref().expect("pair rows for gathered pairs"));
+                    (Gathered::Pairs(g, kps, words), _, TapWeights::Bf16(p)) => {
+                        let kps = *kps;
                         for (d, s) in g.chunks_exact_mut(kps).zip(src) {
                             d.copy_from_slice(&words[s * kps..(s + 1) * kps]);
                         }
@@ -598,11 +598,11 @@ fn to_pairs(level: Isa, x: &[f32], ci: usize, kps: usize, pre: Pre) -> Vec<u32> 
 }
 
 /// A chunk's gathered inputs of one tap.
-enum Gathered {
+enum Gathered<'a> {
     F32(Vec<f32>),
     Int8(QuantA),
-    /// bf16 pair rows of `.1` words, on cache lines.
-    Pairs(Lines<u32>, usize),
+    /// bf16 pair rows of `.1` words, on cache lines, gathered from the call's pair rows `.2`.
+    Pairs(Lines<u32>, usize, &'a [u32]),
 }
 
 /// Tap t's (Ci × Co) block of upstream's weight (Co, 27, Ci): element (i, o) = weight[o][t][i].
