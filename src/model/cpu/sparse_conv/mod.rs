@@ -757,6 +757,27 @@ mod tests {
         }
     }
 
+    /// int8 on AMX builds the bf16 tiles' taps (their bits exactly); elsewhere int8 keeps its
+    /// own products (other bits than bf16's).
+    #[test]
+    fn int8_on_amx_runs_the_bf16_tiles() {
+        let mut seed = 0x1357_9bdf_2468_ace0u64;
+        let (ci, co) = (40, 48);
+        let (_, nb) = random_voxels(&mut seed, (12, 14, 4), 0.5);
+        let x = crate::simd::test_values(&mut seed, nb.len() * ci);
+        let w = crate::simd::test_values(&mut seed, co * TAPS * ci);
+        let bias = crate::simd::test_values(&mut seed, co);
+        let run = |p| SubmConv3d::new(&w, bias.clone(), ci, co, p).forward(&x, &nb);
+        let (int8, bf16) = (run(Products::Int8), run(Products::Bf16));
+        let same = int8.iter().zip(&bf16).all(|(a, b)| a.to_bits() == b.to_bits());
+        if bf16::route(isa::current()) == Isa::Amx {
+            assert!(same, "int8 on AMX: not the bf16 tiles' bits");
+        } else {
+            eprintln!("no AMX here: int8 checked to be its own route only");
+            assert!(!same, "int8 without AMX: the bf16 route's bits");
+        }
+    }
+
     /// `forward_fused` is the residual plus the convolution of the rows with the norm and the
     /// SiLU applied, on every kind of taps (row tiles, gathered products, int8).
     #[test]
