@@ -326,6 +326,17 @@ impl TileConv {
                                     }
                                 }
                             }
+                            // The lines this group's epilogue will store to (during the
+                            // next group's loop), asked for in the writable state a few rows
+                            // per k step. The epilogue stores to 32 planes at once; where it
+                            // also read a residual whose planes lay at the same offsets mod
+                            // 4 KiB as the output's, its loads waited on those stores: a
+                            // residual block's second convolution at ViT-S's 280x416 level
+                            // took 10-12 ms against the first's 5, and 6.5-7.5 ms with this
+                            // (an Intel Xeon with AMX, 2026-12-07).
+                            if U::AVX512 && self.phases_of.is_none() {
+                                out.prefetch_for_write(o0 + mv * step / steps..o0 + mv * (step + 1) / steps, y * w + x0, nv);
+                            }
                             // Vector work beside the tiles': the previous group's epilogue.
                             if let Some(p) = pending {
                                 let upto = units(&p) * (step + 1) / steps;
