@@ -3,7 +3,8 @@
 //! GFLOP/s counting a multiply-add as two: each linear through the `gemm` crate, through
 //! `sgemm`'s panels (the level's one-tap kernel, AVX2 or AVX-512F), in int8 and in bf16 (on AMX
 //! tiles where the CPU has them), interleaved in one process (the machine is shared: compare the
-//! ratio); attention in f32 and in bf16, by the routes of this machine's level.
+//! ratio); attention in f32 and in bf16, by the routes of this machine's level; then int8's two
+//! parts apart (quantising the activations, the product of the quantised rows).
 //!
 //! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
 
@@ -14,9 +15,10 @@ use common::{keep_freed_memory, median};
 use moge::model::cpu::attention::AttentionOp;
 use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed};
 use moge::model::cpu::matmul::bf16::PackedB;
-use moge::model::cpu::matmul::int8::QuantB;
+use moge::model::cpu::matmul::int8::{product_quantised, quantise_activations, QuantB};
 use moge::simd::isa;
 use moge::simd::sgemm::Panels;
+use moge::simd::MatMut;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,6 +76,24 @@ fn main() -> candle_core::Result<()> {
                 drop(o);
             }
         }
+        // int8's two parts apart: quantising the activations (per row, on every call) and the
+        // product of the quantised rows (with its epilogue).
+        let mut parts = vec![(Vec::new(), Vec::new()); ops.len()];
+        for _ in 0..reps {
+            for (i, (_, op)) in ops.iter().enumerate().filter(|_| !only_attention) {
+                let Some(Packed::Int8(b)) = &op[2].packed else { continue };
+                let x = inputs[i].flatten_all()?.to_vec1::<f32>()?;
+                let t = Instant::now();
+                let (k, dn) = (op[2].d_in, op[2].d_out);
+                let a = quantise_activations(&x, n, k, b.route());
+                parts[i].0.push(t.elapsed().as_secs_f64());
+                let mut y: Vec<f32> = vec![0.0; n * dn];
+                let t = Instant::now();
+                // SAFETY: `y` holds n × dn floats, written only here.
+                unsafe { product_quantised(&a, b, &op[2].bias, MatMut::from_mut_ptr(y.as_mut_ptr(), n, dn, dn), op[2].epilogue == Epilogue::BiasGelu, true) };
+                parts[i].1.push(t.elapsed().as_secs_f64());
+            }
+        }
         // Per way of computing the linears (the gemm crate, panels, int8, bf16), the block's
         // total with the attention (f32's, bf16's for the bf16 linears).
         let ways = ["gemm crate", "panels", "int8", "bf16"];
@@ -94,6 +114,11 @@ fn main() -> candle_core::Result<()> {
                 None => totals[W - 1] += s,
             }
             println!("{name} {label:<16} {:8.2} ms {:7.1} G(FL)OP/s", s * 1e3, flops / s / 1e9);
+        }
+        for ((label, _), (q, p)) in ops.iter().zip(parts.iter_mut()) {
+            if !q.is_empty() {
+                println!("{name} {label} int8 parts: quantise {:6.2} ms, product {:6.2} ms", median(q) * 1e3, median(p) * 1e3);
+            }
         }
         let route = moge::model::cpu::matmul::int8::route(isa::current()).name();
         let bf16 = moge::model::cpu::matmul::bf16::route(isa::current());
