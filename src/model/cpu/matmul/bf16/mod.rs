@@ -875,7 +875,8 @@ impl Job<'_> {
 
     /// The tile route's loops: k blocks outer (A's block converted once, for all rows), then
     /// column blocks whose B stays in L2 while every row group passes (`tiles::block`). C is
-    /// visited once per k block: once for every K of the network (≤ `tiles::KC`).
+    /// visited once per k block: once where K ≤ `tiles::KC` (all but the widest: fc2 of ViT-B
+    /// and ViT-L, w3 of ViT-g).
     fn run_tile_blocks(&self, rows: Range<usize>, cols: Range<usize>, blocking: Blocking, abuf: &mut [u32], bbuf: &mut [u32]) {
         let Blocking { kc_pairs, nc, .. } = blocking;
         let kps_total = self.kernel.pairs(self.k);

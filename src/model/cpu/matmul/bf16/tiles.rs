@@ -17,10 +17,15 @@ use crate::simd::{MatMut, MatRef};
 
 /// Rows of C per group: two tiles of 16.
 pub(super) const TM: usize = 2 * ROWS;
-/// K block, in elements: every K of the network in one, so C is read and written once. The
-/// tiles stream A and B from L2 at 2.0 TFLOP/s a core, from L1 at 2.8 and from L3 at 0.46
-/// (`examples/amx_peak.rs`, an Intel Xeon with AMX, 2026-12-03): the operands must come from L2.
-pub(super) const KC: usize = 4096;
+/// K block, in elements. The tiles stream A and B from L2 at 2.0 TFLOP/s a core, from L1 at 2.8
+/// and from L3 at 0.46 (`examples/amx_peak.rs`, an Intel Xeon with AMX, 2026-12-03): the
+/// operands must come from L2. A thread converts A's block for all its rows at once (fc2: 900
+/// rows × K = 4096 is 7 MiB, past L2) and reads it again from L3 for each column block of B
+/// (1 MiB of B: 128 columns at K = 4096, 256 at 2048). Two k blocks of 2048 halve those
+/// passes for the cost of one more over C: ViT-L's fc2 (1800 × 4096 × 1024) 6.8-6.9 ms -> 5.9,
+/// the other linears (K ≤ 1024) unchanged (`examples/encoder_bench.rs`, the same Xeon,
+/// 2026-12-07). At K = 1024 fc2 took 6.1 ms.
+pub(super) const KC: usize = 2048;
 /// Bytes of B per column block (KC/2 pairs × NC columns × 4), in the 2 MiB L2 beside a row
 /// group's A (≤ 32 × KC/2 × 4 = 256 KiB).
 pub(super) const B_BLOCK_BYTES: usize = 1024 * 1024;
