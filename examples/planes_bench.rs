@@ -2,7 +2,10 @@
 //! (`moge::model::cpu::conv1x1`) in f32, on the shapes of the neck and heads at 640x480 (1800
 //! tokens): the AVX2 direct kernel ([`Pointwise`]) beside the `gemm` crate's route, measured
 //! interleaved in one process (the machine is shared: compare the ratio). With the allocator
-//! settings of the `moge` binary, so freed buffers are reused as in a forward.
+//! settings of the `moge` binary, so freed buffers are reused as in a forward. On a CPU with
+//! AMX, then the transposed convolutions in bf16: the tile GEMM into a (4·cout, h·w) buffer and
+//! a pass to interleave it, against the one-tap tiles whose epilogue interleaves
+//! (`TileConv::new_transposed`), with the largest difference between their outputs.
 //!
 //! `cargo run --release --example planes_bench [reps]`
 
@@ -11,13 +14,19 @@ use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
+use moge::model::cpu::conv3x3::tiles::TileConv;
+use moge::model::cpu::matmul::bf16::PackedA;
 use moge::model::cpu::matmul::pointwise::Pointwise;
+use moge::simd::isa::{self, Isa};
 use std::time::Instant;
 
 fn main() -> candle_core::Result<()> {
     keep_freed_memory();
     let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(7);
     let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    if isa::current() == Isa::Amx {
+        transposed_bf16(reps, &mut rng)?;
+    }
     if Pointwise::new(&[0.0], 1, 1).is_none() {
         println!("no AVX2 direct route at this level: nothing to compare");
         return Ok(());
@@ -48,7 +57,7 @@ fn main() -> candle_core::Result<()> {
             for (i, t) in t.iter_mut().enumerate() {
                 let y = if kind == 2 {
                     let pointwise = if i == 0 { ConvTranspose2x2Op::pointwise(&wt, cin, cout, &bias) } else { None };
-                    let op = ConvTranspose2x2Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise };
+                    let op = ConvTranspose2x2Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise, tiles: None };
                     let s = Instant::now();
                     let y = x.apply_op1_no_bwd(&op)?;
                     (y, s)
@@ -71,5 +80,45 @@ fn main() -> candle_core::Result<()> {
         println!("{name:>10} {cin:>4}->{cout:<4} {h:>4}x{w:<4}  pointwise {p:7.2}  gemm {g:7.2}  ratio {:.2}x", g / p);
     }
     println!("{:>33}  pointwise {sum_pw:7.2}  gemm {sum_gemm:7.2}  ratio {:.2}x", "sum", sum_gemm / sum_pw);
+    Ok(())
+}
+
+/// The bf16 transposed convolutions on AMX: the tile GEMM then the interleave, against the
+/// one-tap tiles, interleaved in one process.
+fn transposed_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
+    println!("bf16 transposed 2x2 on AMX: tile GEMM + interleave vs one-tap tiles, {} threads, median of {reps}, ms per call", rayon::current_num_threads());
+    // ViT-S's neck and heads at 600x400, 1800 tokens (35x52 tokens).
+    for (cin, cout, h, w) in [(384, 256, 35, 52), (256, 128, 70, 104), (128, 64, 140, 208)] {
+        let wt = rng.units(4 * cout * cin);
+        let bias = rng.units(cout);
+        let x = Tensor::from_vec(rng.units(cin * h * w), (cin, h, w), &Device::Cpu)?;
+        let weight = Tensor::from_vec(wt.clone(), (4 * cout, cin), &Device::Cpu)?;
+        let gemm = ConvTranspose2x2Op {
+            weight: weight.clone(),
+            bias: bias.clone(),
+            cin,
+            cout,
+            packed: Some(PackedA::from_f32(&wt, 4 * cout, cin)),
+            pointwise: None,
+            tiles: None,
+        };
+        let tiles = ConvTranspose2x2Op { weight, bias, cin, cout, packed: None, pointwise: None, tiles: Some(TileConv::new_transposed(&wt, cin, cout, false)) };
+        let mut t = [vec![], vec![]];
+        let mut outs = vec![];
+        for rep in 0..=reps {
+            for (i, op) in [&gemm, &tiles].into_iter().enumerate() {
+                let s = Instant::now();
+                let y = x.apply_op1_no_bwd(op)?;
+                if rep > 0 {
+                    t[i].push(s.elapsed().as_secs_f64() * 1e3);
+                } else {
+                    outs.push(y);
+                }
+            }
+        }
+        let diff = (&outs[0] - &outs[1])?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+        let (g, p) = (median(&mut t[0]), median(&mut t[1]));
+        println!("transposed {cin:>4}->{cout:<4} {h:>4}x{w:<4}  gemm + interleave {g:7.2}  tiles {p:7.2}  ratio {:.2}x  max diff {diff:e}", g / p);
+    }
     Ok(())
 }

@@ -8,6 +8,7 @@ use super::build::BuildOptions;
 use super::config::{BackboneSpec, ConvStackConfig, EncoderConfig};
 use super::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
 use super::cpu::conv3x3::int8::QuantConv;
+use super::cpu::conv3x3::tiles::TileConv;
 use super::cpu::conv3x3::Conv3x3Op;
 use super::cpu::matmul::bf16::PackedA;
 use super::cpu::matmul::pointwise::Pointwise;
@@ -45,6 +46,15 @@ fn conv_bf16(build: &BuildOptions, cin: usize, cout: usize, min: usize) -> bool 
         Precision::Int8 => build.cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= min,
         Precision::F32 => false,
     }
+}
+
+/// Whether a bf16 transposed convolution of `cin` → `cout` channels runs on AMX tiles
+/// ([`TileConv::new_transposed`]): on the `amx` level, from 16 channels each way. (A 1x1
+/// convolution on the same one-tap tiles ran no faster than the tile GEMM it takes, 1.35
+/// against 1.07 ms for 384 -> 256 channels with a residual at 70x104, rows padded to 32
+/// pixels: `examples/ct2_scratch`, removed, an Intel Xeon with AMX, 2026-12-07.)
+fn on_tiles(build: &BuildOptions, cin: usize, cout: usize) -> bool {
+    build.cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= 16
 }
 
 /// The int8 op of a decoder convolution, where `--precision int8` runs it in int8: `min` and
@@ -284,10 +294,15 @@ impl ConvTranspose2x2 {
             ConvTranspose2x2Route::Int8(op)
         } else if w.build().cpu_level().is_some() {
             let bf16 = conv_bf16(w.build(), cin, cout, INT8_CONV_MIN_CHANNELS);
-            let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
+            let tiles = if bf16 && on_tiles(w.build(), cin, cout) {
+                Some(crate::model::cpu::with_f32(&weight, |wv| TileConv::new_transposed(wv, cin, cout, false))?)
+            } else {
+                None
+            };
+            let packed = if bf16 && tiles.is_none() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, 4 * cout, cin))?) } else { None };
             let bias: Vec<f32> = bias.to_vec1()?;
             let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| ConvTranspose2x2Op::pointwise(wv, cin, cout, &bias))? };
-            ConvTranspose2x2Route::Cpu(Box::new(ConvTranspose2x2Op { weight: weight.clone(), bias, cin, cout, packed, pointwise }))
+            ConvTranspose2x2Route::Cpu(Box::new(ConvTranspose2x2Op { weight: weight.clone(), bias, cin, cout, packed, pointwise, tiles }))
         } else {
             ConvTranspose2x2Route::Generic
         };

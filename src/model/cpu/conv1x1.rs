@@ -14,6 +14,7 @@ use super::tensor::{contiguous, with_f32};
 
 use crate::simd::{Mat, SendPtr};
 
+use super::conv3x3::tiles::TileConv;
 use super::matmul::bf16::{gemm_bf16_packed_a, PackedA};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::pointwise::Pointwise;
@@ -136,6 +137,8 @@ pub struct ConvTranspose2x2Op {
     /// The f32 product on the AVX2 route ([`Pointwise`]), with the bias of each of its 4·cout
     /// rows (row (o, di, dj) takes bias[o]), so the interleave only moves values.
     pub pointwise: Option<(Pointwise, Vec<f32>)>,
+    /// bf16 on AMX tiles ([`TileConv::new_transposed`]): the interleave done by the epilogue.
+    pub tiles: Option<TileConv>,
 }
 
 impl ConvTranspose2x2Op {
@@ -156,6 +159,9 @@ impl CustomOp1 for ConvTranspose2x2Op {
             candle_core::bail!("conv-transpose: {c} input channels, weight expects {}", self.cin);
         }
         let x = contiguous(s, l, "conv-transpose")?;
+        if let Some(t) = &self.tiles {
+            return Ok((CpuStorage::F32(t.run_upsampled(x, (h, w), &self.bias, None)), Shape::from((self.cout, 2 * h, 2 * w))));
+        }
         let hw = h * w;
         let (y, bias) = match &self.pointwise {
             Some((p, bias4)) => (p.run(x, hw, bias4, None), None),
@@ -256,6 +262,7 @@ mod tests {
                         cout,
                         packed: None,
                         pointwise: pw,
+                        tiles: None,
                     };
                     (c1, ct)
                 });

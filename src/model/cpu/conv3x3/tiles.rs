@@ -10,6 +10,8 @@
 //! channel), B = 16 channel pairs × 16 pixels of one shifted row (one plane per tile row), C =
 //! output channels × pixels, the planar output's own orientation. Written on any
 //! [`TileUnit`]: the hardware's on the `amx` level, the emulation's in every machine's tests.
+//! The same loops with one tap and four phases run the decoder's transposed 2x2 convolutions
+//! ([`TileConv::new_transposed`]).
 
 use rayon::prelude::*;
 
@@ -40,16 +42,20 @@ const SLAB_WORDS: usize = 256 * 1024;
 pub struct TileConv {
     cin: usize,
     cout: usize,
+    /// 9 (a 3x3 convolution), or 1: with `phases_of`, a transposed 2x2 one of stride 2
+    /// ([`TileConv::new_transposed`]), whose slab holds the centre tap's copy alone.
+    taps: usize,
     /// Channel pairs per row, a multiple of 16.
     cps: usize,
     /// Output channels stored, a multiple of 32.
     coutp: usize,
-    /// `[tap][output channel][channel pair]`, on a cache line.
+    /// `[tap][output channel][channel pair]` (`taps` taps), on a cache line.
     words: Lines<u32>,
     /// Run on the tiles' emulation (tests) instead of the hardware.
     emulated: bool,
-    /// For the convolution after a 2x bilinear upsample ([`TileConv::new_upsampling`]): its
-    /// own output channels (the tiles' are its four phases').
+    /// For the convolution after a 2x bilinear upsample ([`TileConv::new_upsampling`]) and the
+    /// transposed one ([`TileConv::new_transposed`]): its own output channels (the tiles' are
+    /// its four phases').
     phases_of: Option<usize>,
 }
 
@@ -77,19 +83,54 @@ struct Pending {
 impl TileConv {
     /// From PyTorch's (cout, cin, 3, 3) weight, for the hardware, or its emulation (`emulated`).
     pub fn new(w: &[f32], cin: usize, cout: usize, emulated: bool) -> Self {
-        assert!(w.len() >= cout * cin * 9, "conv3x3 tiles: a weight of {} for {cout}x{cin}x3x3", w.len());
+        Self::with_taps(w, cin, cout, 9, emulated)
+    }
+
+    /// `nn.ConvTranspose2d(cin, cout, 2, stride=2)` from its weight as (cout·4, cin) with rows
+    /// (o, di, dj): each output pixel (2i + di, 2j + dj) is a 1x1 product of input pixel (i,
+    /// j), so it is the four phases (di, dj) of a one-tap op, interleaved by the epilogue as an
+    /// upsampling op's ([`TileConv::run_upsampled`]). Before, a product into a zeroed (4·cout,
+    /// h·w) buffer then a pass to interleave it.
+    pub fn new_transposed(w: &[f32], cin: usize, cout: usize, emulated: bool) -> Self {
+        assert!(w.len() >= 4 * cout * cin, "conv-transpose tiles: a weight of {} for {cout}x{cin}x2x2", w.len());
+        let nb = cout.div_ceil(ROWS);
+        let mut ordered = vec![0f32; 4 * nb * ROWS * cin];
+        for (n, dst) in ordered.chunks_exact_mut(cin.max(1)).enumerate() {
+            let (py, px, o) = phase_channel(n, nb);
+            if o < cout {
+                dst.copy_from_slice(&w[(o * 4 + py * 2 + px) * cin..][..cin]);
+            }
+        }
+        let mut conv = Self::with_taps(&ordered, cin, 4 * nb * ROWS, 1, emulated);
+        conv.phases_of = Some(cout);
+        conv
+    }
+
+    /// From a (cout, cin, taps) weight, `taps` 9 or 1.
+    fn with_taps(w: &[f32], cin: usize, cout: usize, taps: usize, emulated: bool) -> Self {
+        assert!(taps == 9 || taps == 1, "conv3x3 tiles: {taps} taps");
+        assert!(w.len() >= cout * cin * taps, "conv3x3 tiles: a weight of {} for {cout}x{cin}x{taps}", w.len());
         let cps = cin.div_ceil(2 * ROWS) * ROWS;
         let coutp = cout.next_multiple_of(G);
-        let mut words = Lines::<u32>::zeros(9 * coutp * cps);
-        let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * 9 + t] } else { 0.0 };
-        for t in 0..9 {
+        let mut words = Lines::<u32>::zeros(taps * coutp * cps);
+        let at = |o: usize, c: usize, t: usize| if c < cin { w[(o * cin + c) * taps + t] } else { 0.0 };
+        for t in 0..taps {
             for o in 0..cout {
                 for cp in 0..cin.div_ceil(2) {
                     words[(t * coutp + o) * cps + cp] = pair(at(o, 2 * cp, t), at(o, 2 * cp + 1, t));
                 }
             }
         }
-        TileConv { cin, cout, cps, coutp, words, emulated, phases_of: None }
+        TileConv { cin, cout, taps, cps, coutp, words, emulated, phases_of: None }
+    }
+
+    /// The slab's copies of each row: one per horizontal tap (9 taps), or the centre's alone.
+    fn copies(&self) -> usize {
+        if self.taps == 9 {
+            3
+        } else {
+            1
+        }
     }
 
     /// For conv3x3(upsample_bilinear_2x(x)) from the (cout, cin, 3, 3) weight of the
@@ -112,7 +153,8 @@ impl TileConv {
     }
 
     /// [`TileConv::new_upsampling`]'s op: out (cout, 2h, 2w) = bias + conv3x3(upsample(x))
-    /// [+ residual (cout, 2h, 2w)], x (cin, h, w).
+    /// [+ residual (cout, 2h, 2w)], x (cin, h, w); [`TileConv::new_transposed`]'s: bias +
+    /// the transposed convolution of x.
     pub fn run_upsampled(&self, x: &[f32], (h, w): (usize, usize), bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         assert!(self.phases_of.is_some(), "conv3x3 tiles: an upsampled call of a plain op");
         self.run(x, (h, w), false, bias, residual)
@@ -122,7 +164,7 @@ impl TileConv {
     /// (an upsampling op's: [`TileConv::run_upsampled`]).
     pub fn run(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let wp = w.next_multiple_of(G);
-        let rows = (SLAB_WORDS / (3 * self.cps * wp)).saturating_sub(2).clamp(1, h.max(1));
+        let rows = (SLAB_WORDS / (self.copies() * self.cps * wp)).saturating_sub(2).clamp(1, h.max(1));
         self.run_bands(x, (h, w), relu, bias, residual, rows)
     }
 
@@ -146,7 +188,7 @@ impl TileConv {
             crate::simd::with_local(&SLAB, |slab| {
                 let y1 = (y0 + band).min(h);
                 let wp = w.next_multiple_of(G);
-                let len = 3 * self.cps * plane_words(y1 - y0 + 2, wp);
+                let len = self.copies() * self.cps * plane_words(y1 - y0 + 2, wp);
                 if slab.len() < len {
                     *slab = Lines::zeros(len);
                 }
@@ -192,10 +234,14 @@ impl TileConv {
                 // one, the edge pixel replicated (converting each from f32 read the band's
                 // input three times).
                 let at = |kx: usize| (kx * cps + cp) * ps + r * wp;
-                let (centre, side) = (at(1), [at(0), at(2)]);
+                let centre = at(self.copies() / 2);
                 super::pairs(isa, a, b, relu, &mut slab[centre..][..w]);
                 // Past the map: zero (they meet only outputs that are not kept).
                 slab[centre + w..centre + wp].fill(0);
+                if self.taps == 1 {
+                    continue;
+                }
+                let side = [at(0), at(2)];
                 slab.copy_within(centre..centre + w - 1, side[0] + 1);
                 slab[side[0]] = slab[centre];
                 slab[side[0] + w..side[0] + wp].fill(0);
@@ -222,7 +268,7 @@ impl TileConv {
         let (cps, coutp, cout) = (self.cps, self.coutp, self.cout);
         let (wp, rows) = (w.next_multiple_of(G), y1 - y0 + 2);
         let ps = plane_words(rows, wp);
-        debug_assert!(slab.len() >= 3 * cps * ps && self.words.len() >= 9 * coutp * cps);
+        debug_assert!(slab.len() >= self.copies() * cps * ps && self.words.len() >= self.taps * coutp * cps);
         let plane = ps * 4; // bytes between a slab row's consecutive channel pairs
         let lda = cps * 4;
         let mut accs = [Acc([0.0; G * G]), Acc([0.0; G * G])];
@@ -289,7 +335,7 @@ impl TileConv {
         };
         let mut pending: Option<Pending> = None;
         let mut turn = 0;
-        let steps = 9 * cps / ROWS;
+        let steps = self.taps * cps / ROWS;
         for y in y0..y1 {
             for x0 in (0..w).step_by(G) {
                 let nv = (w - x0).min(G);
@@ -301,8 +347,10 @@ impl TileConv {
                     u.zero::<3>();
                     let mut done = 0;
                     let mut step = 0;
-                    for t in 0..9 {
-                        let (ky, kx) = (t / 3, t % 3);
+                    for t in 0..self.taps {
+                        // The slab's copy and row of tap t (a one-tap op's: the centre's, its
+                        // only copy).
+                        let (ky, kx) = if self.taps == 9 { (t / 3, t % 3) } else { (1, 0) };
                         let a = self.words[(t * coutp + o0) * cps..].as_ptr() as *const u8;
                         let b = slab[kx * cps * ps + (y - y0 + ky) * wp + x0..].as_ptr() as *const u8;
                         for cb in (0..cps).step_by(ROWS) {
@@ -466,6 +514,51 @@ mod tests {
                         assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} residual={} emulated={emulated} band={band}: rel err {e:e}", residual.is_some());
                     }
                 }
+            }
+        }
+    }
+
+    /// The transposed 2x2 convolution of stride 2 (one tap, its four phases interleaved by
+    /// the epilogue) against f64 on bf16-rounded inputs: channels and widths not multiples of
+    /// 16 or 32, one pixel, one row, bands of every height; on the emulation everywhere and on
+    /// the hardware where the CPU has AMX.
+    #[test]
+    fn transposed_tiles_match_the_reference() {
+        let mut seed = 0x3c6e_f372_fe94_f82bu64;
+        let hardware = cfg!(target_arch = "x86_64") && crate::simd::isa::max() == Isa::Amx;
+        for &(cin, cout, h, w) in &[(1usize, 1usize, 1usize, 1usize), (3, 5, 2, 7), (16, 17, 3, 33), (64, 32, 4, 40), (40, 33, 5, 17)] {
+            let x = crate::simd::test_values(&mut seed, cin * h * w);
+            // (cout·4, cin), rows (o, di, dj).
+            let wt = crate::simd::test_values(&mut seed, 4 * cout * cin);
+            let bias = crate::simd::test_values(&mut seed, cout);
+            let (oh, ow) = (2 * h, 2 * w);
+            let mut want = vec![0f64; cout * oh * ow];
+            for o in 0..cout {
+                for yy in 0..oh {
+                    for xx in 0..ow {
+                        let row = o * 4 + (yy % 2) * 2 + xx % 2;
+                        let p = (yy / 2) * w + xx / 2;
+                        want[(o * oh + yy) * ow + xx] =
+                            bias[o] as f64 + (0..cin).map(|c| round_bf16(wt[row * cin + c]) as f64 * round_bf16(x[c * h * w + p]) as f64).sum::<f64>();
+                    }
+                }
+            }
+            let scale = want.iter().fold(1e-6f64, |s, v| s.max(v.abs()));
+            for emulated in [true, false] {
+                if !emulated && !hardware {
+                    continue;
+                }
+                let op = TileConv::new_transposed(&wt, cin, cout, emulated);
+                for band in [1, 2, h] {
+                    let got = op.run_bands(&x, (h, w), false, &bias, None, band);
+                    assert_eq!(got.len(), want.len());
+                    let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r).abs())) / scale;
+                    assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} emulated={emulated} band={band}: rel err {e:e}");
+                }
+                // The op's own banding.
+                let got = op.run_upsampled(&x, (h, w), &bias, None);
+                let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r).abs())) / scale;
+                assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} emulated={emulated}: rel err {e:e}");
             }
         }
     }
