@@ -4,7 +4,8 @@
 //! `sgemm`'s panels (the level's one-tap kernel, AVX2 or AVX-512F), in int8 and in bf16 (on AMX
 //! tiles where the CPU has them), interleaved in one process (the machine is shared: compare the
 //! ratio); attention in f32 and in bf16, by the routes of this machine's level; then int8's two
-//! parts apart (quantising the activations, the product of the quantised rows).
+//! parts apart (quantising the activations, the product of the quantised rows), and attn.proj
+//! and fc2 in bf16 with LayerScale and the residual add apart and in the product's epilogue.
 //!
 //! `cargo run --release --example encoder_bench [reps] [s|l][a]` (`a`: attention only)
 
@@ -13,7 +14,7 @@ use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::attention::AttentionOp;
-use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed};
+use moge::model::cpu::linear::{Epilogue, F32Weight, LinearOp, LinearResidual, Packed, ScaledResidualOp};
 use moge::model::cpu::matmul::bf16::PackedB;
 use moge::model::cpu::matmul::int8::{product_quantised, quantise_activations, QuantB};
 use moge::simd::isa;
@@ -125,6 +126,34 @@ fn main() -> candle_core::Result<()> {
         for ((label, _), (q, p)) in ops.iter().zip(parts.iter_mut()) {
             if !q.is_empty() {
                 println!("{name} {label} int8 parts: quantise {:6.2} ms, product {:6.2} ms", median(q) * 1e3, median(p) * 1e3);
+            }
+        }
+        // attn.proj and fc2 in bf16 with LayerScale and the residual add: the product then the
+        // add's pass (`ScaledResidualOp`), against the add in the tiles' epilogue
+        // (`LinearResidual`).
+        if !only_attention {
+            let gamma = rng.units(d);
+            let res = Tensor::from_vec(rng.units(n * d), (n, d), &Device::Cpu)?;
+            let add = ScaledResidualOp { gamma: gamma.clone() };
+            for (i, label) in [(1, "proj"), (3, "fc2")] {
+                let op = &ops[i].1[3];
+                let fused = LinearResidual { linear: op, gamma: &gamma };
+                let (mut apart, mut together) = (Vec::new(), Vec::new());
+                for _ in 0..reps {
+                    let t = Instant::now();
+                    let y = res.apply_op2_no_bwd(&inputs[i].apply_op1_no_bwd(op)?, &add)?;
+                    apart.push(t.elapsed().as_secs_f64());
+                    drop(y);
+                    let t = Instant::now();
+                    let y = inputs[i].apply_op2_no_bwd(&res, &fused)?;
+                    together.push(t.elapsed().as_secs_f64());
+                    drop(y);
+                }
+                println!(
+                    "{name} {label} bf16 + layerscale residual: apart {:6.2} ms, in the epilogue {:6.2} ms",
+                    median(&mut apart) * 1e3,
+                    median(&mut together) * 1e3
+                );
             }
         }
         let route = moge::model::cpu::matmul::int8::route(isa::current()).name();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::config::{BackboneSpec, Ffn};
 use super::cpu::attention::AttentionOp;
 use super::cpu::layer_norm::LayerNormOp;
-use super::cpu::linear::{Epilogue, F32Weight, LinearOp, Packed, ScaledResidualOp};
+use super::cpu::linear::{Epilogue, F32Weight, LinearOp, LinearResidual, Packed, ScaledResidualOp};
 use super::cpu::matmul::bf16::PackedB;
 use super::cpu::matmul::int8::QuantB;
 use super::weights::Weights;
@@ -120,6 +120,16 @@ impl LayerScale {
             LayerScale::Generic(gamma) => Ok((x + y.broadcast_mul(gamma)?)?),
         }
     }
+    /// `x + gamma ⊙ linear(input)`: on the CPU kernels in one op, the bf16 tiles applying the
+    /// LayerScale and the add as each group of the product leaves them.
+    fn linear_residual(&self, linear: &Linear, input: &Tensor, x: &Tensor) -> Result<Tensor> {
+        match (self, &linear.route) {
+            (LayerScale::Cpu(op), LinearRoute::Cpu(ops)) => {
+                Ok(input.contiguous()?.apply_op2_no_bwd(&x.contiguous()?, &LinearResidual { linear: &ops[0], gamma: &op.gamma })?)
+            }
+            _ => self.residual(x, &linear.forward(input)?),
+        }
+    }
 }
 
 /// The route chosen at load: candle's LayerNorm, or the CPU kernel.
@@ -155,6 +165,17 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// `residual + ls ⊙ attention(x)`, the output projection, LayerScale and add in one op on
+    /// the CPU kernels.
+    fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
+        if let Some(op) = &self.cpu {
+            let qkv = self.qkv.forward(x)?.contiguous()?;
+            let out = qkv.apply_op1_no_bwd(op)?;
+            return ls.linear_residual(&self.proj, &out, residual);
+        }
+        ls.residual(residual, &self.forward(x)?)
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
         let hd = d / self.num_heads;
@@ -200,6 +221,14 @@ impl Mlp {
                 hidden,
             },
         })
+    }
+
+    /// `residual + ls ⊙ mlp(x)`, fc2, LayerScale and add in one op on the CPU kernels.
+    fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
+        match self {
+            Mlp::Gelu { fc1, fc2 } => ls.linear_residual(fc2, &fc1.forward_gelu(x)?, residual),
+            Mlp::SwiGlu { .. } => ls.residual(residual, &self.forward(x)?),
+        }
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -251,10 +280,8 @@ impl Block {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let a = self.attn.forward(&self.norm1.forward(x)?)?;
-        let x = self.ls1.residual(x, &a)?;
-        let m = self.mlp.forward(&self.norm2.forward(&x)?)?;
-        self.ls2.residual(&x, &m)
+        let x = self.attn.forward_residual(&self.norm1.forward(x)?, x, &self.ls1)?;
+        self.mlp.forward_residual(&self.norm2.forward(&x)?, &x, &self.ls2)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
-use super::matmul::bf16::{linear_bf16, PackedB};
+use super::matmul::bf16::{linear_bf16, linear_bf16_residual, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, QuantB};
 
@@ -67,10 +67,67 @@ impl CustomOp1 for LinearOp {
         if d_in != self.d_in {
             candle_core::bail!("linear: input width {d_in}, weight expects {}", self.d_in);
         }
-        let x = contiguous(s, l, "linear")?;
+        let y = self.product(contiguous(s, l, "linear")?, n)?;
+        Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))))
+    }
+}
+
+/// `residual + gamma ⊙ linear(x)`: a ViT block's attn.proj or fc2 with its LayerScale and the
+/// residual add, applied by the bf16 tiles' epilogue (elsewhere in a pass after the product, as
+/// [`ScaledResidualOp`]).
+pub struct LinearResidual<'a> {
+    pub linear: &'a LinearOp,
+    pub gamma: &'a [f32],
+}
+
+impl CustomOp2 for LinearResidual<'_> {
+    fn name(&self) -> &'static str {
+        "linear-layerscale-residual"
+    }
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let op = self.linear;
+        let (n, d_in) = l1.shape().dims2()?;
+        if d_in != op.d_in || l2.shape().dims() != [n, op.d_out] || self.gamma.len() != op.d_out || op.epilogue != Epilogue::Bias {
+            candle_core::bail!(
+                "linear-residual: input {:?}, residual {:?}, {} gammas for a {}x{} weight",
+                l1.shape(),
+                l2.shape(),
+                self.gamma.len(),
+                op.d_out,
+                op.d_in
+            );
+        }
+        let (x, res) = (contiguous(s1, l1, "linear")?, contiguous(s2, l2, "linear residual")?);
+        let y = match &op.packed {
+            Some(Packed::Bf16(p)) => linear_bf16_residual(
+                Mat::from_slice(x, n, d_in, d_in),
+                p,
+                &op.bias,
+                self.gamma,
+                Mat::from_slice(res, n, op.d_out, op.d_out),
+                rayon::current_num_threads().max(1),
+            ),
+            _ => {
+                let mut y = op.product(x, n)?;
+                if op.d_out > 0 {
+                    y.par_chunks_mut(op.d_out).zip(res.par_chunks(op.d_out)).for_each(|(yr, xr)| {
+                        yr.iter_mut().zip(xr).zip(self.gamma).for_each(|((y, &x), &g)| *y = x + *y * g);
+                    });
+                }
+                y
+            }
+        };
+        Ok((CpuStorage::F32(y), l2.shape().clone()))
+    }
+}
+
+impl LinearOp {
+    /// x (n × d_in) · Wᵀ + b [then GELU], by the op's route.
+    fn product(&self, x: &[f32], n: usize) -> Result<Vec<f32>> {
+        let d_in = self.d_in;
         // Every route applies the bias and, for fc1, the GELU itself.
         let gelu = (self.epilogue == Epilogue::BiasGelu).then_some(self.isa);
-        let y = match (&self.packed, &self.weight) {
+        Ok(match (&self.packed, &self.weight) {
             (Some(Packed::Int8(q)), _) => match int8::product(x, n, q, &self.bias, gelu) {
                 Some(y) => y,
                 // The emulated route: the same quantisation, through the f32 product.
@@ -90,12 +147,9 @@ impl CustomOp1 for LinearOp {
             // them back: 1.04x for ViT-L's four linears on an Intel Xeon, alternated in one
             // process.
             (None, F32Weight::Tensor(t)) => self.bias_then_gelu(with_f32(t, |w| product_bt(x, w, n, d_in, self.d_out))?),
-        };
-        Ok((CpuStorage::F32(y), Shape::from((n, self.d_out))))
+        })
     }
-}
 
-impl LinearOp {
     /// Each row of `y` plus the bias, through GELU after fc1, in one pass.
     fn bias_then_gelu(&self, mut y: Vec<f32>) -> Vec<f32> {
         let d = self.d_out;
@@ -196,6 +250,47 @@ mod tests {
                             let got = y[i * d_out + o] as f64;
                             assert!((got - want).abs() <= 1e-5 * mag + 1e-6, "{level} {label} {epilogue:?} [{i},{o}]: {got} vs {want}");
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `residual + gamma ⊙ linear(x)` in one op against f64, with both f32 weights at every
+    /// level and bf16 (the tiles' epilogue where this machine has AMX, the pass after the
+    /// product elsewhere).
+    #[test]
+    fn linear_residual_matches_reference() {
+        let mut seed = 0x510e_527f_ade6_82d1u64;
+        let (n, d_in, d_out) = (37, 300, 40);
+        let x = test_values(&mut seed, n * d_in);
+        let w = test_values(&mut seed, d_out * d_in);
+        let bias = test_values(&mut seed, d_out);
+        let gamma = test_values(&mut seed, d_out);
+        let res = test_values(&mut seed, n * d_out);
+        let xt = Tensor::from_vec(x.clone(), (n, d_in), &Device::Cpu).unwrap();
+        let rt = Tensor::from_vec(res.clone(), (n, d_out), &Device::Cpu).unwrap();
+        for level in isa::levels() {
+            let mut ops = vec![("tensor", F32Weight::Tensor(Tensor::from_vec(w.clone(), (d_out, d_in), &Device::Cpu).unwrap()), None)];
+            if Panels::available(level) {
+                ops.push(("panels", F32Weight::Panels(Arc::new(Panels::new(&w, d_in, d_out, 1, d_in))), None));
+            }
+            let bf16 = isa::with_isa(level, || PackedB::from_f32_nk(&w, d_out, d_in));
+            ops.push(("bf16", F32Weight::InPacked, Some(Packed::Bf16(Arc::new(bf16)))));
+            for (label, weight, packed) in ops {
+                let bf16 = packed.is_some();
+                let op = LinearOp { weight, bias: bias.clone(), d_in, d_out, epilogue: Epilogue::Bias, packed, isa: level };
+                let fused = LinearResidual { linear: &op, gamma: &gamma };
+                let y: Vec<f32> = isa::with_isa(level, || xt.apply_op2_no_bwd(&rt, &fused)).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                let r = |v: f32| if bf16 { crate::model::cpu::matmul::bf16::round_bf16(v) } else { v } as f64;
+                for i in 0..n {
+                    for o in 0..d_out {
+                        let terms = (0..d_in).map(|c| r(x[i * d_in + c]) * r(w[o * d_in + c]));
+                        let mag =
+                            (terms.clone().map(f64::abs).sum::<f64>() + (bias[o] as f64).abs()) * (gamma[o] as f64).abs() + (res[i * d_out + o] as f64).abs();
+                        let want = res[i * d_out + o] as f64 + gamma[o] as f64 * (terms.sum::<f64>() + bias[o] as f64);
+                        let got = y[i * d_out + o] as f64;
+                        assert!((got - want).abs() <= 1e-5 * mag + 1e-6, "{level} {label} [{i},{o}]: {got} vs {want}");
                     }
                 }
             }

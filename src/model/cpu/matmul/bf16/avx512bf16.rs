@@ -277,15 +277,27 @@ pub(super) fn pack_cols_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
 }
 
 /// A group of C leaving the tiles' edge buffer (rows of NR floats): C's mv × nv block at `c`
-/// (rows `ldc` floats apart) = the buffer's [+ bias per column [then GELU]], in one pass with
-/// masked stores, instead of a pass per step and a `memcpy` per row.
+/// (rows `ldc` floats apart) = the buffer's [+ bias per column [then GELU]] [then x + gamma ·
+/// that, `residual` = (gamma per column, x's block, its row stride)], in one pass with masked
+/// stores, instead of a pass per step and a `memcpy` per row.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `edge` holds mv rows of NR floats (mv ≤ 32, nv ≤ NR), `bias` (if
-/// any) nv floats, and the mv × nv floats at `c` are writable.
+/// any) nv floats, the residual's mv rows of nv floats are readable, and the mv × nv floats
+/// at `c` are writable.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn edge_out(edge: &[f32], mv: usize, nv: usize, bias: Option<&[f32]>, gelu: bool, c: *mut f32, ldc: usize) {
-    assert!(edge.len() >= mv * NR && nv <= NR && bias.is_none_or(|b| b.len() >= nv), "edge_out: shapes");
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn edge_out(
+    edge: &[f32],
+    mv: usize,
+    nv: usize,
+    bias: Option<&[f32]>,
+    gelu: bool,
+    residual: Option<(&[f32], *const f32, usize)>,
+    c: *mut f32,
+    ldc: usize,
+) {
+    assert!(edge.len() >= mv * NR && nv <= NR && bias.is_none_or(|b| b.len() >= nv) && residual.is_none_or(|r| r.0.len() >= nv), "edge_out: shapes");
     let (m0, m1) = crate::simd::avx512::masks(nv);
     let (b0, b1) = match bias {
         // SAFETY: the masks cover the first nv of bias's floats (asserted).
@@ -301,6 +313,13 @@ pub(super) unsafe fn edge_out(edge: &[f32], mv: usize, nv: usize, bias: Option<&
             if gelu {
                 v0 = gelu16(v0);
                 v1 = gelu16(v1);
+            }
+            if let Some((g, x, ldx)) = residual {
+                // x + gamma · v; the masks keep the loads to row r's first nv floats.
+                let (g0, g1) = (_mm512_maskz_loadu_ps(m0, g.as_ptr()), _mm512_maskz_loadu_ps(m1, g.as_ptr().wrapping_add(16)));
+                let xr = x.add(r * ldx);
+                v0 = _mm512_fmadd_ps(v0, g0, _mm512_maskz_loadu_ps(m0, xr));
+                v1 = _mm512_fmadd_ps(v1, g1, _mm512_maskz_loadu_ps(m1, xr.wrapping_add(16)));
             }
             let cr = c.add(r * ldc);
             _mm512_mask_storeu_ps(cr, m0, v0);

@@ -587,7 +587,15 @@ pub fn linear_bf16(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>,
 fn tiles_with_epilogue(a: Mat<&[f32]>, b: &PackedB, words: &Lines<u32>, kernel: Kernel, c: MatMut<f32>, bias: &[f32], gelu: Option<Isa>, threads: usize) {
     let (m, k, n) = (a.rows(), a.cols(), b.n);
     assert!(k == b.k && bias.len() >= n, "gemm_bf16_bias: A has k={k}, B has k={}; {} biases for {n} columns", b.k, bias.len());
-    let job = Job { k, kernel, a: Operand::F32(a), b: Operand::Packed(words), c, accumulate: false, epilogue: Some(Epilogue { bias: &bias[..n], gelu }) };
+    let job = Job {
+        k,
+        kernel,
+        a: Operand::F32(a),
+        b: Operand::Packed(words),
+        c,
+        accumulate: false,
+        epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None }),
+    };
     job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
 }
 
@@ -610,6 +618,52 @@ pub(super) struct Epilogue<'a> {
     pub bias: &'a [f32],
     /// GELU after the bias, by the vector code of this level.
     pub gelu: Option<Isa>,
+    /// LayerScale and the residual after the bias: C = residual + gamma ⊙ (A · B + bias), gamma
+    /// per column of C, the residual C's shape ([`linear_bf16_residual`]).
+    pub residual: Option<(&'a [f32], MatRef<f32>)>,
+}
+
+/// [`linear_bf16`] then LayerScale and the residual add, `residual + gamma ⊙ (a · b + bias)`,
+/// in the epilogue on the tiles (a ViT block's attn.proj and fc2: the product's output is
+/// never stored on its own, nor read back by a pass of its own); elsewhere in a pass after
+/// the product. Panics where the shapes disagree.
+pub fn linear_bf16_residual(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gamma: &[f32], residual: Mat<&[f32]>, threads: usize) -> Vec<f32> {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
+    assert!(
+        gamma.len() >= n && bias.len() >= n && residual.rows() == m && residual.cols() == n,
+        "linear_bf16_residual: {} gammas, {} biases, a {}×{} residual for {m}×{n}",
+        gamma.len(),
+        bias.len(),
+        residual.rows(),
+        residual.cols()
+    );
+    match &b.store {
+        Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } if m > 0 && n > 0 && k > 0 => {
+            let mut y: Vec<f32> = Vec::with_capacity(m * n);
+            let job = Job {
+                k,
+                kernel: *kernel,
+                a: Operand::F32(a),
+                b: Operand::Packed(words),
+                c: MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n),
+                accumulate: false,
+                epilogue: Some(Epilogue { bias: &bias[..n], gelu: None, residual: Some((&gamma[..n], residual.as_raw())) }),
+            };
+            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+            // SAFETY: as `linear_bf16`'s: the epilogue writes all m · n floats.
+            unsafe { y.set_len(m * n) };
+            y
+        }
+        _ => {
+            let mut y = linear_bf16(a, b, bias, None, threads);
+            if n > 0 {
+                y.par_chunks_mut(n).enumerate().for_each(|(i, r)| {
+                    r.iter_mut().zip(residual.row(i)).zip(gamma).for_each(|((v, &x), &g)| *v = x + *v * g);
+                });
+            }
+            y
+        }
+    }
 }
 
 /// `C (m×n) = [C +] A · B`: A is pre-packed (m×k), B (k×n) is f32, converted to bf16 while
@@ -902,7 +956,12 @@ impl Job<'_> {
                 let b = self.b_block(jc..jc1, kp0, kps, bbuf);
                 let c = self.c.block(rows.start, jc, m, jc1 - jc);
                 // The bias (and GELU) on the last k block, for these columns.
-                let epilogue = self.epilogue.filter(|_| kp0 + kps == kps_total).map(|e| Epilogue { bias: &e.bias[jc..jc1], ..e });
+                // The bias (and residual) of these columns (and rows).
+                let epilogue = self.epilogue.filter(|_| kp0 + kps == kps_total).map(|e| Epilogue {
+                    bias: &e.bias[jc..jc1],
+                    residual: e.residual.map(|(g, r)| (&g[jc..jc1], r.block(rows.start, jc, m, jc1 - jc))),
+                    ..e
+                });
                 // SAFETY: a tile job exists only for operands packed for the tiles, on a CPU
                 // that has them (or emulated); A's and B's blocks are inside their buffers
                 // (asserted), and C's block inside this task's rectangle (`run`).
@@ -1264,6 +1323,33 @@ mod tests {
                     let y = linear_bf16(Mat::from_slice(&a, m, k, k), &pb, &bias, gelu, 2);
                     assert!(y.len() == m * n && y.iter().zip(&c).all(|(y, c)| y.to_bits() == c.to_bits()), "linear_bf16 {kernel:?} gelu={gelu:?} {m}×{n}×{k}");
                 }
+            }
+        }
+    }
+
+    /// The product with its bias, LayerScale and residual (`linear_bf16_residual`) on every
+    /// kernel this machine has and the tiles' emulation, against f64: rows and columns past
+    /// whole groups, a residual read through a stride, past one k block too.
+    #[test]
+    fn layerscale_residual_matches_reference() {
+        let mut rng = Rng::new(0x1a5c_a1e5);
+        for &(m, n, k) in &[(1usize, 1usize, 1usize), (33, 70, 300), (45, 96, 4100)] {
+            let a = rng.units(m * k);
+            let b = rng.units(k * n);
+            let bias = rng.units(n);
+            let gamma = rng.units(n);
+            // The residual as the first n of each row of 2n.
+            let wide = rng.units(m * 2 * n);
+            let res = Mat::from_slice(&wide, m, n, 2 * n);
+            let product = reference(&a, k, &b, m, n, k, None);
+            let want: Vec<f64> =
+                product.iter().enumerate().map(|(e, &v)| wide[(e / n) * 2 * n + e % n] as f64 + gamma[e % n] as f64 * (v + bias[e % n] as f64)).collect();
+            for kernel in kernels() {
+                let pb = PackedB::build_for(&b, k, n, false, kernel);
+                let y = linear_bf16_residual(Mat::from_slice(&a, m, k, k), &pb, &bias, &gamma, res, 2);
+                assert_eq!(y.len(), m * n);
+                let e = rel_err(&y, n, &want, m, n, k);
+                assert!(e <= 1e-5, "{kernel:?} {m}×{n}×{k}: rel err {e:e}");
             }
         }
     }

@@ -85,6 +85,7 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
                     p.nv,
                     epilogue.map(|e| &e.bias[p.j..p.j + p.nv]),
                     epilogue.is_some_and(|e| e.gelu.is_some()),
+                    epilogue.and_then(|e| e.residual).map(|(g, res)| (&g[p.j..p.j + p.nv], res.at(p.i + r.start, p.j), res.stride())),
                     c.at(p.i + r.start, p.j),
                     c.stride(),
                 );
@@ -97,6 +98,10 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
                     row[..p.nv].iter_mut().zip(&e.bias[p.j..p.j + p.nv]).for_each(|(v, b)| *v += b);
                     if let Some(level) = e.gelu {
                         crate::simd::math::gelu_in_place(level, &mut row);
+                    }
+                    if let Some((g, res)) = e.residual {
+                        let x = std::slice::from_raw_parts(res.at(p.i + rr, p.j), p.nv);
+                        row[..p.nv].iter_mut().zip(x).zip(&g[p.j..p.j + p.nv]).for_each(|((v, &x), &g)| *v = x + *v * g);
                     }
                 }
                 std::ptr::copy_nonoverlapping(row.as_ptr(), c.at(p.i + rr, p.j), p.nv);
