@@ -4,6 +4,7 @@ oneDNN's tile kernels. Run it beside `moge bench` and `examples/bf16_bench.rs` i
 an idle machine, with the same thread count.
 
     OMP_NUM_THREADS=2 VENV/bin/python scripts/bench_torch_amx.py products
+    OMP_NUM_THREADS=2 VENV/bin/python scripts/bench_torch_amx.py convs
     OMP_NUM_THREADS=2 VENV/bin/python scripts/bench_torch_amx.py model CHECKPOINT.pt [--size 600x400] [--tokens 1800]
 
 VENV: the reference venv of tests/make_fixtures.py; CHECKPOINT: an upstream model.pt
@@ -47,6 +48,29 @@ def products(rounds):
             print(f"torch {name:>4} {m}x{k}x{n}: {flop / med / 1e9:8.1f} GFLOP/s median, {flop / best / 1e9:8.1f} best")
 
 
+# The decoder's 3x3 convolutions as (channels, height, width): examples/conv3x3_bench.rs's
+# shapes (the neck's and heads' at 640x480).
+CONVS = [(256, 60, 80), (128, 120, 160), (64, 240, 320), (32, 480, 640)]
+
+
+def convs(rounds):
+    """The decoder's 3x3 convolutions (replicate padding, as upstream's) in fp32 and in bf16,
+    channels last and first: oneDNN's fastest of the layouts."""
+    torch.manual_seed(0)
+    for c, h, w in CONVS:
+        conv = torch.nn.Conv2d(c, c, 3, padding=1, padding_mode="replicate")
+        x = torch.rand(1, c, h, w) * 2 - 1
+        flop = 2 * c * c * 9 * h * w
+        with torch.inference_mode():
+            for name, dtype in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
+                for fmt in [torch.contiguous_format, torch.channels_last]:
+                    m = conv.to(dtype=dtype, memory_format=fmt)
+                    xi = x.to(dtype=dtype, memory_format=fmt)
+                    med, best = timed(lambda: m(xi), rounds)
+                    layout = "NHWC" if fmt == torch.channels_last else "NCHW"
+                    print(f"torch {name:>4} conv3x3 {c}->{c} {h}x{w} {layout}: {flop / med / 1e9:8.1f} GFLOP/s median ({med * 1e3:.2f} ms), {flop / best / 1e9:8.1f} best")
+
+
 def model(path, size, tokens, rounds):
     from moge.model.v2 import MoGeModel
 
@@ -69,7 +93,7 @@ def model(path, size, tokens, rounds):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["products", "model"])
+    ap.add_argument("what", choices=["products", "convs", "model"])
     ap.add_argument("checkpoint", nargs="?")
     ap.add_argument("--size", default="600x400")
     ap.add_argument("--tokens", type=int, default=1800)
@@ -78,6 +102,8 @@ def main():
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     if args.what == "products":
         products(args.rounds)
+    elif args.what == "convs":
+        convs(args.rounds)
     else:
         if not args.checkpoint:
             ap.error("model needs a CHECKPOINT")
