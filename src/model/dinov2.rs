@@ -165,25 +165,20 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// `residual + ls ⊙ attention(x)`, the output projection, LayerScale and add in one op on
-    /// the CPU kernels.
+    /// `residual + ls ⊙ attention(x)`: the heads, then the output projection with the
+    /// LayerScale and the add in one op on the CPU kernels ([`LayerScale::linear_residual`]).
     fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
-        if let Some(op) = &self.cpu {
-            let qkv = self.qkv.forward(x)?.contiguous()?;
-            let out = qkv.apply_op1_no_bwd(op)?;
-            return ls.linear_residual(&self.proj, &out, residual);
-        }
-        ls.residual(residual, &self.forward(x)?)
+        ls.linear_residual(&self.proj, &self.heads(x)?, residual)
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (n, d) = x.dims2()?;
-        let hd = d / self.num_heads;
+    /// softmax(q kᵀ / √d) v of every head, (n, d), before the output projection.
+    fn heads(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(op) = &self.cpu {
             let qkv = self.qkv.forward(x)?.contiguous()?;
-            let out = qkv.apply_op1_no_bwd(op)?;
-            return self.proj.forward(&out);
+            return Ok(qkv.apply_op1_no_bwd(op)?);
         }
+        let (n, d) = x.dims2()?;
+        let hd = d / self.num_heads;
         let qkv = self.qkv.forward(x)?.reshape((n, 3, self.num_heads, hd))?.permute((1, 2, 0, 3))?;
         let scale = 1.0 / (hd as f64).sqrt();
         let q = (qkv.get(0)?.contiguous()? * scale)?;
@@ -194,8 +189,7 @@ impl Attention {
         let att = super::matmul(&q, &k.t()?, dt)?;
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let out = super::matmul(&att, &v, dt)?; // (heads, n, hd)
-        let out = out.permute((1, 0, 2))?.reshape((n, d))?;
-        self.proj.forward(&out)
+        Ok(out.permute((1, 0, 2))?.reshape((n, d))?)
     }
 }
 
@@ -223,21 +217,15 @@ impl Mlp {
         })
     }
 
-    /// `residual + ls ⊙ mlp(x)`, fc2, LayerScale and add in one op on the CPU kernels.
+    /// `residual + ls ⊙ mlp(x)`: the last linear (fc2, w3) with the LayerScale and the add in
+    /// one op on the CPU kernels ([`LayerScale::linear_residual`]).
     fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
         match self {
             Mlp::Gelu { fc1, fc2 } => ls.linear_residual(fc2, &fc1.forward_gelu(x)?, residual),
-            Mlp::SwiGlu { .. } => ls.residual(residual, &self.forward(x)?),
-        }
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Mlp::Gelu { fc1, fc2 } => fc2.forward(&fc1.forward_gelu(x)?),
             Mlp::SwiGlu { w12, w3, hidden } => {
                 let x12 = w12.forward(x)?;
                 let h = (x12.narrow(1, 0, *hidden)?.silu()? * x12.narrow(1, *hidden, *hidden)?)?;
-                w3.forward(&h)
+                ls.linear_residual(w3, &h, residual)
             }
         }
     }

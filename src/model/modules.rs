@@ -49,10 +49,9 @@ fn conv_bf16(build: &BuildOptions, cin: usize, cout: usize, min: usize) -> bool 
 }
 
 /// Whether a bf16 transposed convolution of `cin` → `cout` channels runs on AMX tiles
-/// ([`TileConv::new_transposed`]): on the `amx` level, from 16 channels each way. (A 1x1
-/// convolution on the same one-tap tiles ran no faster than the tile GEMM it takes, 1.35
-/// against 1.07 ms for 384 -> 256 channels with a residual at 70x104, rows padded to 32
-/// pixels: `examples/ct2_scratch`, removed, an Intel Xeon with AMX, 2026-12-07.)
+/// ([`TileConv::new_transposed`]): on the `amx` level, from 16 channels each way. The 1x1
+/// convolutions stay on the tile GEMM: on the same one-tap tiles they ran no faster
+/// (PERFORMANCE.md, 2026-12-07).
 fn on_tiles(build: &BuildOptions, cin: usize, cout: usize) -> bool {
     build.cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= 16
 }

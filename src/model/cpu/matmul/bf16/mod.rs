@@ -955,8 +955,8 @@ impl Job<'_> {
                 let jc1 = (jc + nc).min(cols.end);
                 let b = self.b_block(jc..jc1, kp0, kps, bbuf);
                 let c = self.c.block(rows.start, jc, m, jc1 - jc);
-                // The bias (and GELU) on the last k block, for these columns.
-                // The bias (and residual) of these columns (and rows).
+                // The epilogue on the last k block: the bias (and the residual) of these columns
+                // (and rows).
                 let epilogue = self.epilogue.filter(|_| kp0 + kps == kps_total).map(|e| Epilogue {
                     bias: &e.bias[jc..jc1],
                     residual: e.residual.map(|(g, r)| (&g[jc..jc1], r.block(rows.start, jc, m, jc1 - jc))),
