@@ -65,6 +65,74 @@ pub(super) fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     }
 }
 
+/// `super::pairs3`: the row's pairs E(c) = P(min(c, w − 1)) a vector at a time, the side
+/// copies shifted in registers from E's neighbouring vectors (`valignd`), each stored with the
+/// lanes past w zeroed: one conversion of the row for the three copies.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) fn pairs3(a: &[f32], b: &[f32], relu: bool, dst: [&mut [u32]; 3]) {
+    let w = a.len().min(b.len());
+    let n = dst.iter().map(|d| d.len()).min().unwrap_or(0);
+    if w == 0 {
+        return;
+    }
+    let zero = _mm512_setzero_ps();
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    // E's vector from column i: the pairs of columns i.. (masked to w), the lanes past w
+    // replaced by column w − 1's (the vector holding it is the last loaded: `last`).
+    let mut last = _mm512_setzero_si512();
+    let mut e_at = |i: usize| -> __m512i {
+        if i >= w {
+            return last;
+        }
+        let m: __mmask16 = if w - i >= 16 { 0xffff } else { ((1u32 << (w - i)) - 1) as u16 };
+        // SAFETY: the mask keeps the loads to columns i..min(i + 16, w) of `a` and `b`
+        // (masked-off lanes are neither read nor can fault); the transmutes change only the
+        // type of 32 bytes, every pattern of which is valid.
+        let v = unsafe {
+            let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
+            let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
+            if relu {
+                va = _mm512_max_ps(va, zero);
+                vb = _mm512_max_ps(vb, zero);
+            }
+            let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
+            let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
+            _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)))
+        };
+        if w - i > 16 {
+            return v;
+        }
+        // Lanes past column w − 1 take its pair; `last` is its broadcast.
+        let k = _mm512_set1_epi32((w - 1 - i) as i32);
+        last = _mm512_permutexvar_epi32(k, v);
+        _mm512_permutexvar_epi32(_mm512_min_epi32(lanes, k), v)
+    };
+    let mut cur = e_at(0);
+    // E(−1) = E(0): column 0's pair in every lane.
+    let mut prev = _mm512_permutexvar_epi32(_mm512_setzero_si512(), cur);
+    let [d0, d1, d2] = dst;
+    let mut i = 0;
+    while i < n {
+        let next = e_at(i + 16);
+        let keep: __mmask16 = if i >= w {
+            0
+        } else if w - i >= 16 {
+            0xffff
+        } else {
+            ((1u32 << (w - i)) - 1) as u16
+        };
+        let store: __mmask16 = if n - i >= 16 { 0xffff } else { ((1u32 << (n - i)) - 1) as u16 };
+        let rows = [_mm512_alignr_epi32::<15>(cur, prev), cur, _mm512_alignr_epi32::<1>(next, cur)];
+        for (d, v) in [&mut *d0, &mut *d1, &mut *d2].into_iter().zip(rows) {
+            // SAFETY: the store mask keeps the store to words i..min(i + 16, n), inside each
+            // of the three rows (n is the shortest's length); masked-off lanes never fault.
+            unsafe { _mm512_mask_storeu_epi32(d.as_mut_ptr().add(i) as *mut _, store, _mm512_maskz_mov_epi32(keep, v)) };
+        }
+        (prev, cur) = (cur, next);
+        i += 16;
+    }
+}
+
 /// C = bias + [add +] Σ_taps Σ_channels A · B_tap for one register tile of C (`c`, mv × nv,
 /// mv ≤ 12, nv ≤ 32): A (`a`) the tile's weights, row r holding output channel r's taps one
 /// after another, each over the channels (`b.rows()` words: bf16 pairs when `bf16`, else f32

@@ -609,6 +609,28 @@ fn pairs(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     }
 }
 
+/// A row of pairs P(c) = [`pairs`] of (a[c], b[c]), c < w = a.len(), as three copies of `n`
+/// words each (the tile route's slab: one per horizontal tap): `dst[kx][c]` = P(clamp(c + kx −
+/// 1, 0, w − 1)) for c < w, 0 for w ≤ c < n.
+fn pairs3(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: [&mut [u32]; 3]) {
+    let w = a.len();
+    assert!(b.len() == w && w > 0 && dst.iter().all(|d| d.len() >= w), "pairs3: shapes");
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512Bf16 {
+        // SAFETY: these routes are AVX512-BF16 (AMX: with it) only where the CPU has it.
+        unsafe { avx512::pairs3(a, b, relu, dst) };
+        return;
+    }
+    let _ = isa;
+    let f = |v: f32| if relu { v.max(0.0) } else { v };
+    let p = |c: usize| super::matmul::bf16::pair(f(a[c]), f(b[c]));
+    for (kx, d) in dst.into_iter().enumerate() {
+        for (c, v) in d.iter_mut().enumerate() {
+            *v = if c < w { p((c + kx).saturating_sub(1).min(w - 1)) } else { 0 };
+        }
+    }
+}
+
 /// All output pixels of rows [y0, y1) from the tile's slab into `out` (cout rows, the output
 /// channels' planes of h·w) [+ `residual`, the same shape].
 ///
@@ -1016,6 +1038,30 @@ mod tests {
             }
             for (h, w) in [(0, 6), (4, 0), (0, 0)] {
                 assert!(op.run(&[], h, w, false, true, None).unwrap().is_empty(), "{level}: {h}x{w}");
+            }
+        }
+    }
+
+    /// The three shifted copies against [`pairs`] read at the clamped columns, at every level:
+    /// one pixel, widths on either side of a vector, rows padded or not, with the ReLU or not.
+    #[test]
+    fn three_copies_match_the_shifted_pairs() {
+        let mut seed = 11u64;
+        for (w, n) in [(1usize, 1usize), (1, 32), (15, 16), (16, 16), (17, 32), (33, 40), (104, 128)] {
+            let a = rand(&mut seed, w);
+            let b = rand(&mut seed, w);
+            for relu in [false, true] {
+                let mut p = vec![0u32; w];
+                pairs(Isa::Portable, &a, &b, relu, &mut p);
+                for level in isa::levels() {
+                    let mut got = [vec![7u32; n], vec![7u32; n], vec![7u32; n]];
+                    let [d0, d1, d2] = &mut got;
+                    pairs3(crate::model::cpu::matmul::bf16::route(level), &a, &b, relu, [d0, d1, d2]);
+                    for (kx, row) in got.iter().enumerate() {
+                        let want: Vec<u32> = (0..n).map(|c| if c < w { p[(c + kx).saturating_sub(1).min(w - 1)] } else { 0 }).collect();
+                        assert_eq!(row, &want, "{level} w={w} n={n} kx={kx} relu={relu}");
+                    }
+                }
             }
         }
     }

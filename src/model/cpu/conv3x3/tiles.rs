@@ -1,10 +1,12 @@
 //! The 3x3 convolution in bf16 on AMX tiles, direct (an implicit GEMM over the padded map): the
 //! input converted to bf16 once per call, not once per tap as im2col's nine copies are.
 //!
-//! Per band of output rows, a slab of the band's input rows (one above and below, edges
-//! replicated, after the ReLU when asked) as bf16 pairs of channels, plane by plane: for each
-//! horizontal tap kx a copy shifted by kx − 1, so that every tile row the kernel loads starts on
-//! a cache line (a load across lines runs 6x slower, `examples/amx_peak.rs`). Then per output
+//! Per task, a band of output rows, and a slab of three input rows that rolls down the band:
+//! before output row y, input row y + 1 (edges replicated, after the ReLU when asked) replaces
+//! row y − 2, so each input row is converted once per band. A slab row holds bf16 pairs of
+//! channels, plane by plane: for each horizontal tap kx a copy shifted by kx − 1, so that every
+//! tile row the kernel loads starts on a cache line (a load across lines runs 6x slower,
+//! `examples/amx_peak.rs`). Then per output
 //! row, 32 pixels and 32 output channels at a time, four accumulator tiles over 9 taps × the
 //! channel pairs: A = the tap's weights (16 output channels × 16 channel pairs, one row per
 //! channel), B = 16 channel pairs × 16 pixels of one shifted row (one plane per tile row), C =
@@ -34,8 +36,18 @@ thread_local! {
     static SLAB: std::cell::RefCell<Lines<u32>> = std::cell::RefCell::new(Lines::zeros(0));
 }
 
-/// Words of a band's slab (~1 MiB): it stays in L2 while every tap and output channel reads it.
-const SLAB_WORDS: usize = 256 * 1024;
+/// Rows of a slab: the three that one output row's taps read. Before, a band's slab held all
+/// its input rows (a band as tall as ~1 MiB of slab allowed: 3-4 rows at 64-256 channels), so
+/// every band converted its two edge rows again, 5 rows for 3; and the side copies were the
+/// centre's shifted by `memmove` (4 % of a ViT-S forward). Now each row once per band, its
+/// three copies in one pass (`super::pairs3`): 64 channels at 280x416 4.24-4.30 -> 3.93-3.97
+/// ms, 128 at 140x208 with the residual 4.23-4.55 -> 3.90-3.96 ms (an Intel Xeon with AMX,
+/// 2 threads, 2026-12-07).
+const RING: usize = 3;
+
+/// Tasks per thread: bands of h / (threads · BANDS_PER_THREAD) rows, each converting two rows
+/// twice (its first output row's neighbours).
+const BANDS_PER_THREAD: usize = 3;
 
 /// A 3x3 convolution's weights as the tiles read them: per tap, per output channel (padded to
 /// whole groups of 32 with zeros), its channel pairs (padded to whole tiles' 16 with zeros).
@@ -163,8 +175,7 @@ impl TileConv {
     /// out (cout, h, w) = bias + W * relu?(x) [+ residual], x (cin, h, w), edges replicated
     /// (an upsampling op's: [`TileConv::run_upsampled`]).
     pub fn run(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
-        let wp = w.next_multiple_of(G);
-        let rows = (SLAB_WORDS / (self.copies() * self.cps * wp)).saturating_sub(2).clamp(1, h.max(1));
+        let rows = h.div_ceil(rayon::current_num_threads() * BANDS_PER_THREAD).max(1);
         self.run_bands(x, (h, w), relu, bias, residual, rows)
     }
 
@@ -188,25 +199,24 @@ impl TileConv {
             crate::simd::with_local(&SLAB, |slab| {
                 let y1 = (y0 + band).min(h);
                 let wp = w.next_multiple_of(G);
-                let len = self.copies() * self.cps * plane_words(y1 - y0 + 2, wp);
+                let len = self.copies() * self.cps * plane_words(RING, wp);
                 if slab.len() < len {
                     *slab = Lines::zeros(len);
                 }
                 let slab = &mut slab[..len];
-                self.build_slab(x, (h, w), (y0, y1), relu, slab);
                 // SAFETY: rows y0..y1 of every output plane (2y0..2y1 of an upsampling op's)
                 // are this band's alone.
                 let out = MatMut::from_mut_ptr(out_ptr.get(), cout, ohw, ohw);
                 #[cfg(target_arch = "x86_64")]
                 if !self.emulated {
                     let mut unit = crate::simd::amx::Amx::new().expect("conv3x3 tiles on a CPU without usable AMX");
-                    // SAFETY: the slab was built for this band, the weights are this op's, and the
+                    // SAFETY: the slab is this op's size, the weights are this op's, and the
                     // band's output rows are in `out` and this task's.
-                    unsafe { self.band(&mut unit, slab, w, (y0, y1), bias, residual, out) };
+                    unsafe { self.band(&mut unit, x, slab, (h, w), relu, (y0, y1), bias, residual, out) };
                     return;
                 }
                 // SAFETY: as above.
-                unsafe { self.band(&mut crate::simd::tiles::Emulated::default(), slab, w, (y0, y1), bias, residual, out) };
+                unsafe { self.band(&mut crate::simd::tiles::Emulated::default(), x, slab, (h, w), relu, (y0, y1), bias, residual, out) };
             })
         });
         // SAFETY: the bands cover rows 0..h, and `band` writes each of their rows' pixels of
@@ -216,43 +226,39 @@ impl TileConv {
         out
     }
 
-    /// The slab of rows y0 − 1 ..= y1 (clamped: replicated edges): for kx in 0..3, channel pair
-    /// cp, slab row r, column c: the pair of channels 2cp, 2cp + 1 at (y0 − 1 + r, c + kx − 1)
-    /// clamped, zero past column w (the rows are `wp` words) and past cin.
-    fn build_slab(&self, x: &[f32], (h, w): (usize, usize), (y0, y1): (usize, usize), relu: bool, slab: &mut [u32]) {
-        let (wp, rows, cps) = (w.next_multiple_of(G), y1 - y0 + 2, self.cps);
+    /// Slab row `r` (of the rolling three, slot r mod 3) = input row r − 1 (clamped: replicated
+    /// edges): for kx in 0..copies, channel pair cp, column c: the pair of channels 2cp, 2cp + 1
+    /// at (r − 1, c + kx − 1) clamped (a one-tap op's single copy: kx = 1), zero past column w
+    /// (the rows are `wp` words) and past cin.
+    fn build_row(&self, x: &[f32], (h, w): (usize, usize), r: usize, relu: bool, slab: &mut [u32]) {
+        let (wp, cps) = (w.next_multiple_of(G), self.cps);
         let isa = if self.emulated { Isa::Portable } else { crate::simd::isa::usable(Isa::Avx512Bf16) };
         let zeros = vec![0f32; w];
+        let sy = r.saturating_sub(1).min(h - 1);
         // Channel c's input row sy (zeros past cin).
-        let row = |c: usize, sy: usize| if c < self.cin { &x[(c * h + sy) * w..(c * h + sy + 1) * w] } else { &zeros[..] };
-        let ps = plane_words(rows, wp);
+        let row = |c: usize| if c < self.cin { &x[(c * h + sy) * w..(c * h + sy + 1) * w] } else { &zeros[..] };
+        let ps = plane_words(RING, wp);
+        let slot = (r % RING) * wp;
         for cp in 0..cps {
-            for r in 0..rows {
-                let sy = (y0 + r).saturating_sub(1).min(h - 1);
-                let (a, b) = (row(2 * cp, sy), row(2 * cp + 1, sy));
-                // The centre tap's row converted once; the side taps' are its words shifted by
-                // one, the edge pixel replicated (converting each from f32 read the band's
-                // input three times).
-                let at = |kx: usize| (kx * cps + cp) * ps + r * wp;
-                let centre = at(self.copies() / 2);
-                super::pairs(isa, a, b, relu, &mut slab[centre..][..w]);
+            let (a, b) = (row(2 * cp), row(2 * cp + 1));
+            let at = |kx: usize| (kx * cps + cp) * ps + slot;
+            if self.taps == 1 {
+                let centre = &mut slab[at(0)..][..wp];
+                super::pairs(isa, a, b, relu, &mut centre[..w]);
                 // Past the map: zero (they meet only outputs that are not kept).
-                slab[centre + w..centre + wp].fill(0);
-                if self.taps == 1 {
-                    continue;
-                }
-                let side = [at(0), at(2)];
-                slab.copy_within(centre..centre + w - 1, side[0] + 1);
-                slab[side[0]] = slab[centre];
-                slab[side[0] + w..side[0] + wp].fill(0);
-                slab.copy_within(centre + 1..centre + w, side[1]);
-                slab[side[1] + w - 1] = slab[centre + w - 1];
-                slab[side[1] + w..side[1] + wp].fill(0);
+                centre[w..].fill(0);
+                continue;
             }
+            // The three copies in one pass over the row (before, the centre's then two
+            // shifted copies of it: `memmove` was 4 % of a ViT-S forward).
+            let (head, rest) = slab.split_at_mut(at(1));
+            let (mid, tail) = rest.split_at_mut(at(2) - at(1));
+            super::pairs3(isa, a, b, relu, [&mut head[at(0)..][..wp], &mut mid[..wp], &mut tail[..wp]]);
         }
     }
 
-    /// Output rows y0..y1 from the band's slab (of an upsampling op: output rows 2y0..2y1).
+    /// Output rows y0..y1 (of an upsampling op: output rows 2y0..2y1), rolling the slab's rows
+    /// down the band ([`TileConv::build_row`]).
     ///
     /// The groups are pipelined as the linears' (`matmul::bf16::tiles::block`): a group's
     /// epilogue (bias, residual, the stores to the planes) runs a few rows per k step inside
@@ -260,14 +266,25 @@ impl TileConv {
     /// units and the memory work while the tiles multiply.
     ///
     /// # Safety
-    /// `slab` is [`TileConv::build_slab`]'s for this band; rows y0..y1 of every plane of `out`
+    /// `slab` holds `copies() · cps · plane_words(RING, wp)` words; rows y0..y1 of every plane of `out`
     /// (cout × h·w; of an upsampling op rows 2y0..2y1 of cout × 4·h·w) are writable and this
     /// caller's alone.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn band<U: TileUnit>(&self, u: &mut U, slab: &[u32], w: usize, (y0, y1): (usize, usize), bias: &[f32], residual: Option<&[f32]>, out: MatMut<f32>) {
+    unsafe fn band<U: TileUnit>(
+        &self,
+        u: &mut U,
+        x: &[f32],
+        slab: &mut [u32],
+        (h, w): (usize, usize),
+        relu: bool,
+        (y0, y1): (usize, usize),
+        bias: &[f32],
+        residual: Option<&[f32]>,
+        out: MatMut<f32>,
+    ) {
         let (cps, coutp, cout) = (self.cps, self.coutp, self.cout);
-        let (wp, rows) = (w.next_multiple_of(G), y1 - y0 + 2);
-        let ps = plane_words(rows, wp);
+        let wp = w.next_multiple_of(G);
+        let ps = plane_words(RING, wp);
         debug_assert!(slab.len() >= self.copies() * cps * ps && self.words.len() >= self.taps * coutp * cps);
         let plane = ps * 4; // bytes between a slab row's consecutive channel pairs
         let lda = cps * 4;
@@ -337,6 +354,12 @@ impl TileConv {
         let mut turn = 0;
         let steps = self.taps * cps / ROWS;
         for y in y0..y1 {
+            // Slab rows y..y + 2 (input rows y − 1 ..= y + 1) for this output row: the first
+            // two are the previous row's.
+            let first = if y == y0 { y } else { y + 2 };
+            for r in first..y + 3 {
+                self.build_row(x, (h, w), r, relu, slab);
+            }
             for x0 in (0..w).step_by(G) {
                 let nv = (w - x0).min(G);
                 for o0 in (0..cout).step_by(G) {
@@ -352,7 +375,7 @@ impl TileConv {
                         // only copy).
                         let (ky, kx) = if self.taps == 9 { (t / 3, t % 3) } else { (1, 0) };
                         let a = self.words[(t * coutp + o0) * cps..].as_ptr() as *const u8;
-                        let b = slab[kx * cps * ps + (y - y0 + ky) * wp + x0..].as_ptr() as *const u8;
+                        let b = slab[kx * cps * ps + ((y + ky) % RING) * wp + x0..].as_ptr() as *const u8;
                         for cb in (0..cps).step_by(ROWS) {
                             // SAFETY: A: 32 rows of the tap's padded output channels from o0
                             // (coutp ≥ o0 + 32), 16 pairs from cb; B: 16 planes' rows from cb,
