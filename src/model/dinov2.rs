@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::config::{BackboneSpec, Ffn};
 use super::cpu::attention::AttentionOp;
 use super::cpu::layer_norm::LayerNormOp;
-use super::cpu::linear::{Epilogue, F32Weight, LinearOp, LinearResidual, Packed, ScaledResidualOp};
+use super::cpu::linear::{Epilogue, F32Weight, LinearOp, LinearResidual, MlpResidual, Packed, ScaledResidualOp};
 use super::cpu::matmul::bf16::PackedB;
 use super::cpu::matmul::int8::QuantB;
 use super::weights::Weights;
@@ -130,6 +130,16 @@ impl LayerScale {
             _ => self.residual(x, &linear.forward(input)?),
         }
     }
+    /// `x + gamma ⊙ fc2(gelu(fc1(input)))`: on the CPU kernels in one op ([`MlpResidual`]: on
+    /// the bf16 tiles, fc1's output in bf16 as fc2's operand).
+    fn mlp_residual(&self, fc1: &Linear, fc2: &Linear, input: &Tensor, x: &Tensor) -> Result<Tensor> {
+        match (self, &fc1.route, &fc2.route) {
+            (LayerScale::Cpu(op), LinearRoute::Cpu(o1), LinearRoute::Cpu(o2)) => {
+                Ok(input.contiguous()?.apply_op2_no_bwd(&x.contiguous()?, &MlpResidual { fc1: &o1[1], fc2: &o2[0], gamma: &op.gamma })?)
+            }
+            _ => self.linear_residual(fc2, &fc1.forward_gelu(input)?, x),
+        }
+    }
 }
 
 /// The route chosen at load: candle's LayerNorm, or the CPU kernel.
@@ -221,7 +231,7 @@ impl Mlp {
     /// one op on the CPU kernels ([`LayerScale::linear_residual`]).
     fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
         match self {
-            Mlp::Gelu { fc1, fc2 } => ls.linear_residual(fc2, &fc1.forward_gelu(x)?, residual),
+            Mlp::Gelu { fc1, fc2 } => ls.mlp_residual(fc1, fc2, x, residual),
             Mlp::SwiGlu { w12, w3, hidden } => {
                 let x12 = w12.forward(x)?;
                 let h = (x12.narrow(1, 0, *hidden)?.silu()? * x12.narrow(1, *hidden, *hidden)?)?;

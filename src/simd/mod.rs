@@ -69,6 +69,31 @@ impl<T: Copy + Default> Lines<T> {
     }
 }
 
+impl<T: Copy + Default> Lines<T> {
+    /// Replaces the values with `len` written by `fill`, given the first's address (on a
+    /// cache line), without zeroing them first (a 15 MB buffer took a millisecond on one
+    /// thread).
+    ///
+    /// # Safety
+    /// `fill` writes all `len` values at the address it is given, and reads none it has not
+    /// written.
+    pub(crate) unsafe fn fill_uninit(&mut self, len: usize, fill: impl FnOnce(*mut T)) {
+        let mut lines: Vec<Line<T>> = Vec::with_capacity(len.div_ceil(16));
+        fill(lines.as_mut_ptr() as *mut T);
+        // SAFETY: `fill` wrote the `len` values (the caller's promise); the last line's values
+        // past `len` are never read (`deref` stops at `len`) but are set, to keep every line
+        // initialised.
+        unsafe {
+            let p = lines.as_mut_ptr() as *mut T;
+            for i in len..len.div_ceil(16) * 16 {
+                p.add(i).write(T::default());
+            }
+            lines.set_len(len.div_ceil(16));
+        }
+        *self = Self { lines, len };
+    }
+}
+
 impl<T: Copy + Default> Default for Lines<T> {
     fn default() -> Self {
         Self::zeros(0)

@@ -12,7 +12,7 @@ use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
-use super::matmul::bf16::{linear_bf16, linear_bf16_residual, PackedB};
+use super::matmul::bf16::{linear_bf16, linear_bf16_pairs, linear_bf16_residual, linear_bf16_residual_pairs, PackedB};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, QuantB};
 
@@ -98,26 +98,50 @@ impl CustomOp2 for LinearResidual<'_> {
             );
         }
         let (x, res) = (contiguous(s1, l1, "linear")?, contiguous(s2, l2, "linear residual")?);
-        let y = match &op.packed {
-            Some(Packed::Bf16(p)) => linear_bf16_residual(
-                Mat::from_slice(x, n, d_in, d_in),
-                p,
-                &op.bias,
-                self.gamma,
-                Mat::from_slice(res, n, op.d_out, op.d_out),
-                rayon::current_num_threads().max(1),
-            ),
-            _ => {
-                let mut y = op.product(x, n)?;
-                if op.d_out > 0 {
-                    y.par_chunks_mut(op.d_out).zip(res.par_chunks(op.d_out)).for_each(|(yr, xr)| {
-                        yr.iter_mut().zip(xr).zip(self.gamma).for_each(|((y, &x), &g)| *y = x + *y * g);
-                    });
-                }
-                y
+        Ok((CpuStorage::F32(op.product_residual(x, n, res, self.gamma)?), l2.shape().clone()))
+    }
+}
+
+/// `residual + gamma ⊙ fc2(gelu(fc1(x)))`: a ViT block's MLP with its LayerScale and the
+/// residual add, in one op. On the bf16 tiles fc1's epilogue stores its output in bf16 as
+/// fc2's A ([`linear_bf16_pairs`]): the same bits fc2 would have rounded it to, half the bytes
+/// written and read back, and no conversion pass inside fc2. Elsewhere the two ops in turn.
+pub struct MlpResidual<'a> {
+    pub fc1: &'a LinearOp,
+    pub fc2: &'a LinearOp,
+    pub gamma: &'a [f32],
+}
+
+impl CustomOp2 for MlpResidual<'_> {
+    fn name(&self) -> &'static str {
+        "mlp-layerscale-residual"
+    }
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (fc1, fc2) = (self.fc1, self.fc2);
+        let (n, d_in) = l1.shape().dims2()?;
+        let shapes = d_in == fc1.d_in && fc1.d_out == fc2.d_in && l2.shape().dims() == [n, fc2.d_out] && self.gamma.len() == fc2.d_out;
+        if !shapes || fc1.epilogue != Epilogue::BiasGelu || fc2.epilogue != Epilogue::Bias {
+            candle_core::bail!(
+                "mlp-residual: input {:?}, residual {:?}, {} gammas for {}x{} then {}x{}",
+                l1.shape(),
+                l2.shape(),
+                self.gamma.len(),
+                fc1.d_out,
+                fc1.d_in,
+                fc2.d_out,
+                fc2.d_in
+            );
+        }
+        let (x, res) = (contiguous(s1, l1, "mlp")?, contiguous(s2, l2, "mlp residual")?);
+        let threads = rayon::current_num_threads().max(1);
+        if let (Some(Packed::Bf16(p1)), Some(Packed::Bf16(p2))) = (&fc1.packed, &fc2.packed) {
+            if let Some(h) = linear_bf16_pairs(Mat::from_slice(x, n, d_in, d_in), p1, &fc1.bias, Some(fc1.isa), threads) {
+                let y = linear_bf16_residual_pairs(&h, n, p2, &fc2.bias, self.gamma, Mat::from_slice(res, n, fc2.d_out, fc2.d_out), threads);
+                return Ok((CpuStorage::F32(y), l2.shape().clone()));
             }
-        };
-        Ok((CpuStorage::F32(y), l2.shape().clone()))
+        }
+        let h = fc1.product(x, n)?;
+        Ok((CpuStorage::F32(fc2.product_residual(&h, n, res, self.gamma)?), l2.shape().clone()))
     }
 }
 
@@ -148,6 +172,23 @@ impl LinearOp {
             // process.
             (None, F32Weight::Tensor(t)) => self.bias_then_gelu(with_f32(t, |w| product_bt(x, w, n, d_in, self.d_out))?),
         })
+    }
+
+    /// `residual + gamma ⊙ (x · Wᵀ + b)` (x n × d_in, the residual n × d_out): in the bf16
+    /// tiles' epilogue, elsewhere in a pass after the product.
+    fn product_residual(&self, x: &[f32], n: usize, res: &[f32], gamma: &[f32]) -> Result<Vec<f32>> {
+        let (d_in, d_out) = (self.d_in, self.d_out);
+        if let Some(Packed::Bf16(p)) = &self.packed {
+            let threads = rayon::current_num_threads().max(1);
+            return Ok(linear_bf16_residual(Mat::from_slice(x, n, d_in, d_in), p, &self.bias, gamma, Mat::from_slice(res, n, d_out, d_out), threads));
+        }
+        let mut y = self.product(x, n)?;
+        if d_out > 0 {
+            y.par_chunks_mut(d_out).zip(res.par_chunks(d_out)).for_each(|(yr, xr)| {
+                yr.iter_mut().zip(xr).zip(gamma).for_each(|((y, &x), &g)| *y = x + *y * g);
+            });
+        }
+        Ok(y)
     }
 
     /// Each row of `y` plus the bias, through GELU after fc1, in one pass.
@@ -293,6 +334,39 @@ mod tests {
                         assert!((got - want).abs() <= 1e-5 * mag + 1e-6, "{level} {label} [{i},{o}]: {got} vs {want}");
                     }
                 }
+            }
+        }
+    }
+
+    /// The MLP in one op (`MlpResidual`) gives the bits of fc1 with its GELU then
+    /// `LinearResidual`, at every level, f32 and bf16 (on AMX: fc1's output as bf16 pairs).
+    #[test]
+    fn mlp_residual_is_fc1_then_the_residual_linear() {
+        let mut seed = 0x9b05_688c_2b3e_6c1fu64;
+        let (n, d, h) = (37, 48, 96);
+        let x = test_values(&mut seed, n * d);
+        let (w1, w2) = (test_values(&mut seed, h * d), test_values(&mut seed, d * h));
+        let (b1, b2, gamma) = (test_values(&mut seed, h), test_values(&mut seed, d), test_values(&mut seed, d));
+        let res = test_values(&mut seed, n * d);
+        let xt = Tensor::from_vec(x, (n, d), &Device::Cpu).unwrap();
+        let rt = Tensor::from_vec(res, (n, d), &Device::Cpu).unwrap();
+        for level in isa::levels() {
+            for bf16 in [false, true] {
+                let op = |w: &[f32], b: &[f32], d_in: usize, d_out: usize, epilogue| {
+                    let packed = bf16.then(|| Packed::Bf16(Arc::new(isa::with_isa(level, || PackedB::from_f32_nk(w, d_out, d_in)))));
+                    let weight = if bf16 { F32Weight::InPacked } else { F32Weight::Tensor(Tensor::from_vec(w.to_vec(), (d_out, d_in), &Device::Cpu).unwrap()) };
+                    LinearOp { weight, bias: b.to_vec(), d_in, d_out, epilogue, packed, isa: level }
+                };
+                let (fc1, fc2) = (op(&w1, &b1, d, h, Epilogue::BiasGelu), op(&w2, &b2, h, d, Epilogue::Bias));
+                let fused = MlpResidual { fc1: &fc1, fc2: &fc2, gamma: &gamma };
+                let got: Vec<f32> = isa::with_isa(level, || xt.apply_op2_no_bwd(&rt, &fused)).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                let want: Vec<f32> = isa::with_isa(level, || xt.apply_op1_no_bwd(&fc1)?.apply_op2_no_bwd(&rt, &LinearResidual { linear: &fc2, gamma: &gamma }))
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap();
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{level} bf16={bf16}");
             }
         }
     }

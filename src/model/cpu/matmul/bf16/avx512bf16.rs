@@ -276,17 +276,16 @@ pub(super) fn pack_cols_nr(src: Mat<&[f32]>, kps: usize, dst: &mut [u32]) {
     }
 }
 
-/// A group of C leaving the tiles' edge buffer (rows of NR floats): C's mv × nv block at `c`
-/// (rows `ldc` floats apart) = the buffer's [+ bias per column [then GELU]] [then x + gamma ·
-/// that, `residual` = (gamma per column, x's block, its row stride)], in one pass with masked
-/// stores, instead of a pass per step and a `memcpy` per row.
+/// A group of C leaving the tiles' edge buffer (rows of NR floats): C's mv × nv block at `out`
+/// = the buffer's [+ bias per column [then GELU]] [then x + gamma · that, `residual` = (gamma
+/// per column, x's block, its row stride)], in one pass with masked stores, instead of a pass
+/// per step and a `memcpy` per row.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `edge` holds mv rows of NR floats (mv ≤ 32, nv ≤ NR), `bias` (if
-/// any) nv floats, the residual's mv rows of nv floats are readable, and the mv × nv floats
-/// at `c` are writable.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
+/// The CPU has AVX-512F, and AVX512-BF16 (with BW and VL) for a bf16 `out`; `edge` holds mv
+/// rows of NR floats (mv ≤ 32, nv ≤ NR), `bias` (if any) nv floats, the residual's mv rows of
+/// nv floats are readable, and `out`'s mv rows of nv values are writable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) unsafe fn edge_out(
     edge: &[f32],
     mv: usize,
@@ -294,8 +293,7 @@ pub(super) unsafe fn edge_out(
     bias: Option<&[f32]>,
     gelu: bool,
     residual: Option<(&[f32], *const f32, usize)>,
-    c: *mut f32,
-    ldc: usize,
+    out: super::Out,
 ) {
     assert!(edge.len() >= mv * NR && nv <= NR && bias.is_none_or(|b| b.len() >= nv) && residual.is_none_or(|r| r.0.len() >= nv), "edge_out: shapes");
     let (m0, m1) = crate::simd::avx512::masks(nv);
@@ -321,9 +319,21 @@ pub(super) unsafe fn edge_out(
                 v0 = _mm512_fmadd_ps(v0, g0, _mm512_maskz_loadu_ps(m0, xr));
                 v1 = _mm512_fmadd_ps(v1, g1, _mm512_maskz_loadu_ps(m1, xr.wrapping_add(16)));
             }
-            let cr = c.add(r * ldc);
-            _mm512_mask_storeu_ps(cr, m0, v0);
-            _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, v1);
+            match out {
+                super::Out::F32(c, ldc) => {
+                    let cr = c.add(r * ldc);
+                    _mm512_mask_storeu_ps(cr, m0, v0);
+                    _mm512_mask_storeu_ps(cr.wrapping_add(16), m1, v1);
+                }
+                super::Out::Bf16(c, ldc) => {
+                    // Rounded as `convert_rows` would round them for the next product.
+                    let cr = c.add(r * ldc) as *mut i16;
+                    let (h0, h1) =
+                        (core::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v0)), core::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v1)));
+                    _mm256_mask_storeu_epi16(cr, m0, h0);
+                    _mm256_mask_storeu_epi16(cr.wrapping_add(16), m1, h1);
+                }
+            }
         }
     }
 }

@@ -594,7 +594,7 @@ fn tiles_with_epilogue(a: Mat<&[f32]>, b: &PackedB, words: &Lines<u32>, kernel: 
         b: Operand::Packed(words),
         c,
         accumulate: false,
-        epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None }),
+        epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None, bf16: None }),
     };
     job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
 }
@@ -611,6 +611,81 @@ fn par_rows(mut c: Mat<&mut [f32]>, f: impl Fn(&mut [f32]) + Sync) {
     });
 }
 
+/// [`linear_bf16`] with its output rounded to bf16 as the next product's A: `bias + a · b`
+/// [then GELU] as pairs of columns, rows of [`PackedB::pair_rows`]'s words for a B of k = n
+/// (n/2 words), zeros past its m rows to whole tiles'. On the tiles with a single k block
+/// (k ≤ `tiles::KC`) and n a multiple of 32, where the epilogue stores bf16 in place of C: a
+/// ViT's fc1, whose f32 output (29 MB at ViT-L's 1800 tokens) was written to be read back by
+/// fc2 and rounded to these same bits there. `None` elsewhere.
+pub(crate) fn linear_bf16_pairs(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Lines<u32>> {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
+    let Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } = &b.store else { return None };
+    if m == 0 || k == 0 || kernel.pairs(n) * 2 != n || kernel.pairs(k) > tiles::KC / 2 {
+        return None;
+    }
+    assert!(k == b.k && bias.len() >= n, "linear_bf16_pairs: A has k={k}, B has k={}; {} biases for {n} columns", b.k, bias.len());
+    let (rows, words_per_row) = (kernel.rows(m), n / 2);
+    let mut out = Lines::<u32>::zeros(0);
+    // SAFETY: the job's epilogue writes every element of the m × n bf16 matrix (each group goes
+    // through an edge buffer and is stored to `bf16`, `tiles::block`), and the rows past m are
+    // zeroed below: all `rows · n/2` words. C (a view of the same words as f32, which would run
+    // past them) is neither read (no accumulate, one k block) nor written (the `bf16` store).
+    unsafe {
+        out.fill_uninit(rows * words_per_row, |p| {
+            let job = Job {
+                k,
+                kernel: *kernel,
+                a: Operand::F32(a),
+                b: Operand::Packed(words),
+                c: MatMut::from_mut_ptr(p as *mut f32, m, n, n),
+                accumulate: false,
+                epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None, bf16: Some(MatMut::from_mut_ptr(p as *mut u16, m, n, n)) }),
+            };
+            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+            std::ptr::write_bytes(p.add(m * words_per_row), 0, (rows - m) * words_per_row);
+        });
+    }
+    Some(out)
+}
+
+/// [`linear_bf16_residual`] with A given as [`linear_bf16_pairs`]'s output (m rows of k).
+/// Panics where the shapes disagree or B is not on the tiles.
+pub(crate) fn linear_bf16_residual_pairs(
+    a: &Lines<u32>,
+    m: usize,
+    b: &PackedB,
+    bias: &[f32],
+    gamma: &[f32],
+    residual: Mat<&[f32]>,
+    threads: usize,
+) -> Vec<f32> {
+    let n = b.n;
+    let Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } = &b.store else { panic!("linear_bf16_residual_pairs: B is not on the tiles") };
+    assert!(
+        a.len() >= kernel.rows(m) * kernel.pairs(b.k) && gamma.len() >= n && bias.len() >= n && residual.rows() == m && residual.cols() == n && m > 0 && n > 0,
+        "linear_bf16_residual_pairs: {} words of A, {} gammas, {} biases, a {}×{} residual for {m}×{n}",
+        a.len(),
+        gamma.len(),
+        bias.len(),
+        residual.rows(),
+        residual.cols()
+    );
+    let mut y: Vec<f32> = Vec::with_capacity(m * n);
+    let job = Job {
+        k: b.k,
+        kernel: *kernel,
+        a: Operand::Packed(a),
+        b: Operand::Packed(words),
+        c: MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n),
+        accumulate: false,
+        epilogue: Some(Epilogue { bias: &bias[..n], gelu: None, residual: Some((&gamma[..n], residual.as_raw())), bf16: None }),
+    };
+    job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+    // SAFETY: as `linear_bf16_residual`'s: the epilogue writes all m · n floats.
+    unsafe { y.set_len(m * n) };
+    y
+}
+
 /// What the tiles add to a product's last k block as it leaves them ([`gemm_bf16_bias`]).
 #[derive(Clone, Copy)]
 pub(super) struct Epilogue<'a> {
@@ -621,6 +696,17 @@ pub(super) struct Epilogue<'a> {
     /// LayerScale and the residual after the bias: C = residual + gamma ⊙ (A · B + bias), gamma
     /// per column of C, the residual C's shape ([`linear_bf16_residual`]).
     pub residual: Option<(&'a [f32], MatRef<f32>)>,
+    /// C's shape in bf16, stored to in C's place: the product is the next one's A
+    /// ([`linear_bf16_pairs`]).
+    pub bf16: Option<MatMut<u16>>,
+}
+
+/// Where an epilogue stores a group's rows: C's floats, or bf16 values; the first row and the
+/// rows' stride in elements.
+#[derive(Clone, Copy)]
+pub(super) enum Out {
+    F32(*mut f32, usize),
+    Bf16(*mut u16, usize),
 }
 
 /// [`linear_bf16`] then LayerScale and the residual add, `residual + gamma ⊙ (a · b + bias)`,
@@ -647,7 +733,7 @@ pub fn linear_bf16_residual(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gamma: &[
                 b: Operand::Packed(words),
                 c: MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n),
                 accumulate: false,
-                epilogue: Some(Epilogue { bias: &bias[..n], gelu: None, residual: Some((&gamma[..n], residual.as_raw())) }),
+                epilogue: Some(Epilogue { bias: &bias[..n], gelu: None, residual: Some((&gamma[..n], residual.as_raw())), bf16: None }),
             };
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
             // SAFETY: as `linear_bf16`'s: the epilogue writes all m · n floats.
@@ -960,6 +1046,7 @@ impl Job<'_> {
                 let epilogue = self.epilogue.filter(|_| kp0 + kps == kps_total).map(|e| Epilogue {
                     bias: &e.bias[jc..jc1],
                     residual: e.residual.map(|(g, r)| (&g[jc..jc1], r.block(rows.start, jc, m, jc1 - jc))),
+                    bf16: e.bf16.map(|o| o.block(rows.start, jc, m, jc1 - jc)),
                     ..e
                 });
                 // SAFETY: a tile job exists only for operands packed for the tiles, on a CPU
@@ -1351,6 +1438,60 @@ mod tests {
                 let e = rel_err(&y, n, &want, m, n, k);
                 assert!(e <= 1e-5, "{kernel:?} {m}×{n}×{k}: rel err {e:e}");
             }
+        }
+    }
+
+    /// An MLP through bf16 pairs (`linear_bf16_pairs` then `linear_bf16_residual_pairs`) on
+    /// the tiles (hardware where the CPU has it, and the emulation) gives the f32 route's bits:
+    /// the pairs are its output rounded, the second product the same as from its f32 output.
+    /// Rows past whole groups and not whole tiles; where the pairs do not apply (columns not a
+    /// multiple of 32, K past one block, other kernels), `None`.
+    #[test]
+    fn an_mlp_through_pairs_gives_the_same_bits() {
+        let mut rng = Rng::new(0x5eed_0fb1);
+        for &(m, d, h) in &[(1usize, 16usize, 32usize), (45, 48, 96), (77, 130, 256)] {
+            let x = rng.units(m * d);
+            let (w1, w2) = (rng.units(h * d), rng.units(d * h));
+            let (b1, b2, gamma) = (rng.units(h), rng.units(d), rng.units(d));
+            let res = rng.units(m * d);
+            let gelu = Some(Isa::Portable);
+            for kernel in kernels() {
+                let (p1, p2) = (PackedB::build_for(&w1, d, h, true, kernel), PackedB::build_for(&w2, h, d, true, kernel));
+                let pairs = linear_bf16_pairs(Mat::from_slice(&x, m, d, d), &p1, &b1, gelu, 2);
+                let Some(pairs) = pairs else {
+                    assert!(!matches!(kernel, Some(Kernel::Tiles { .. })), "{kernel:?}: no pairs on the tiles");
+                    continue;
+                };
+                let hidden = linear_bf16(Mat::from_slice(&x, m, d, d), &p1, &b1, gelu, 2);
+                let kernel = kernel.expect("the tiles");
+                let kps = kernel.pairs(h);
+                assert!(pairs.len() >= kernel.rows(m) * kps);
+                for (i, row) in hidden.chunks(h).enumerate() {
+                    let want: Vec<u32> = row.chunks(2).map(|p| pair(p[0], p[1])).collect();
+                    assert_eq!(&pairs[i * kps..i * kps + h / 2], &want[..], "{kernel:?} {m}×{d}×{h}: row {i}");
+                }
+                assert!(pairs[m * kps..kernel.rows(m) * kps].iter().all(|&w| w == 0), "{kernel:?}: the padding rows");
+                let resm = Mat::from_slice(&res, m, d, d);
+                let want = linear_bf16_residual(Mat::from_slice(&hidden, m, h, h), &p2, &b2, &gamma, resm, 2);
+                let got = linear_bf16_residual_pairs(&pairs, m, &p2, &b2, &gamma, resm, 2);
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{kernel:?} {m}×{d}×{h}: the second product");
+            }
+        }
+        // Not taken: 48 columns, and K past one k block.
+        for kernel in kernels().into_iter().filter(|k| matches!(k, Some(Kernel::Tiles { .. }))) {
+            let (m, d) = (5, 16);
+            let x = rng.units(m * 4200);
+            assert!(
+                linear_bf16_pairs(Mat::from_slice(&x, m, d, d), &PackedB::build_for(&rng.units(48 * d), d, 48, true, kernel), &[0.0; 48], None, 2).is_none()
+            );
+            assert!(linear_bf16_pairs(
+                Mat::from_slice(&x, m, 4200, 4200),
+                &PackedB::build_for(&rng.units(32 * 4200), 4200, 32, true, kernel),
+                &[0.0; 32],
+                None,
+                2
+            )
+            .is_none());
         }
     }
 

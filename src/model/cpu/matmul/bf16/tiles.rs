@@ -11,7 +11,7 @@
 //! Register blocking: C in 32 × 32 groups, four accumulator tiles (0..4), two A tiles (4, 5)
 //! and two B tiles (6, 7): per 16 k pairs, four loads feed four products.
 
-use super::{Epilogue, NR};
+use super::{f32_to_bf16, Epilogue, Out, NR};
 use crate::simd::tiles::{TileUnit, ROWS};
 use crate::simd::{MatMut, MatRef};
 
@@ -48,7 +48,8 @@ struct Pending {
 /// All groups of C (`c`) for one k block: A (`a`) its rows' k pairs, B (`b`) one row per NR
 /// columns of C, its panel's k pairs (NR words each); A, B and C on cache lines where they can
 /// be (C's misaligned groups go through a copy). `epilogue`: the bias (one per column of `c`)
-/// and GELU added as the groups leave the tiles (the last k block's).
+/// and GELU added as the groups leave the tiles (the last k block's), and the rows stored to
+/// its bf16 matrix where it has one (C is then neither read nor written).
 ///
 /// The groups that go through an edge buffer are pipelined: a group's epilogue (vector code)
 /// runs a few rows per k step inside the next group's tile loop, so that the vector units work
@@ -76,9 +77,16 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
         // other one meanwhile); rows `r` ≤ p.mv of C's group at (p.i, p.j) are the caller's.
         unsafe {
             let edge = std::slice::from_raw_parts(edge_ptrs[p.edge] as *const f32, TM * NR);
+            // Where the rows go: C, or the epilogue's bf16 matrix in its place.
+            let bf16 = epilogue.and_then(|e| e.bf16);
+            let out = |row: usize| match bf16 {
+                Some(o) => Out::Bf16(o.at(row, p.j), o.stride()),
+                None => Out::F32(c.at(row, p.j), c.stride()),
+            };
             #[cfg(target_arch = "x86_64")]
             if U::AVX512 {
-                // SAFETY: `U::AVX512`: this CPU has AVX-512F.
+                // SAFETY: `U::AVX512`: the hardware's unit, which exists only on the `amx`
+                // level, which has AVX-512F, BW, VL and BF16 (`isa::detect`).
                 super::avx512bf16::edge_out(
                     &edge[r.start * NR..],
                     r.len(),
@@ -86,13 +94,12 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
                     epilogue.map(|e| &e.bias[p.j..p.j + p.nv]),
                     epilogue.is_some_and(|e| e.gelu.is_some()),
                     epilogue.and_then(|e| e.residual).map(|(g, res)| (&g[p.j..p.j + p.nv], res.at(p.i + r.start, p.j), res.stride())),
-                    c.at(p.i + r.start, p.j),
-                    c.stride(),
+                    out(p.i + r.start),
                 );
                 return;
             }
-            let mut row = [0f32; NR];
-            for rr in r {
+            let (first, mut row) = (out(p.i + r.start), [0f32; NR]);
+            for rr in r.clone() {
                 row.copy_from_slice(&edge[rr * NR..(rr + 1) * NR]);
                 if let Some(e) = &epilogue {
                     row[..p.nv].iter_mut().zip(&e.bias[p.j..p.j + p.nv]).for_each(|(v, b)| *v += b);
@@ -104,7 +111,10 @@ pub(super) unsafe fn block<U: TileUnit>(u: &mut U, a: MatRef<u32>, b: MatRef<u32
                         row[..p.nv].iter_mut().zip(x).zip(&g[p.j..p.j + p.nv]).for_each(|((v, &x), &g)| *v = x + *v * g);
                     }
                 }
-                std::ptr::copy_nonoverlapping(row.as_ptr(), c.at(p.i + rr, p.j), p.nv);
+                match first {
+                    Out::F32(dst, ld) => std::ptr::copy_nonoverlapping(row.as_ptr(), dst.add((rr - r.start) * ld), p.nv),
+                    Out::Bf16(dst, ld) => row[..p.nv].iter().enumerate().for_each(|(q, &v)| *dst.add((rr - r.start) * ld + q) = f32_to_bf16(v)),
+                }
             }
         }
     };
