@@ -99,6 +99,19 @@ impl Route {
 
     /// Quads of K stored per weight panel (and per row of activations): whole tiles' 16 on the
     /// tile routes, four (a register of a row) on dotprod's, an octet on i8mm's.
+    /// Bytes from one quantised row to the next: its quads, on the tile routes rounded to an
+    /// odd number of cache lines. At a power of two (ViT-L's K = 4096: 4 KiB) an A tile's 16
+    /// rows fell in one of L1's 64 sets of 12 ways, and its loads missed (the bf16 tiles'
+    /// `tile_a_stride`).
+    fn stride(self, k: usize) -> usize {
+        let bytes = 4 * self.quads(k);
+        if self.tiles() {
+            (bytes.div_ceil(64) | 1) * 64
+        } else {
+            bytes
+        }
+    }
+
     fn quads(self, k: usize) -> usize {
         match self {
             Route::Amx | Route::AmxEmulated => k.div_ceil(64) * 16,
@@ -334,7 +347,7 @@ impl QuantA {
     /// Room for up to `capacity` rows of `k` values quantised for `route` (and the tile routes'
     /// rows of padding after them), holding none: [`QuantA::gather`] fills it.
     pub(crate) fn with_rows(capacity: usize, k: usize, route: Route) -> Self {
-        let stride = 4 * route.quads(k);
+        let stride = route.stride(k);
         let rows = if route.tiles() { capacity + tiles::MR } else { capacity };
         QuantA {
             data: Lines::zeros((rows * stride).div_ceil(4)),
@@ -459,7 +472,7 @@ pub unsafe fn product_quantised(a: &QuantA, b: &QuantB, bias: &[f32], c: MatMut<
     let Store::Panels { route, words, colsum } = &b.store else { panic!("int8: the emulated route has no int8 product") };
     let (route, d_out, k, n) = (*route, b.n, b.k, a.rows);
     assert!(bias.len() == d_out, "int8: {} biases for {d_out} outputs", bias.len());
-    assert!(a.k == k && a.stride == 4 * route.quads(k) && c.rows() == n && c.cols() == d_out, "int8: rows of {} for a {d_out}x{k} weight", a.k);
+    assert!(a.k == k && a.stride == route.stride(k) && c.rows() == n && c.cols() == d_out, "int8: rows of {} for a {d_out}x{k} weight", a.k);
     // A tile reads whole tiles of rows past the last (`quantise_activations`, `QuantA::with_rows`).
     assert!(a.bytes().len() >= (n + if route.tiles() { tiles::MR } else { 0 }) * a.stride, "int8: rows without their padding");
     let (nr, mr) = (route.nr(), route.mr());
