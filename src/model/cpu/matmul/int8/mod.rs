@@ -382,26 +382,46 @@ impl QuantA {
 /// The rows of `x` (n × k) quantised, by the code of `route` (every route rounds alike).
 pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> QuantA {
     assert!(x.len() >= n * k, "int8: {} activations for {n}x{k}", x.len());
-    let mut a = QuantA::with_rows(n, k, route);
-    a.rows = n;
-    let stride = a.stride;
+    let stride = route.stride(k);
+    let rows = if route.tiles() { n + tiles::MR } else { n };
+    let mut a = QuantA { data: Lines::zeros(0), rows: n, capacity: n, k, stride, scale: Vec::new(), zero: Vec::new() };
     let mut sz = vec![(1f32, 0i32); n];
-    if stride > 0 {
-        a.bytes_mut()[..n * stride].par_chunks_mut(stride).zip(sz.par_iter_mut()).zip(x.par_chunks(k.max(1))).for_each(|((out, sz), x)| {
-            *sz = match route {
-                // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it
-                // (`route`, `isa::vnni`); AMX only at the AMX level, above AVX512-BF16's.
-                #[cfg(target_arch = "x86_64")]
-                Route::Avx512Vnni | Route::Amx => unsafe { quantise_row_avx512(x, out) },
-                // SAFETY: the route is AVX-VNNI (with AVX2 and FMA) only where the CPU has it.
-                #[cfg(target_arch = "x86_64")]
-                Route::AvxVnni => unsafe { quantise_row_avx2(x, out) },
-                _ => quantise_row(x, out),
-            };
+    let words = (rows * stride).div_ceil(4);
+    // SAFETY: every word is written: each row's (zeroed, then its values) by its task, and the
+    // rows after the last (the tiles' padding) and the last word's tail bytes zeroed here.
+    unsafe {
+        a.data.fill_uninit(words, |p| {
+            let p = crate::simd::SendPtr(p as *mut f32);
+            if stride > 0 {
+                sz.par_iter_mut().zip(x.par_chunks(k.max(1))).enumerate().for_each(|(i, (sz, x))| {
+                    // Row i's bytes, this task's alone; zeroed first (the pad past k stays
+                    // so, and meets zero weights), so the slice is initialised.
+                    let row = (p.get() as *mut u8).add(i * stride);
+                    std::ptr::write_bytes(row, 0, stride);
+                    let out = std::slice::from_raw_parts_mut(row, stride);
+                    *sz = quantise_row_on(route, x, out);
+                });
+            }
+            let start = n * stride;
+            std::ptr::write_bytes((p.get() as *mut u8).add(start), 0, words * 4 - start);
         });
     }
     (a.scale, a.zero) = sz.into_iter().unzip();
     a
+}
+
+/// [`quantise_row`] by the code of `route`.
+fn quantise_row_on(route: Route, x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    match route {
+        // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it
+        // (`route`, `isa::vnni`); AMX only at the AMX level, above AVX512-BF16's.
+        #[cfg(target_arch = "x86_64")]
+        Route::Avx512Vnni | Route::Amx => unsafe { quantise_row_avx512(x, out) },
+        // SAFETY: the route is AVX-VNNI (with AVX2 and FMA) only where the CPU has it.
+        #[cfg(target_arch = "x86_64")]
+        Route::AvxVnni => unsafe { quantise_row_avx2(x, out) },
+        _ => quantise_row(x, out),
+    }
 }
 
 /// [`quantise_row`] compiled for AVX-512.
