@@ -5,7 +5,9 @@
 //! settings of the `moge` binary, so freed buffers are reused as in a forward. On a CPU with
 //! AMX, then the transposed convolutions in bf16: the tile GEMM into a (4·cout, h·w) buffer and
 //! a pass to interleave it, against the one-tap tiles whose epilogue interleaves
-//! (`TileConv::new_transposed`), with the largest difference between their outputs.
+//! (`TileConv::new_transposed`), with the largest difference between their outputs; and the
+//! 1x1 convolutions with the residual in bf16: the tile GEMM against one-tap tiles
+//! (`TileConv::new_pointwise`).
 //!
 //! `cargo run --release --example planes_bench [reps]`
 
@@ -26,6 +28,7 @@ fn main() -> candle_core::Result<()> {
     let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     if isa::current() == Isa::Amx {
         transposed_bf16(reps, &mut rng)?;
+        pointwise_bf16(reps, &mut rng)?;
     }
     if Pointwise::new(&[0.0], 1, 1).is_none() {
         println!("no AVX2 direct route at this level: nothing to compare");
@@ -63,7 +66,7 @@ fn main() -> candle_core::Result<()> {
                     (y, s)
                 } else {
                     let pw = if i == 0 { Pointwise::new(&wt, rows, cin) } else { None };
-                    let op = Conv1x1Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw };
+                    let op = Conv1x1Op { weight: weight.clone(), bias: bias.clone(), cin, cout, packed: None, pointwise: pw, tiles: None };
                     let s = Instant::now();
                     let y = if kind == 1 { x.apply_op2_no_bwd(&res, &op)? } else { x.apply_op1_no_bwd(&op)? };
                     (y, s)
@@ -80,6 +83,47 @@ fn main() -> candle_core::Result<()> {
         println!("{name:>10} {cin:>4}->{cout:<4} {h:>4}x{w:<4}  pointwise {p:7.2}  gemm {g:7.2}  ratio {:.2}x", g / p);
     }
     println!("{:>33}  pointwise {sum_pw:7.2}  gemm {sum_gemm:7.2}  ratio {:.2}x", "sum", sum_gemm / sum_pw);
+    Ok(())
+}
+
+/// The bf16 1x1 convolutions with the residual (a level's input block) on AMX: the tile GEMM
+/// against the one-tap tiles, interleaved in one process.
+fn pointwise_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
+    println!("bf16 1x1 + residual on AMX: tile GEMM vs one-tap tiles, {} threads, median of {reps}, ms per call", rayon::current_num_threads());
+    // ViT-S's heads' input blocks and the neck's UV inputs at 600x400, 1800 tokens.
+    for (cin, cout, h, w) in [(256, 256, 70, 104), (128, 128, 140, 208), (64, 64, 280, 416), (2, 64, 280, 416)] {
+        let wt = rng.units(cout * cin);
+        let bias = rng.units(cout);
+        let x = Tensor::from_vec(rng.units(cin * h * w), (cin, h, w), &Device::Cpu)?;
+        let res = Tensor::from_vec(rng.units(cout * h * w), (cout, h, w), &Device::Cpu)?;
+        let weight = Tensor::from_vec(wt.clone(), (cout, cin), &Device::Cpu)?;
+        let op = |tiles: bool| Conv1x1Op {
+            weight: weight.clone(),
+            bias: bias.clone(),
+            cin,
+            cout,
+            packed: (!tiles).then(|| PackedA::from_f32(&wt, cout, cin)),
+            pointwise: None,
+            tiles: tiles.then(|| TileConv::new_pointwise(&wt, cin, cout, false)),
+        };
+        let (gemm, tiles) = (op(false), op(true));
+        let mut t = [vec![], vec![]];
+        let mut outs = vec![];
+        for rep in 0..=reps {
+            for (i, op) in [&gemm, &tiles].into_iter().enumerate() {
+                let s = Instant::now();
+                let y = x.apply_op2_no_bwd(&res, op)?;
+                if rep > 0 {
+                    t[i].push(s.elapsed().as_secs_f64() * 1e3);
+                } else {
+                    outs.push(y);
+                }
+            }
+        }
+        let diff = (&outs[0] - &outs[1])?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+        let (g, p) = (median(&mut t[0]), median(&mut t[1]));
+        println!("1x1+res {cin:>4}->{cout:<4} {h:>4}x{w:<4}  gemm {g:7.2}  tiles {p:7.2}  ratio {:.2}x  max diff {diff:e}", g / p);
+    }
     Ok(())
 }
 

@@ -48,13 +48,18 @@ fn conv_bf16(build: &BuildOptions, cin: usize, cout: usize, min: usize) -> bool 
     }
 }
 
-/// Whether a bf16 transposed convolution of `cin` → `cout` channels runs on AMX tiles
-/// ([`TileConv::new_transposed`]): on the `amx` level, from 16 channels each way. The 1x1
-/// convolutions stay on the tile GEMM: on the same one-tap tiles they ran no faster
-/// (PERFORMANCE.md, 2026-12-07).
+/// Whether a bf16 transposed or 1x1 convolution of `cin` → `cout` channels runs on AMX tiles
+/// ([`TileConv::new_transposed`], [`TileConv::new_pointwise`]): on the `amx` level, from 16
+/// channels each way.
 fn on_tiles(build: &BuildOptions, cin: usize, cout: usize) -> bool {
     build.cpu_level() == Some(crate::simd::isa::Isa::Amx) && cin.min(cout) >= 16
 }
+
+/// Input channels up to which a bf16 1x1 convolution runs on one-tap tiles rather than the
+/// tile GEMM, whose packing of the map bounds it at few channels: with the residual, 64 -> 64
+/// at 280x416 3.1-3.3 -> 2.3 ms, 128 at 140x208 1.53-1.58 -> 1.46 ms, 256 at 70x104 0.97 ->
+/// 1.04-1.08 ms (an Intel Xeon with AMX, 2 threads, 2026-12-07).
+const POINTWISE_TILES_MAX_CIN: usize = 128;
 
 /// The int8 op of a decoder convolution, where `--precision int8` runs it in int8: `min` and
 /// more channels in and out ([`INT8_CONV_MIN_CHANNELS`]: the stacks' 32 to 1024; those with a
@@ -82,9 +87,14 @@ impl Conv1x1 {
             Conv1x1Route::Int8(op)
         } else if build.cpu_level().is_some() {
             let bf16 = conv_bf16(build, cin, cout, INT8_POINTWISE_MIN_CHANNELS);
-            let packed = if bf16 { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
+            let tiles = if bf16 && on_tiles(build, cin, cout) && cin <= POINTWISE_TILES_MAX_CIN {
+                Some(crate::model::cpu::with_f32(&weight, |wv| TileConv::new_pointwise(wv, cin, cout, false))?)
+            } else {
+                None
+            };
+            let packed = if bf16 && tiles.is_none() { Some(crate::model::cpu::with_f32(&weight, |wv| PackedA::from_f32(wv, cout, cin))?) } else { None };
             let pointwise = if bf16 { None } else { crate::model::cpu::with_f32(&weight, |wv| Pointwise::new(wv, cout, cin))? };
-            Conv1x1Route::Cpu(Box::new(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise }))
+            Conv1x1Route::Cpu(Box::new(Conv1x1Op { weight: weight.clone(), bias: bias.to_vec1()?, cin, cout, packed, pointwise, tiles }))
         } else {
             Conv1x1Route::Generic
         };

@@ -51,6 +51,9 @@ pub struct Conv1x1Op {
     pub packed: Option<PackedA>,
     /// The f32 product on the AVX2 route ([`Pointwise`]).
     pub pointwise: Option<Pointwise>,
+    /// bf16 on AMX tiles, one tap ([`TileConv::new_pointwise`]), where the calls give the map's
+    /// rows ([`Conv1x1Op::run_map`]).
+    pub tiles: Option<TileConv>,
 }
 
 impl Conv1x1Op {
@@ -61,7 +64,18 @@ impl Conv1x1Op {
         }
         let pointwise = Pointwise::new(&w, cout, cin);
         let weight = candle_core::Tensor::from_vec(w, (cout, cin), &candle_core::Device::Cpu)?;
-        Ok(Self { weight, bias, cin, cout, packed: None, pointwise })
+        Ok(Self { weight, bias, cin, cout, packed: None, pointwise, tiles: None })
+    }
+
+    /// out (cout, h, w) from x (cin, h, w) [+ residual]: on the tiles where the op has them,
+    /// else [`Conv1x1Op::run`].
+    pub fn run_map(&self, x: &[f32], (h, w): (usize, usize), residual: Option<&[f32]>) -> Result<Vec<f32>> {
+        match &self.tiles {
+            Some(t) if x.len() >= self.cin * h * w && residual.is_none_or(|r| r.len() >= self.cout * h * w) => {
+                Ok(t.run(x, (h, w), false, &self.bias, residual))
+            }
+            _ => self.run(x, h * w, residual),
+        }
     }
 
     /// out (cout, hw) from x (cin, hw) [+ residual].
@@ -107,7 +121,7 @@ impl CustomOp1 for Conv1x1Op {
         if c != self.cin {
             candle_core::bail!("conv1x1: {c} input channels, weight expects {}", self.cin);
         }
-        let out = self.run(contiguous(s, l, "conv1x1")?, h * w, None)?;
+        let out = self.run_map(contiguous(s, l, "conv1x1")?, (h, w), None)?;
         Ok((CpuStorage::F32(out), Shape::from((self.cout, h, w))))
     }
 }
@@ -122,7 +136,7 @@ impl CustomOp2 for Conv1x1Op {
         if c != self.cin || l2.shape().dims() != [self.cout, h, w] {
             candle_core::bail!("conv1x1-add: shapes {:?} and {:?} do not fit weight {}x{}", l1.shape(), l2.shape(), self.cout, self.cin);
         }
-        let out = self.run(contiguous(s1, l1, "conv1x1")?, h * w, Some(contiguous(s2, l2, "conv1x1")?))?;
+        let out = self.run_map(contiguous(s1, l1, "conv1x1")?, (h, w), Some(contiguous(s2, l2, "conv1x1")?))?;
         Ok((CpuStorage::F32(out), Shape::from((self.cout, h, w))))
     }
 }
@@ -253,6 +267,7 @@ mod tests {
                         cout,
                         packed: None,
                         pointwise: Pointwise::new(&wt, cout, cin),
+                        tiles: None,
                     };
                     let pw = ConvTranspose2x2Op::pointwise(&wt4, cin, cout, &bias);
                     let ct = ConvTranspose2x2Op {

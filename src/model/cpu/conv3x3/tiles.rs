@@ -118,6 +118,11 @@ impl TileConv {
         conv
     }
 
+    /// `nn.Conv2d(cin, cout, 1)` from its (cout, cin) weight: one tap, the centre's.
+    pub fn new_pointwise(w: &[f32], cin: usize, cout: usize, emulated: bool) -> Self {
+        Self::with_taps(w, cin, cout, 1, emulated)
+    }
+
     /// From a (cout, cin, taps) weight, `taps` 9 or 1.
     fn with_taps(w: &[f32], cin: usize, cout: usize, taps: usize, emulated: bool) -> Self {
         assert!(taps == 9 || taps == 1, "conv3x3 tiles: {taps} taps");
@@ -502,6 +507,43 @@ mod tests {
                         let got = op.run_bands(&x, (h, w), relu, &bias, residual, band);
                         let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r).abs())) / scale;
                         assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} relu={relu} emulated={emulated} band={band}: rel err {e:e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The 1x1 convolution on one-tap tiles ([`TileConv::new_pointwise`]) against f64 on
+    /// bf16-rounded inputs, with and without the residual: channels and widths not multiples
+    /// of 16 or 32, one pixel, bands of every height; on the emulation everywhere and on the
+    /// hardware where the CPU has AMX.
+    #[test]
+    fn pointwise_tiles_match_the_reference() {
+        let mut seed = 0xa54f_f53a_5f1d_36f1u64;
+        let hardware = cfg!(target_arch = "x86_64") && crate::simd::isa::max() == Isa::Amx;
+        for &(cin, cout, h, w) in &[(1usize, 1usize, 1usize, 1usize), (3, 5, 2, 7), (40, 33, 5, 17), (64, 64, 4, 70)] {
+            let x = crate::simd::test_values(&mut seed, cin * h * w);
+            let wt = crate::simd::test_values(&mut seed, cout * cin);
+            let bias = crate::simd::test_values(&mut seed, cout);
+            let res = crate::simd::test_values(&mut seed, cout * h * w);
+            for residual in [None, Some(&res[..])] {
+                let mut want = vec![0f64; cout * h * w];
+                for o in 0..cout {
+                    for p in 0..h * w {
+                        let dot: f64 = (0..cin).map(|c| round_bf16(wt[o * cin + c]) as f64 * round_bf16(x[c * h * w + p]) as f64).sum();
+                        want[o * h * w + p] = bias[o] as f64 + dot + residual.map_or(0.0, |r| r[o * h * w + p] as f64);
+                    }
+                }
+                let scale = want.iter().fold(1e-6f64, |s, v| s.max(v.abs()));
+                for emulated in [true, false] {
+                    if !emulated && !hardware {
+                        continue;
+                    }
+                    let op = TileConv::new_pointwise(&wt, cin, cout, emulated);
+                    for band in [1, 2, h] {
+                        let got = op.run_bands(&x, (h, w), false, &bias, residual, band);
+                        let e = got.iter().zip(&want).fold(0f64, |m, (&g, &r)| m.max((g as f64 - r).abs())) / scale;
+                        assert!(e <= 1e-5, "cin={cin} cout={cout} {h}x{w} emulated={emulated} band={band} residual={}: rel err {e:e}", residual.is_some());
                     }
                 }
             }
