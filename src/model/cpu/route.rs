@@ -57,10 +57,10 @@ pub fn route(precision: crate::model::Precision) -> Route {
     };
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
-            None if bf16 && level == Isa::Amx => "direct amx tiles (bf16 pairs of the padded map, converted once; upsampled as 4 phases; transposed 2x2 as 4 phases of one tap)".to_owned(),
+            None if bf16 && level == Isa::Amx => "direct amx tiles (bf16 pairs of the padded map, converted once; upsampled as 4 phases; transposed 2x2 as 4 phases of one tap; 1x1 of 16-128 channels on one tap)".to_owned(),
             // int8 on AMX: the decoder's convolutions in bf16 (`modules::conv_bf16`).
             _ if precision == crate::model::Precision::Int8 && level == Isa::Amx => {
-                "direct amx tiles in bf16 (32+ channels; upsampled as 4 phases; transposed 2x2 as 4 phases of one tap), winograd/direct avx512 f32 (fewer)".to_owned()
+                "direct amx tiles in bf16 (32+ channels; upsampled as 4 phases; transposed 2x2 as 4 phases of one tap; 1x1 of 64-128 channels on one tap), winograd/direct avx512 f32 (fewer)".to_owned()
             }
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2, AVX-512F or NEON direct
             // route, the Winograd one where it pays.
