@@ -37,28 +37,41 @@ macro_rules! store {
     }};
 }
 
+/// The pairs bf16(a[j]) | bf16(b[j]) << 16 (after a ReLU when asked) of the 16 floats at `a`
+/// and `b`, zero in the lanes off `m`.
+///
+/// # Safety
+/// The lanes of `m` are readable at `a` and `b`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+#[inline]
+unsafe fn pairs16(a: *const f32, b: *const f32, m: __mmask16, relu: bool) -> __m512i {
+    // SAFETY: the caller's promise for the masked loads (masked-off lanes are neither read nor
+    // can fault); the transmutes change only the type of 32 bytes, every pattern of which is
+    // valid.
+    unsafe {
+        let (mut va, mut vb) = (_mm512_maskz_loadu_ps(m, a), _mm512_maskz_loadu_ps(m, b));
+        if relu {
+            va = _mm512_max_ps(va, _mm512_setzero_ps());
+            vb = _mm512_max_ps(vb, _mm512_setzero_ps());
+        }
+        let lo = core::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(va));
+        let hi = core::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(vb));
+        _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)))
+    }
+}
+
 /// dst[i] = bf16(a[i]) | bf16(b[i]) << 16 (after a ReLU when asked), for i below the three
 /// lengths.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
     let n = dst.len().min(a.len()).min(b.len());
-    let zero = _mm512_setzero_ps();
     let mut i = 0;
     while i < n {
         let m: __mmask16 = if n - i >= 16 { 0xffff } else { ((1u32 << (n - i)) - 1) as u16 };
         // SAFETY: the mask keeps the loads and the store to i..min(i + 16, n), inside the three
-        // slices (masked-off lanes are neither read nor written, nor can they fault); the
-        // transmutes change only the type of 32 bytes, every pattern of which is valid.
+        // slices (masked-off lanes are neither read nor written, nor can they fault).
         unsafe {
-            let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
-            let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
-            if relu {
-                va = _mm512_max_ps(va, zero);
-                vb = _mm512_max_ps(vb, zero);
-            }
-            let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
-            let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
-            let word = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
+            let word = pairs16(a.as_ptr().add(i), b.as_ptr().add(i), m, relu);
             _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(i) as *mut _, m, word);
         }
         i += 16;
@@ -75,7 +88,6 @@ pub(super) fn pairs3(a: &[f32], b: &[f32], relu: bool, dst: [&mut [u32]; 3]) {
     if w == 0 {
         return;
     }
-    let zero = _mm512_setzero_ps();
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     // E's vector from column i: the pairs of columns i.. (masked to w), the lanes past w
     // replaced by column w − 1's (the vector holding it is the last loaded: `last`).
@@ -86,19 +98,8 @@ pub(super) fn pairs3(a: &[f32], b: &[f32], relu: bool, dst: [&mut [u32]; 3]) {
         }
         let m: __mmask16 = if w - i >= 16 { 0xffff } else { ((1u32 << (w - i)) - 1) as u16 };
         // SAFETY: the mask keeps the loads to columns i..min(i + 16, w) of `a` and `b`
-        // (masked-off lanes are neither read nor can fault); the transmutes change only the
-        // type of 32 bytes, every pattern of which is valid.
-        let v = unsafe {
-            let mut va = _mm512_maskz_loadu_ps(m, a.as_ptr().add(i));
-            let mut vb = _mm512_maskz_loadu_ps(m, b.as_ptr().add(i));
-            if relu {
-                va = _mm512_max_ps(va, zero);
-                vb = _mm512_max_ps(vb, zero);
-            }
-            let lo: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(va));
-            let hi: __m256i = core::mem::transmute(_mm512_cvtneps_pbh(vb));
-            _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)))
-        };
+        // (masked-off lanes are neither read nor can fault).
+        let v = unsafe { pairs16(a.as_ptr().add(i), b.as_ptr().add(i), m, relu) };
         if w - i > 16 {
             return v;
         }

@@ -670,18 +670,37 @@ pub(crate) fn linear_bf16_residual_pairs(
         residual.rows(),
         residual.cols()
     );
+    tiles_residual(Operand::Packed(a), b.k, *kernel, words, m, n, bias, gamma, residual, threads)
+}
+
+/// The tile route of [`linear_bf16_residual`] and [`linear_bf16_residual_pairs`]: a new m × n
+/// = residual + gamma ⊙ (A · B + bias), applied by the epilogue, for A as f32 rows or pairs.
+#[allow(clippy::too_many_arguments)]
+fn tiles_residual(
+    a: Operand,
+    k: usize,
+    kernel: Kernel,
+    words: &[u32],
+    m: usize,
+    n: usize,
+    bias: &[f32],
+    gamma: &[f32],
+    residual: Mat<&[f32]>,
+    threads: usize,
+) -> Vec<f32> {
     let mut y: Vec<f32> = Vec::with_capacity(m * n);
     let job = Job {
-        k: b.k,
-        kernel: *kernel,
-        a: Operand::Packed(a),
+        k,
+        kernel,
+        a,
         b: Operand::Packed(words),
         c: MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n),
         accumulate: false,
         epilogue: Some(Epilogue { bias: &bias[..n], gelu: None, residual: Some((&gamma[..n], residual.as_raw())), bf16: None }),
     };
     job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
-    // SAFETY: as `linear_bf16_residual`'s: the epilogue writes all m · n floats.
+    // SAFETY: with an epilogue the tiles write every group of C through its edge buffer
+    // (`tiles::block`), with `accumulate` false reading none first: all m · n floats.
     unsafe { y.set_len(m * n) };
     y
 }
@@ -725,20 +744,7 @@ pub fn linear_bf16_residual(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gamma: &[
     );
     match &b.store {
         Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } if m > 0 && n > 0 && k > 0 => {
-            let mut y: Vec<f32> = Vec::with_capacity(m * n);
-            let job = Job {
-                k,
-                kernel: *kernel,
-                a: Operand::F32(a),
-                b: Operand::Packed(words),
-                c: MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n),
-                accumulate: false,
-                epilogue: Some(Epilogue { bias: &bias[..n], gelu: None, residual: Some((&gamma[..n], residual.as_raw())), bf16: None }),
-            };
-            job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
-            // SAFETY: as `linear_bf16`'s: the epilogue writes all m · n floats.
-            unsafe { y.set_len(m * n) };
-            y
+            tiles_residual(Operand::F32(a), k, *kernel, words, m, n, bias, gamma, residual, threads)
         }
         _ => {
             let mut y = linear_bf16(a, b, bias, None, threads);
