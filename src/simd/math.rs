@@ -232,6 +232,38 @@ mod tests {
         assert_eq!(gelu(30.0), 30.0);
     }
 
+    /// The tiles' vector GELU (`avx512::gelu16`) against the erf definition, relative to |x|,
+    /// over the whole range: its tails past |x| ≈ 11.8 are x and −0 exactly (not denormals).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_gelu_matches_the_erf_definition_and_its_tails() {
+        if isa::max() < isa::Isa::Avx512 {
+            eprintln!("gelu16: no AVX-512 here, skipped");
+            return;
+        }
+        let xs: Vec<f32> = (-64_000..64_000).map(|i| i as f32 * 6.25e-4).chain([0.0, -0.0, 1e6, -1e6, 11.7, -11.7, 11.9, -11.9]).collect();
+        let mut worst = 0f64;
+        for c in xs.chunks(16) {
+            let mut v = [0f32; 16];
+            v[..c.len()].copy_from_slice(c);
+            // SAFETY: the CPU has AVX-512F (checked above); 16 floats in and out.
+            let got: [f32; 16] = unsafe {
+                let y = crate::simd::avx512::gelu16(core::arch::x86_64::_mm512_loadu_ps(v.as_ptr()));
+                core::mem::transmute::<core::arch::x86_64::__m512, [f32; 16]>(y)
+            };
+            for (&x, &g) in c.iter().zip(&got) {
+                let xd = x as f64;
+                let want = 0.5 * xd * (1.0 + libm::erf(xd / std::f64::consts::SQRT_2));
+                worst = worst.max((g as f64 - want).abs() / xd.abs().max(1e-30));
+                if x.abs() >= 12.0 {
+                    assert_eq!(g.to_bits(), if x > 0.0 { x.to_bits() } else { (-0.0f32).to_bits() }, "gelu16({x}) = {g}");
+                }
+                assert!(g == 0.0 || g.is_normal(), "gelu16({x}) = {g}: a denormal");
+            }
+        }
+        assert!(worst < 2e-6, "worst error relative to |x|: {worst:e}");
+    }
+
     #[test]
     fn softmax_rows_sum_to_one_and_match_the_definition() {
         let row: Vec<f32> = (0..100).map(|i| ((i * 37) % 23) as f32 * 0.7 - 5.0).collect();
