@@ -238,7 +238,9 @@ impl TileConv {
     fn build_row(&self, x: &[f32], (h, w): (usize, usize), r: usize, relu: bool, slab: &mut [u32]) {
         let (wp, cps) = (w.next_multiple_of(G), self.cps);
         let isa = if self.emulated { Isa::Portable } else { crate::simd::isa::usable(Isa::Avx512Bf16) };
-        let zeros = vec![0f32; w];
+        // Called once per output row: the zero row is made only where channels are padded
+        // (cin not a whole number of tiles' pairs), not on every call.
+        let zeros = if 2 * cps > self.cin { vec![0f32; w] } else { Vec::new() };
         let sy = r.saturating_sub(1).min(h - 1);
         // Channel c's input row sy (zeros past cin).
         let row = |c: usize| if c < self.cin { &x[(c * h + sy) * w..(c * h + sy + 1) * w] } else { &zeros[..] };
