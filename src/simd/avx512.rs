@@ -172,16 +172,12 @@ pub(crate) fn pack_rows(a: Mat<&[f32]>, dst: &mut [f32]) {
     }
 }
 
-/// 2^f, |f| ≤ ½, by a degree-6 polynomial (Taylor's in f ln 2, relative error < 2e-7 there,
-/// well under bf16's 2^-9): the GELU's, whose f32 results are kept.
-pub(crate) const POW2_FULL: [f32; 7] = [1.0, std::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
-/// The same by degree 4, coefficients fitted to the relative error (< 3e-6 there: a hundredth
-/// of bf16's 2^-9), two multiply-adds fewer per 16 values: for softmax's probabilities, which are
-/// rounded to bf16 next.
+/// 2^f, |f| ≤ ½, by a degree-4 polynomial fitted to the relative error (< 3e-6 there: a
+/// hundredth of bf16's 2^-9): for softmax's probabilities, which are rounded to bf16 next.
 pub(crate) const POW2_SHORT: [f32; 5] = [0.999_999_2, 0.693_122, 0.240_249_75, 0.055_917_07, 0.009_560_765];
 
 /// 2^t, t ≤ 0 (or small): t = n + f, |f| ≤ ½, 2^f by the polynomial `c` (lowest degree first,
-/// [`POW2_FULL`] or [`POW2_SHORT`]), 2^n by `vscalefps`, which also takes n far below the
+/// such as [`POW2_SHORT`]), 2^n by `vscalefps`, which also takes n far below the
 /// exponent range to 0 without a clamp.
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -195,33 +191,124 @@ pub(crate) fn pow2<const D: usize>(t: __m512, c: &[f32; D]) -> __m512 {
     _mm512_scalef_ps(q, n)
 }
 
-/// Exact GELU, x·Φ(x), in the form of `crate::simd::math::gelu` (erfc by Numerical Recipes'
-/// t·exp(−z² + P(t)), t = 1/(1 + z/2)), with FMAs, 1/(1 + z/2) by `vrcp14ps` and a Newton step
-/// (a division's throughput bounded the vectorised scalar code) and the exp by [`pow2`].
+/// Q(u) = Φ(−u) = erfc(u/√2)/2 on intervals of 0.4 from 0, lane i the interval [0.4·i, 0.4·i +
+/// 0.4) (the last, u ≥ 6, is 0: Q(6) = 1e-9), row p the coefficient of t^p, t = u − 0.4·i: fits
+/// through each interval's Chebyshev nodes, made by `scripts/gelu_table.py`.
+const GELU_Q: [[f32; 16]; 5] = [
+    [
+        4.9999982e-01,
+        3.445782e-01,
+        2.1185547e-01,
+        1.1506979e-01,
+        5.4799374e-02,
+        2.2750152e-02,
+        8.197519e-03,
+        2.555108e-03,
+        6.8712333e-04,
+        1.5910197e-04,
+        3.1668955e-05,
+        5.4119173e-06,
+        7.931893e-07,
+        9.961908e-08,
+        1.0713819e-08,
+        0.0e+00,
+    ],
+    [
+        -3.989192e-01,
+        -3.6826178e-01,
+        -2.8970042e-01,
+        -1.9420135e-01,
+        -1.10931285e-01,
+        -5.3993516e-02,
+        -2.2392461e-02,
+        -7.912646e-03,
+        -2.3822596e-03,
+        -6.11072e-04,
+        -1.3354306e-04,
+        -2.486374e-05,
+        -3.9438446e-06,
+        -5.329351e-07,
+        -6.1351344e-08,
+        0.0e+00,
+    ],
+    [
+        -4.639019e-04,
+        7.348011e-02,
+        1.16049014e-01,
+        1.1681727e-01,
+        8.89483e-02,
+        5.4044414e-02,
+        2.683296e-02,
+        1.1025376e-02,
+        3.7775612e-03,
+        1.0845434e-03,
+        2.6179114e-04,
+        5.3257267e-05,
+        9.147327e-06,
+        1.328295e-06,
+        1.6324722e-07,
+        0.0e+00,
+    ],
+    [
+        6.977236e-02,
+        5.2876174e-02,
+        1.625103e-02,
+        -1.6375547e-02,
+        -3.0362139e-02,
+        -2.7408138e-02,
+        -1.7497865e-02,
+        -8.627831e-03,
+        -3.4063475e-03,
+        -1.0971396e-03,
+        -2.9149913e-04,
+        -6.434874e-05,
+        -1.1861199e-05,
+        -1.8321673e-06,
+        -2.3780532e-07,
+        0.0e+00,
+    ],
+    [
+        -9.566806e-03,
+        -2.1833433e-02,
+        -2.0063646e-02,
+        -9.09422e-03,
+        1.3533275e-03,
+        5.9294184e-03,
+        5.515788e-03,
+        3.3293392e-03,
+        1.5038501e-03,
+        5.3491053e-04,
+        1.5359554e-04,
+        3.611556e-05,
+        7.017314e-06,
+        1.1336971e-06,
+        1.529685e-07,
+        0.0e+00,
+    ],
+];
+
+/// Exact GELU, x·Φ(x), within 2e-7·|x| of the erf definition: x·Q(|x|) below 0 and x − x·Q(x)
+/// above, Q from [`GELU_Q`], its interval's five coefficients picked by `vpermps` (the
+/// polynomial of `crate::simd::math::gelu`'s erfc, with its reciprocal and exp, was twice the
+/// operations and bounded int8's fc1 at ViT-L's shapes). Past |x| = 6 the result is x above 0
+/// and −0 below, with no denormal on the way.
 #[target_feature(enable = "avx512f")]
 #[inline]
 pub(crate) fn gelu16(x: __m512) -> __m512 {
-    const P: [f32; 10] =
-        [0.170_872_77, -0.822_152_23, 1.488_515_9, -1.135_204, 0.278_868_07, -0.186_288_06, 0.096_784_18, 0.374_091_96, 1.000_023_7, -1.265_512_2];
-    let z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
-    let d = _mm512_fmadd_ps(z, _mm512_set1_ps(0.5), _mm512_set1_ps(1.0));
-    let r = _mm512_rcp14_ps(d);
-    let t = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0)));
-    let mut p = _mm512_set1_ps(P[0]);
-    for &c in &P[1..] {
-        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
+    let u = _mm512_abs_ps(x);
+    // The interval, 15 for u ≥ 6 and for NaN (whose conversion is 0x8000_0000).
+    let i = _mm512_min_epu32(_mm512_cvttps_epi32(_mm512_mul_ps(u, _mm512_set1_ps(2.5))), _mm512_set1_epi32(15));
+    // u bounded so that t is finite where Q's polynomial is 0 (for u = ∞ too).
+    let t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(0.4), _mm512_min_ps(u, _mm512_set1_ps(8.0)));
+    let c = |p: usize| -> __m512 {
+        // SAFETY: a row of the table is 16 floats.
+        _mm512_permutexvar_ps(i, unsafe { _mm512_loadu_ps(GELU_Q[p].as_ptr()) })
+    };
+    let mut q = c(4);
+    for p in (0..4).rev() {
+        q = _mm512_fmadd_ps(q, t, c(p));
     }
-    // erfc(|x|/√2) = t · e^(p − z²); Φ = erfc/2 below 0, 1 − erfc/2 above. Past 2^-100 (|x|
-    // above ~11.8) erfc/2 is taken as 0: the result is then x above 0, as f32's x · (1 − ε)
-    // was, and −0 below, where it was a negative under 3e-30 in size. Computed, those lanes went
-    // through denormals, each a microcode assist: fc1 at 1800x1024x4096 with pre-activations
-    // of std ~10 took 49 ms against 6 (an Intel Xeon with AMX, 2026-12-07).
-    let lim = _mm512_set1_ps(-100.0);
-    let a = _mm512_mul_ps(_mm512_fnmadd_ps(z, z, p), _mm512_set1_ps(std::f32::consts::LOG2_E));
-    let tail = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, lim);
-    let e = _mm512_maskz_mov_ps(!tail, _mm512_mul_ps(t, pow2(_mm512_max_ps(a, lim), &POW2_FULL)));
-    let half = _mm512_mul_ps(e, _mm512_set1_ps(0.5));
+    let xq = _mm512_mul_ps(x, q);
     let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
-    let phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0), half), half);
-    _mm512_mul_ps(x, phi)
+    _mm512_mask_mov_ps(_mm512_sub_ps(x, xq), neg, xq)
 }

@@ -233,7 +233,7 @@ mod tests {
     }
 
     /// The tiles' vector GELU (`avx512::gelu16`) against the erf definition, relative to |x|,
-    /// over the whole range: its tails past |x| ≈ 11.8 are x and −0 exactly (not denormals).
+    /// over the whole range: its tails past |x| = 6 are x and −0 exactly (not denormals).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_gelu_matches_the_erf_definition_and_its_tails() {
@@ -241,7 +241,7 @@ mod tests {
             eprintln!("gelu16: no AVX-512 here, skipped");
             return;
         }
-        let xs: Vec<f32> = (-64_000..64_000).map(|i| i as f32 * 6.25e-4).chain([0.0, -0.0, 1e6, -1e6, 11.7, -11.7, 11.9, -11.9]).collect();
+        let xs: Vec<f32> = (-64_000..64_000).map(|i| i as f32 * 6.25e-4).chain([0.0, -0.0, 1e6, -1e6, 5.99, -5.99, 6.0, -6.0, f32::MAX, f32::MIN]).collect();
         let mut worst = 0f64;
         for c in xs.chunks(16) {
             let mut v = [0f32; 16];
@@ -255,13 +255,14 @@ mod tests {
                 let xd = x as f64;
                 let want = 0.5 * xd * (1.0 + libm::erf(xd / std::f64::consts::SQRT_2));
                 worst = worst.max((g as f64 - want).abs() / xd.abs().max(1e-30));
-                if x.abs() >= 12.0 {
+                if x.abs() >= 6.0 {
                     assert_eq!(g.to_bits(), if x > 0.0 { x.to_bits() } else { (-0.0f32).to_bits() }, "gelu16({x}) = {g}");
                 }
                 assert!(g == 0.0 || g.is_normal(), "gelu16({x}) = {g}: a denormal");
             }
         }
-        assert!(worst < 2e-6, "worst error relative to |x|: {worst:e}");
+        eprintln!("gelu16: worst error relative to |x| {worst:e}");
+        assert!(worst < 4e-7, "worst error relative to |x|: {worst:e}");
     }
 
     #[test]

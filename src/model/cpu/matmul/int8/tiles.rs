@@ -121,11 +121,11 @@ unsafe fn group<U: TileUnit>(u: &mut U, t: &Tile, out: *mut i32, hook: &mut impl
 
 /// [`epilogue`] in AVX-512 vectors: the same operations in the same order (a wrapping i32
 /// product and difference, then one fused multiply-add), so the same bits before the GELU;
-/// the GELU is the bf16 tiles' vector one (`simd::avx512::gelu16`: `vrcp14ps` and a Newton
-/// step for the division, within 2e-6 of `simd::math::gelu`). Each row stored by two masked
-/// stores (a `memcpy` call per row of 32 floats cost as much as a sixth of the product at
-/// ViT-L's fc1); the element-wise GELU cost fc1 a third more than bf16's (an Intel Xeon with
-/// AMX, `examples/encoder_bench.rs`, 2026-12-07).
+/// the GELU is the bf16 tiles' vector one (`simd::avx512::gelu16`, within 2e-6 of
+/// `simd::math::gelu`). Each row stored by two masked stores (a `memcpy` call per row of 32
+/// floats cost as much as a sixth of the product at ViT-L's fc1). The GELU's operations are
+/// felt here, where a group's tile work is half bf16's: with the erfc form's, fc1 took 5.7-5.8
+/// ms against 4.7-4.8 with the table's (an Intel Xeon with AMX, `examples/encoder_bench.rs`).
 ///
 /// # Safety
 /// The CPU has AVX-512F and FMA.
