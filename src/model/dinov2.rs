@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::config::{BackboneSpec, Ffn};
 use super::cpu::attention::AttentionOp;
 use super::cpu::layer_norm::LayerNormOp;
-use super::cpu::linear::{Epilogue, F32Weight, LinearOp, LinearResidual, MlpResidual, Packed, ScaledResidualOp};
+use super::cpu::linear::{Epilogue, F32Weight, LinearOp, LinearResidual, MlpResidual, NormLinear, Packed, ScaledResidualOp};
 use super::cpu::matmul::bf16::PackedB;
 use super::cpu::matmul::int8::QuantB;
 use super::weights::Weights;
@@ -130,14 +130,15 @@ impl LayerScale {
             _ => self.residual(x, &linear.forward(input)?),
         }
     }
-    /// `x + gamma ⊙ fc2(gelu(fc1(input)))`: on the CPU kernels in one op ([`MlpResidual`]: on
-    /// the bf16 tiles, fc1's output in bf16 as fc2's operand).
-    fn mlp_residual(&self, fc1: &Linear, fc2: &Linear, input: &Tensor, x: &Tensor) -> Result<Tensor> {
-        match (self, &fc1.route, &fc2.route) {
-            (LayerScale::Cpu(op), LinearRoute::Cpu(o1), LinearRoute::Cpu(o2)) => {
-                Ok(input.contiguous()?.apply_op2_no_bwd(&x.contiguous()?, &MlpResidual { fc1: &o1[1], fc2: &o2[0], gamma: &op.gamma })?)
+    /// `x + gamma ⊙ fc2(gelu(fc1(norm(x))))`: on the CPU kernels in one op ([`MlpResidual`]: on
+    /// the bf16 tiles, the norm's and fc1's outputs in bf16 as the next product's operand).
+    fn mlp_residual(&self, norm: &LayerNorm, fc1: &Linear, fc2: &Linear, x: &Tensor) -> Result<Tensor> {
+        match (self, norm, &fc1.route, &fc2.route) {
+            (LayerScale::Cpu(op), LayerNorm::Cpu(ln), LinearRoute::Cpu(o1), LinearRoute::Cpu(o2)) => {
+                let x = x.contiguous()?;
+                Ok(x.apply_op2_no_bwd(&x, &MlpResidual { norm: Some(ln), fc1: &o1[1], fc2: &o2[0], gamma: &op.gamma })?)
             }
-            _ => self.linear_residual(fc2, &fc1.forward_gelu(input)?, x),
+            _ => self.linear_residual(fc2, &fc1.forward_gelu(&norm.forward(x)?)?, x),
         }
     }
 }
@@ -175,10 +176,18 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// `residual + ls ⊙ attention(x)`: the heads, then the output projection with the
-    /// LayerScale and the add in one op on the CPU kernels ([`LayerScale::linear_residual`]).
-    fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
-        ls.linear_residual(&self.proj, &self.heads(x)?, residual)
+    /// `x + ls ⊙ attention(norm(x))`: the norm and qkv in one op on the CPU kernels
+    /// ([`NormLinear`]), the heads, then the output projection with the LayerScale and the add
+    /// in one op ([`LayerScale::linear_residual`]).
+    fn forward_residual(&self, norm: &LayerNorm, x: &Tensor, ls: &LayerScale) -> Result<Tensor> {
+        let heads = match (&self.cpu, norm, &self.qkv.route) {
+            (Some(op), LayerNorm::Cpu(ln), LinearRoute::Cpu(ops)) => {
+                let qkv = x.contiguous()?.apply_op1_no_bwd(&NormLinear { norm: ln, linear: &ops[0] })?;
+                qkv.apply_op1_no_bwd(op)?
+            }
+            _ => self.heads(&norm.forward(x)?)?,
+        };
+        ls.linear_residual(&self.proj, &heads, x)
     }
 
     /// softmax(q kᵀ / √d) v of every head, (n, d), before the output projection.
@@ -227,15 +236,16 @@ impl Mlp {
         })
     }
 
-    /// `residual + ls ⊙ mlp(x)`: the last linear (fc2, w3) with the LayerScale and the add in
-    /// one op on the CPU kernels ([`LayerScale::linear_residual`]).
-    fn forward_residual(&self, x: &Tensor, residual: &Tensor, ls: &LayerScale) -> Result<Tensor> {
+    /// `x + ls ⊙ mlp(norm(x))`: the last linear (fc2, w3) with the LayerScale and the add in
+    /// one op on the CPU kernels ([`LayerScale::linear_residual`]; the GELU MLP whole, with the
+    /// norm, [`LayerScale::mlp_residual`]).
+    fn forward_residual(&self, norm: &LayerNorm, x: &Tensor, ls: &LayerScale) -> Result<Tensor> {
         match self {
-            Mlp::Gelu { fc1, fc2 } => ls.mlp_residual(fc1, fc2, x, residual),
+            Mlp::Gelu { fc1, fc2 } => ls.mlp_residual(norm, fc1, fc2, x),
             Mlp::SwiGlu { w12, w3, hidden } => {
-                let x12 = w12.forward(x)?;
+                let x12 = w12.forward(&norm.forward(x)?)?;
                 let h = (x12.narrow(1, 0, *hidden)?.silu()? * x12.narrow(1, *hidden, *hidden)?)?;
-                ls.linear_residual(w3, &h, residual)
+                ls.linear_residual(w3, &h, x)
             }
         }
     }
@@ -278,8 +288,8 @@ impl Block {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = self.attn.forward_residual(&self.norm1.forward(x)?, x, &self.ls1)?;
-        self.mlp.forward_residual(&self.norm2.forward(&x)?, &x, &self.ls2)
+        let x = self.attn.forward_residual(&self.norm1, x, &self.ls1)?;
+        self.mlp.forward_residual(&self.norm2, &x, &self.ls2)
     }
 }
 

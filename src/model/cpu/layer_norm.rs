@@ -6,9 +6,11 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape};
 use rayon::prelude::*;
 
+use super::matmul::bf16::{convert_rows_uninit, Pairs, PairsLayout};
 use super::tensor::contiguous;
 use crate::simd::isa::Isa;
 use crate::simd::math::layer_norm_row;
+use crate::simd::{Lines, Mat, SendPtr};
 
 pub struct LayerNormOp {
     pub weight: Vec<f32>,
@@ -38,6 +40,55 @@ impl LayerNormOp {
         unsafe { out.set_len(x.len()) };
         out
     }
+}
+
+impl LayerNormOp {
+    /// [`LayerNormOp::run`] written straight as the next product's A in bf16 (each row's bits
+    /// those the product's conversion of the f32 row gives, `bf16::convert_rows` by `isa`), laid
+    /// out as `layout` says (`PackedB::tile_pairs`). The f32 output of a ViT block's norm was
+    /// written to be read back and converted by the next linear.
+    pub(crate) fn run_pairs(&self, x: &[f32], layout: PairsLayout, isa: Isa) -> Pairs {
+        let d = self.weight.len();
+        let n = x.len().checked_div(d).unwrap_or(0);
+        let PairsLayout { kps, stride, rows } = layout;
+        assert!(rows >= n && 2 * kps >= d && stride >= kps, "layer norm: {layout:?} for {n} rows of {d}");
+        let mut out = Lines::<u32>::zeros(0);
+        // SAFETY: every word is written: each row's kps by its task (`convert_rows_uninit`
+        // writes them all, zeros past d) and the rest of its stride, then the rows past n.
+        unsafe {
+            out.fill_uninit(rows * stride, |p| {
+                let p = SendPtr(p as *mut f32);
+                if n > 0 {
+                    let chunk = (4096 / d).max(1);
+                    x.par_chunks(chunk * d).enumerate().for_each(|(c, x)| {
+                        crate::simd::with_local(&ROW, |row| {
+                            row.resize(d, std::mem::MaybeUninit::uninit());
+                            for (i, x) in x.chunks_exact(d).enumerate() {
+                                layer_norm_row(self.isa, x, &self.weight, &self.bias, self.eps, row);
+                                // `layer_norm_row` wrote all d floats.
+                                let row = &*(row.as_slice() as *const [std::mem::MaybeUninit<f32>] as *const [f32]);
+                                let dst = (p.get() as *mut u32).add((c * chunk + i) * stride);
+                                convert_rows_uninit(
+                                    isa,
+                                    Mat::from_slice(row, 1, d, d),
+                                    kps,
+                                    std::slice::from_raw_parts_mut(dst as *mut std::mem::MaybeUninit<u32>, kps),
+                                );
+                                std::ptr::write_bytes(dst.add(kps), 0, stride - kps);
+                            }
+                        })
+                    });
+                }
+                std::ptr::write_bytes((p.get() as *mut u32).add(n * stride), 0, (rows - n) * stride);
+            });
+        }
+        Pairs { words: out, m: n, layout }
+    }
+}
+
+thread_local! {
+    /// [`LayerNormOp::run_pairs`]'s f32 row, kept between calls.
+    static ROW: std::cell::RefCell<Vec<std::mem::MaybeUninit<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl CustomOp1 for LayerNormOp {

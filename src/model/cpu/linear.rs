@@ -12,7 +12,10 @@ use crate::simd::isa::Isa;
 use crate::simd::sgemm::{self, Panels};
 use crate::simd::Mat;
 
-use super::matmul::bf16::{linear_bf16, linear_bf16_pairs, linear_bf16_residual, linear_bf16_residual_pairs, PackedB};
+use super::layer_norm::LayerNormOp;
+use super::matmul::bf16::{
+    linear_bf16, linear_bf16_from_pairs, linear_bf16_pairs, linear_bf16_pairs_from_pairs, linear_bf16_residual, linear_bf16_residual_pairs, PackedB,
+};
 use super::matmul::gemm::{Gemm, Strided};
 use super::matmul::int8::{self, QuantB};
 
@@ -102,11 +105,47 @@ impl CustomOp2 for LinearResidual<'_> {
     }
 }
 
-/// `residual + gamma ⊙ fc2(gelu(fc1(x)))`: a ViT block's MLP with its LayerScale and the
-/// residual add, in one op. On the bf16 tiles fc1's epilogue stores its output in bf16 as
-/// fc2's A ([`linear_bf16_pairs`]): the same bits fc2 would have rounded it to, half the bytes
-/// written and read back, and no conversion pass inside fc2. Elsewhere the two ops in turn.
+/// `linear(norm(x))`: a ViT block's LayerNorm and the linear after it (qkv) in one op. On the
+/// bf16 tiles the norm writes its rows straight in bf16 as the product's A
+/// ([`LayerNormOp::run_pairs`]): the bits the product would have rounded them to, without the
+/// f32 rows written and read back. Elsewhere the two in turn.
+pub struct NormLinear<'a> {
+    pub norm: &'a LayerNormOp,
+    pub linear: &'a LinearOp,
+}
+
+impl CustomOp1 for NormLinear<'_> {
+    fn name(&self) -> &'static str {
+        "layer-norm-linear"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let op = self.linear;
+        let (n, d_in) = l.shape().dims2()?;
+        if d_in != op.d_in || self.norm.weight.len() != d_in {
+            candle_core::bail!("norm-linear: input {:?}, a norm of {} for a {}x{} weight", l.shape(), self.norm.weight.len(), op.d_out, op.d_in);
+        }
+        let x = contiguous(s, l, "norm-linear")?;
+        let gelu = (op.epilogue == Epilogue::BiasGelu).then_some(op.isa);
+        if let Some(Packed::Bf16(p)) = &op.packed {
+            if let Some((layout, isa)) = p.tile_pairs(n) {
+                let a = self.norm.run_pairs(x, layout, isa);
+                if let Some(y) = linear_bf16_from_pairs(&a, p, &op.bias, gelu, rayon::current_num_threads().max(1)) {
+                    return Ok((CpuStorage::F32(y), Shape::from((n, op.d_out))));
+                }
+            }
+        }
+        Ok((CpuStorage::F32(op.product(&self.norm.run(x), n)?), Shape::from((n, op.d_out))))
+    }
+}
+
+/// `residual + gamma ⊙ fc2(gelu(fc1(x)))`, x = `norm`(input) where there is a norm (else the
+/// input): a ViT block's LayerNorm, MLP, LayerScale and residual add in one op. On the bf16
+/// tiles the norm writes its rows in bf16 as fc1's A (as [`NormLinear`]), and fc1's epilogue
+/// stores its output in bf16 as fc2's A ([`linear_bf16_pairs`]): the same bits fc2 would have
+/// rounded it to, half the bytes written and read back, and no conversion pass inside fc2.
+/// Elsewhere the ops in turn.
 pub struct MlpResidual<'a> {
+    pub norm: Option<&'a LayerNormOp>,
     pub fc1: &'a LinearOp,
     pub fc2: &'a LinearOp,
     pub gamma: &'a [f32],
@@ -132,14 +171,24 @@ impl CustomOp2 for MlpResidual<'_> {
                 fc2.d_in
             );
         }
+        if self.norm.is_some_and(|m| m.weight.len() != d_in) {
+            candle_core::bail!("mlp-residual: a norm of {} for an input {:?}", self.norm.map_or(0, |m| m.weight.len()), l1.shape());
+        }
         let (x, res) = (contiguous(s1, l1, "mlp")?, contiguous(s2, l2, "mlp residual")?);
         let threads = rayon::current_num_threads().max(1);
         if let (Some(Packed::Bf16(p1)), Some(Packed::Bf16(p2))) = (&fc1.packed, &fc2.packed) {
-            if let Some(h) = linear_bf16_pairs(Mat::from_slice(x, n, d_in, d_in), p1, &fc1.bias, Some(fc1.isa), threads) {
-                let y = linear_bf16_residual_pairs(&h, n, p2, &fc2.bias, self.gamma, Mat::from_slice(res, n, fc2.d_out, fc2.d_out), threads);
+            let h = match (self.norm, p1.tile_pairs(n)) {
+                (Some(norm), Some((layout, isa))) => linear_bf16_pairs_from_pairs(&norm.run_pairs(x, layout, isa), p1, &fc1.bias, Some(fc1.isa), threads),
+                (Some(_), None) => None,
+                (None, _) => linear_bf16_pairs(Mat::from_slice(x, n, d_in, d_in), p1, &fc1.bias, Some(fc1.isa), threads),
+            };
+            if let Some(h) = h {
+                let y = linear_bf16_residual_pairs(&h, p2, &fc2.bias, self.gamma, Mat::from_slice(res, n, fc2.d_out, fc2.d_out), threads);
                 return Ok((CpuStorage::F32(y), l2.shape().clone()));
             }
         }
+        let normed = self.norm.map(|m| m.run(x));
+        let x = normed.as_deref().unwrap_or(x);
         let h = fc1.product(x, n)?;
         Ok((CpuStorage::F32(fc2.product_residual(&h, n, res, self.gamma)?), l2.shape().clone()))
     }
@@ -259,6 +308,7 @@ impl CustomOp2 for ScaledResidualOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::cpu::matmul::bf16::Kernel;
     use crate::simd::{isa, test_values};
     use candle_core::{Device, Tensor};
 
@@ -338,8 +388,10 @@ mod tests {
         }
     }
 
-    /// The MLP in one op (`MlpResidual`) gives the bits of fc1 with its GELU then
-    /// `LinearResidual`, at every level, f32 and bf16 (on AMX: fc1's output as bf16 pairs).
+    /// The MLP in one op (`MlpResidual`), with and without its LayerNorm, gives the bits of the
+    /// norm, fc1 with its GELU then `LinearResidual`; and `NormLinear` those of the norm then
+    /// the linear: at every level, f32 and bf16 (on AMX: the norm's and fc1's outputs as bf16
+    /// pairs). d = 48 pads the norm's rows to whole tiles of pairs.
     #[test]
     fn mlp_residual_is_fc1_then_the_residual_linear() {
         let mut seed = 0x9b05_688c_2b3e_6c1fu64;
@@ -348,25 +400,40 @@ mod tests {
         let (w1, w2) = (test_values(&mut seed, h * d), test_values(&mut seed, d * h));
         let (b1, b2, gamma) = (test_values(&mut seed, h), test_values(&mut seed, d), test_values(&mut seed, d));
         let res = test_values(&mut seed, n * d);
+        let (lw, lb) = (test_values(&mut seed, d), test_values(&mut seed, d));
         let xt = Tensor::from_vec(x, (n, d), &Device::Cpu).unwrap();
         let rt = Tensor::from_vec(res, (n, d), &Device::Cpu).unwrap();
+        let bits =
+            |t: candle_core::Result<Tensor>| -> Vec<u32> { t.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect() };
         for level in isa::levels() {
-            for bf16 in [false, true] {
+            let ln = LayerNormOp { weight: lw.clone(), bias: lb.clone(), eps: 1e-6, isa: level };
+            let normed = isa::with_isa(level, || xt.apply_op1_no_bwd(&ln)).unwrap();
+            // f32, bf16 by the level's kernel, and bf16 on the emulated tiles (every machine
+            // runs the pairs' path).
+            for (bf16, emulated) in [(false, false), (true, false), (true, true)] {
                 let op = |w: &[f32], b: &[f32], d_in: usize, d_out: usize, epilogue| {
-                    let packed = bf16.then(|| Packed::Bf16(Arc::new(isa::with_isa(level, || PackedB::from_f32_nk(w, d_out, d_in)))));
+                    let pack = || match emulated {
+                        true => PackedB::build_for(w, d_in, d_out, true, Some(Kernel::Tiles { emulated: true })),
+                        false => PackedB::from_f32_nk(w, d_out, d_in),
+                    };
+                    let packed = bf16.then(|| Packed::Bf16(Arc::new(isa::with_isa(level, pack))));
                     let weight = if bf16 { F32Weight::InPacked } else { F32Weight::Tensor(Tensor::from_vec(w.to_vec(), (d_out, d_in), &Device::Cpu).unwrap()) };
                     LinearOp { weight, bias: b.to_vec(), d_in, d_out, epilogue, packed, isa: level }
                 };
                 let (fc1, fc2) = (op(&w1, &b1, d, h, Epilogue::BiasGelu), op(&w2, &b2, h, d, Epilogue::Bias));
-                let fused = MlpResidual { fc1: &fc1, fc2: &fc2, gamma: &gamma };
-                let got: Vec<f32> = isa::with_isa(level, || xt.apply_op2_no_bwd(&rt, &fused)).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-                let want: Vec<f32> = isa::with_isa(level, || xt.apply_op1_no_bwd(&fc1)?.apply_op2_no_bwd(&rt, &LinearResidual { linear: &fc2, gamma: &gamma }))
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
-                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{level} bf16={bf16}");
+                for norm in [None, Some(&ln)] {
+                    let fused = MlpResidual { norm, fc1: &fc1, fc2: &fc2, gamma: &gamma };
+                    let got = bits(isa::with_isa(level, || xt.apply_op2_no_bwd(&rt, &fused)));
+                    let input = if norm.is_some() { &normed } else { &xt };
+                    let want =
+                        bits(isa::with_isa(level, || input.apply_op1_no_bwd(&fc1)?.apply_op2_no_bwd(&rt, &LinearResidual { linear: &fc2, gamma: &gamma })));
+                    assert_eq!(got, want, "{level} bf16={bf16} emulated={emulated} norm={}", norm.is_some());
+                }
+                for linear in [&fc1, &op(&w1, &b1, d, h, Epilogue::Bias)] {
+                    let got = bits(isa::with_isa(level, || xt.apply_op1_no_bwd(&NormLinear { norm: &ln, linear })));
+                    let want = bits(isa::with_isa(level, || normed.apply_op1_no_bwd(linear)));
+                    assert_eq!(got, want, "norm-linear {level} bf16={bf16} emulated={emulated} {:?}", linear.epilogue);
+                }
             }
         }
     }

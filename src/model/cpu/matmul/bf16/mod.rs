@@ -231,6 +231,42 @@ fn tile_a_stride(kps: usize) -> usize {
     (lines | 1) * 16
 }
 
+/// Where the rows of an A given as bf16 pairs lie ([`Pairs`]): `kps` words of pairs per row
+/// (zeros past its k values), rows `stride` words apart, `rows` of them stored (zeros past m).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PairsLayout {
+    pub kps: usize,
+    pub stride: usize,
+    pub rows: usize,
+}
+
+impl PairsLayout {
+    /// The tiles' layout for m rows of k: whole tiles of rows, each an odd number of cache
+    /// lines long, as the product's own conversion lays A out ([`tile_a_stride`]).
+    fn tiles(kernel: Kernel, k: usize, m: usize) -> Self {
+        let kps = kernel.pairs(k);
+        PairsLayout { kps, stride: tile_a_stride(kps), rows: kernel.rows(m) }
+    }
+}
+
+/// A product's A, m rows of bf16 pairs laid out for the tiles, made by the op before it (a
+/// LayerNorm, `layer_norm::LayerNormOp::run_pairs`, or fc1, [`linear_bf16_pairs`]) in place
+/// of its f32 output.
+pub(crate) struct Pairs {
+    pub words: Lines<u32>,
+    pub m: usize,
+    pub layout: PairsLayout,
+}
+
+impl Pairs {
+    /// A as the products read it, checked against B's layout for m rows.
+    fn operand(&self, b: &PackedB) -> Operand<'_> {
+        let want = b.tile_pairs(self.m).map(|(l, _)| l);
+        assert!(want == Some(self.layout) && self.words.len() >= self.layout.rows * self.layout.stride, "bf16 pairs: {:?} for {want:?}", self.layout);
+        Operand::Rows(&self.words, self.layout.stride)
+    }
+}
+
 /// Pack the lines of `src` (its columns, each its k values down the rows) into panels of w
 /// lines, `kps` k pairs.
 fn pack_cols(isa: Isa, src: Mat<&[f32]>, kps: usize, w: usize, dst: &mut [u32]) {
@@ -370,6 +406,16 @@ impl PackedB {
         match &self.store {
             Store::Panels { kernel, .. } => Some((kernel.pairs(self.k), kernel.rows(m))),
             Store::Rounded(_) => None,
+        }
+    }
+
+    /// On the tile route, the layout of an A of m rows that the products from [`Pairs`] take,
+    /// and the level whose conversion rounds an f32 A as the products' own would
+    /// (`convert_rows`); `None` elsewhere.
+    pub(crate) fn tile_pairs(&self, m: usize) -> Option<(PairsLayout, Isa)> {
+        match &self.store {
+            Store::Panels { kernel: kernel @ Kernel::Tiles { .. }, .. } => Some((PairsLayout::tiles(*kernel, self.k, m), kernel.packer())),
+            _ => None,
         }
     }
 
@@ -585,18 +631,42 @@ pub fn linear_bf16(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>,
 /// A's k is not B's or the biases are fewer than its columns.
 #[allow(clippy::too_many_arguments)]
 fn tiles_with_epilogue(a: Mat<&[f32]>, b: &PackedB, words: &Lines<u32>, kernel: Kernel, c: MatMut<f32>, bias: &[f32], gelu: Option<Isa>, threads: usize) {
-    let (m, k, n) = (a.rows(), a.cols(), b.n);
-    assert!(k == b.k && bias.len() >= n, "gemm_bf16_bias: A has k={k}, B has k={}; {} biases for {n} columns", b.k, bias.len());
+    assert!(a.cols() == b.k, "gemm_bf16_bias: A has k={}, B has k={}", a.cols(), b.k);
+    tiles_bias(Operand::F32(a), b, words, kernel, c, bias, gelu, threads);
+}
+
+/// [`tiles_with_epilogue`] for A as f32 rows or as pairs (k = B's).
+#[allow(clippy::too_many_arguments)]
+fn tiles_bias(a: Operand, b: &PackedB, words: &Lines<u32>, kernel: Kernel, c: MatMut<f32>, bias: &[f32], gelu: Option<Isa>, threads: usize) {
+    let (m, n) = (c.rows(), b.n);
+    assert!(bias.len() >= n, "gemm_bf16_bias: {} biases for {n} columns", bias.len());
     let job = Job {
-        k,
+        k: b.k,
         kernel,
-        a: Operand::F32(a),
+        a,
         b: Operand::Packed(words),
         c,
         accumulate: false,
         epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None, bf16: None }),
     };
     job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
+}
+
+/// [`linear_bf16`] with A given as [`Pairs`] (a LayerNorm's output written straight in bf16,
+/// `layer_norm::LayerNormOp::run_pairs`). `None` where B is not on the tiles. Panics where A is
+/// not laid out for B.
+pub(crate) fn linear_bf16_from_pairs(a: &Pairs, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Vec<f32>> {
+    let (m, k, n) = (a.m, b.k, b.n);
+    let Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } = &b.store else { return None };
+    if m == 0 || n == 0 || k == 0 {
+        return None;
+    }
+    let mut y: Vec<f32> = Vec::with_capacity(m * n);
+    tiles_bias(a.operand(b), b, words, *kernel, MatMut::from_mut_ptr(y.as_mut_ptr(), m, n, n), bias, gelu, threads);
+    // SAFETY: with an epilogue the tiles write every group of C through its edge buffer
+    // (`tiles::block`), with `accumulate` false reading none first: all m · n floats.
+    unsafe { y.set_len(m * n) };
+    Some(y)
 }
 
 /// `f` on each row of `c`, the rows split on the rayon pool.
@@ -617,60 +687,70 @@ fn par_rows(mut c: Mat<&mut [f32]>, f: impl Fn(&mut [f32]) + Sync) {
 /// (k ≤ `tiles::KC`) and n a multiple of 32, where the epilogue stores bf16 in place of C: a
 /// ViT's fc1, whose f32 output (29 MB at ViT-L's 1800 tokens) was written to be read back by
 /// fc2 and rounded to these same bits there. `None` elsewhere.
-pub(crate) fn linear_bf16_pairs(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Lines<u32>> {
-    let (m, k, n) = (a.rows(), a.cols(), b.n);
+pub(crate) fn linear_bf16_pairs(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Pairs> {
+    if a.cols() != b.k {
+        panic!("linear_bf16_pairs: A has k={}, B has k={}", a.cols(), b.k);
+    }
+    pairs_out(Operand::F32(a), a.rows(), b, bias, gelu, threads)
+}
+
+/// [`linear_bf16_pairs`] with A given as [`Pairs`]. Panics where A is not laid out for B.
+pub(crate) fn linear_bf16_pairs_from_pairs(a: &Pairs, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Pairs> {
+    pairs_out(a.operand(b), a.m, b, bias, gelu, threads)
+}
+
+/// [`linear_bf16_pairs`] for A as f32 rows or pairs (m rows of B's k).
+fn pairs_out(a: Operand, m: usize, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Pairs> {
+    let (k, n) = (b.k, b.n);
     let Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } = &b.store else { return None };
     if m == 0 || k == 0 || kernel.pairs(n) * 2 != n || kernel.pairs(k) > tiles::KC / 2 {
         return None;
     }
-    assert!(k == b.k && bias.len() >= n, "linear_bf16_pairs: A has k={k}, B has k={}; {} biases for {n} columns", b.k, bias.len());
-    let (rows, words_per_row) = (kernel.rows(m), n / 2);
+    assert!(bias.len() >= n, "linear_bf16_pairs: {} biases for {n} columns", bias.len());
+    // The next product's A: rows of n/2 words, an odd number of lines apart.
+    let layout = PairsLayout::tiles(*kernel, n, m);
+    let (rows, stride) = (layout.rows, layout.stride);
     let mut out = Lines::<u32>::zeros(0);
     // SAFETY: the job's epilogue writes every element of the m × n bf16 matrix (each group goes
-    // through an edge buffer and is stored to `bf16`, `tiles::block`), and the rows past m are
-    // zeroed below: all `rows · n/2` words. C (a view of the same words as f32, which would run
-    // past them) is neither read (no accumulate, one k block) nor written (the `bf16` store).
+    // through an edge buffer and is stored to `bf16`, `tiles::block`); the words past n/2 in
+    // each row and the rows past m are zeroed below: all `rows · stride` words. C (a view of
+    // the same words as f32 rows, inside them) is neither read (no accumulate, one k block) nor
+    // written (the `bf16` store).
     unsafe {
-        out.fill_uninit(rows * words_per_row, |p| {
+        out.fill_uninit(rows * stride, |p| {
             let job = Job {
                 k,
                 kernel: *kernel,
-                a: Operand::F32(a),
+                a,
                 b: Operand::Packed(words),
-                c: MatMut::from_mut_ptr(p as *mut f32, m, n, n),
+                c: MatMut::from_mut_ptr(p as *mut f32, m, n, stride),
                 accumulate: false,
-                epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None, bf16: Some(MatMut::from_mut_ptr(p as *mut u16, m, n, n)) }),
+                epilogue: Some(Epilogue { bias: &bias[..n], gelu, residual: None, bf16: Some(MatMut::from_mut_ptr(p as *mut u16, m, n, 2 * stride)) }),
             };
+            for r in 0..m {
+                std::ptr::write_bytes(p.add(r * stride + n / 2), 0, stride - n / 2);
+            }
             job.run(threads, m >= n.min(2 * NR * threads) || n < 2 * NR);
-            std::ptr::write_bytes(p.add(m * words_per_row), 0, (rows - m) * words_per_row);
+            std::ptr::write_bytes(p.add(m * stride), 0, (rows - m) * stride);
         });
     }
-    Some(out)
+    Some(Pairs { words: out, m, layout })
 }
 
-/// [`linear_bf16_residual`] with A given as [`linear_bf16_pairs`]'s output (m rows of k).
-/// Panics where the shapes disagree or B is not on the tiles.
-pub(crate) fn linear_bf16_residual_pairs(
-    a: &Lines<u32>,
-    m: usize,
-    b: &PackedB,
-    bias: &[f32],
-    gamma: &[f32],
-    residual: Mat<&[f32]>,
-    threads: usize,
-) -> Vec<f32> {
-    let n = b.n;
+/// [`linear_bf16_residual`] with A given as [`Pairs`] ([`linear_bf16_pairs`]'s output).
+/// Panics where the shapes disagree, B is not on the tiles or A is not laid out for it.
+pub(crate) fn linear_bf16_residual_pairs(a: &Pairs, b: &PackedB, bias: &[f32], gamma: &[f32], residual: Mat<&[f32]>, threads: usize) -> Vec<f32> {
+    let (m, n) = (a.m, b.n);
     let Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } = &b.store else { panic!("linear_bf16_residual_pairs: B is not on the tiles") };
     assert!(
-        a.len() >= kernel.rows(m) * kernel.pairs(b.k) && gamma.len() >= n && bias.len() >= n && residual.rows() == m && residual.cols() == n && m > 0 && n > 0,
-        "linear_bf16_residual_pairs: {} words of A, {} gammas, {} biases, a {}×{} residual for {m}×{n}",
-        a.len(),
+        gamma.len() >= n && bias.len() >= n && residual.rows() == m && residual.cols() == n && m > 0 && n > 0,
+        "linear_bf16_residual_pairs: {} gammas, {} biases, a {}×{} residual for {m}×{n}",
         gamma.len(),
         bias.len(),
         residual.rows(),
         residual.cols()
     );
-    tiles_residual(Operand::Packed(a), b.k, *kernel, words, m, n, bias, gamma, residual, threads)
+    tiles_residual(a.operand(b), b.k, *kernel, words, m, n, bias, gamma, residual, threads)
 }
 
 /// The tile route of [`linear_bf16_residual`] and [`linear_bf16_residual_pairs`]: a new m × n
@@ -914,6 +994,8 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
 enum Operand<'a> {
     /// Whole K, `kernel.pairs(k)` pairs: A as rows (`convert_rows`), B as NR-column panels.
     Packed(&'a [u32]),
+    /// A's rows of `kernel.pairs(k)` pairs, the given number of words apart ([`Pairs`]).
+    Rows(&'a [u32], usize),
     /// f32: A as m×k, B as k×n.
     F32(Mat<&'a [f32]>),
 }
@@ -1013,6 +1095,7 @@ impl Job<'_> {
                 self.kernel.finish_panels(&mut bbuf[..cols.len().div_ceil(NR) * kps * NR], kps);
                 (&bbuf[..], kps * NR)
             }
+            Operand::Rows(..) => unreachable!("gemm_bf16: B as rows of A"),
         };
         let panels = cols.len().div_ceil(NR);
         assert!(b.len() >= (panels - 1) * bstride + kps * NR, "gemm_bf16: B's block");
@@ -1033,6 +1116,7 @@ impl Job<'_> {
             let k0 = 2 * kp0;
             let (a, astride) = match self.a {
                 Operand::Packed(p) => (&p[rows.start * kps_total + kp0..], kps_total),
+                Operand::Rows(p, stride) => (&p[rows.start * stride + kp0..], stride),
                 Operand::F32(a) => {
                     let ld = tile_a_stride(kps);
                     convert_rows_at(packer, a.block(rows.start, k0, m, k_block(self.k, k0, kps)), kps, ld, abuf);
@@ -1086,6 +1170,7 @@ impl Job<'_> {
                     let ic1 = (ic + mc).min(rows.end);
                     let (a, astride) = match self.a {
                         Operand::Packed(p) => (&p[ic * kps_total + kp0..], kps_total),
+                        Operand::Rows(p, stride) => (&p[ic * stride + kp0..], stride),
                         Operand::F32(a) => {
                             convert_rows(packer, a.block(ic, k0, ic1 - ic, k_block(self.k, k0, kps)), kps, abuf);
                             (&abuf[..], kps)
@@ -1470,16 +1555,18 @@ mod tests {
                 };
                 let hidden = linear_bf16(Mat::from_slice(&x, m, d, d), &p1, &b1, gelu, 2);
                 let kernel = kernel.expect("the tiles");
-                let kps = kernel.pairs(h);
-                assert!(pairs.len() >= kernel.rows(m) * kps);
+                let PairsLayout { kps, stride, rows } = pairs.layout;
+                assert_eq!((kps, rows, pairs.m), (kernel.pairs(h), kernel.rows(m), m));
+                assert!(stride >= kps && (stride / 16) % 2 == 1 && pairs.words.len() >= rows * stride, "{:?}", pairs.layout);
                 for (i, row) in hidden.chunks(h).enumerate() {
                     let want: Vec<u32> = row.chunks(2).map(|p| pair(p[0], p[1])).collect();
-                    assert_eq!(&pairs[i * kps..i * kps + h / 2], &want[..], "{kernel:?} {m}×{d}×{h}: row {i}");
+                    assert_eq!(&pairs.words[i * stride..i * stride + h / 2], &want[..], "{kernel:?} {m}×{d}×{h}: row {i}");
+                    assert!(pairs.words[i * stride + h / 2..(i + 1) * stride].iter().all(|&w| w == 0), "{kernel:?}: row {i}'s tail");
                 }
-                assert!(pairs[m * kps..kernel.rows(m) * kps].iter().all(|&w| w == 0), "{kernel:?}: the padding rows");
+                assert!(pairs.words[m * stride..rows * stride].iter().all(|&w| w == 0), "{kernel:?}: the padding rows");
                 let resm = Mat::from_slice(&res, m, d, d);
                 let want = linear_bf16_residual(Mat::from_slice(&hidden, m, h, h), &p2, &b2, &gamma, resm, 2);
-                let got = linear_bf16_residual_pairs(&pairs, m, &p2, &b2, &gamma, resm, 2);
+                let got = linear_bf16_residual_pairs(&pairs, &p2, &b2, &gamma, resm, 2);
                 assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{kernel:?} {m}×{d}×{h}: the second product");
             }
         }
