@@ -43,6 +43,11 @@ impl LayerNormOp {
 }
 
 impl LayerNormOp {
+    /// One row of x normalised into `out` (every float written), by the op's level.
+    pub(crate) fn row(&self, x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
+        layer_norm_row(self.isa, x, &self.weight, &self.bias, self.eps, out);
+    }
+
     /// [`LayerNormOp::run`] written straight as the next product's A in bf16 (each row's bits
     /// those the product's conversion of the f32 row gives, `bf16::convert_rows` by `isa`), laid
     /// out as `layout` says (`PackedB::tile_pairs`). The f32 output of a ViT block's norm was

@@ -125,16 +125,7 @@ impl CustomOp1 for NormLinear<'_> {
             candle_core::bail!("norm-linear: input {:?}, a norm of {} for a {}x{} weight", l.shape(), self.norm.weight.len(), op.d_out, op.d_in);
         }
         let x = contiguous(s, l, "norm-linear")?;
-        let gelu = (op.epilogue == Epilogue::BiasGelu).then_some(op.isa);
-        if let Some(Packed::Bf16(p)) = &op.packed {
-            if let Some((layout, isa)) = p.tile_pairs(n) {
-                let a = self.norm.run_pairs(x, layout, isa);
-                if let Some(y) = linear_bf16_from_pairs(&a, p, &op.bias, gelu, rayon::current_num_threads().max(1)) {
-                    return Ok((CpuStorage::F32(y), Shape::from((n, op.d_out))));
-                }
-            }
-        }
-        Ok((CpuStorage::F32(op.product(&self.norm.run(x), n)?), Shape::from((n, op.d_out))))
+        Ok((CpuStorage::F32(op.product_normed(self.norm, x, n)?), Shape::from((n, op.d_out))))
     }
 }
 
@@ -187,9 +178,10 @@ impl CustomOp2 for MlpResidual<'_> {
                 return Ok((CpuStorage::F32(y), l2.shape().clone()));
             }
         }
-        let normed = self.norm.map(|m| m.run(x));
-        let x = normed.as_deref().unwrap_or(x);
-        let h = fc1.product(x, n)?;
+        let h = match self.norm {
+            Some(norm) => fc1.product_normed(norm, x, n)?,
+            None => fc1.product(x, n)?,
+        };
         Ok((CpuStorage::F32(fc2.product_residual(&h, n, res, self.gamma)?), l2.shape().clone()))
     }
 }
@@ -221,6 +213,31 @@ impl LinearOp {
             // process.
             (None, F32Weight::Tensor(t)) => self.bias_then_gelu(with_f32(t, |w| product_bt(x, w, n, d_in, self.d_out))?),
         })
+    }
+
+    /// [`LinearOp::product`] of `norm`(x): on the bf16 tiles from the norm's rows written as
+    /// bf16 pairs, on int8's routes from its rows quantised as they are made (neither stored
+    /// as f32), elsewhere the norm then the product.
+    fn product_normed(&self, norm: &LayerNormOp, x: &[f32], n: usize) -> Result<Vec<f32>> {
+        let d_in = self.d_in;
+        let gelu = (self.epilogue == Epilogue::BiasGelu).then_some(self.isa);
+        match &self.packed {
+            Some(Packed::Bf16(p)) => {
+                if let Some((layout, isa)) = p.tile_pairs(n) {
+                    let a = norm.run_pairs(x, layout, isa);
+                    if let Some(y) = linear_bf16_from_pairs(&a, p, &self.bias, gelu, rayon::current_num_threads().max(1)) {
+                        return Ok(y);
+                    }
+                }
+            }
+            Some(Packed::Int8(q)) => {
+                if let Some(y) = int8::product_of_rows(n, q, &self.bias, gelu, |i, row| norm.row(&x[i * d_in..(i + 1) * d_in], row)) {
+                    return Ok(y);
+                }
+            }
+            None => {}
+        }
+        self.product(&norm.run(x), n)
     }
 
     /// `residual + gamma ⊙ (x · Wᵀ + b)` (x n × d_in, the residual n × d_out): in the bf16
@@ -390,8 +407,9 @@ mod tests {
 
     /// The MLP in one op (`MlpResidual`), with and without its LayerNorm, gives the bits of the
     /// norm, fc1 with its GELU then `LinearResidual`; and `NormLinear` those of the norm then
-    /// the linear: at every level, f32 and bf16 (on AMX: the norm's and fc1's outputs as bf16
-    /// pairs). d = 48 pads the norm's rows to whole tiles of pairs.
+    /// the linear: at every level, f32, bf16 (on the tiles: the norm's and fc1's outputs as
+    /// bf16 pairs) and int8 (the norm's rows quantised as they are made). d = 48 pads the
+    /// norm's rows to whole tiles of pairs.
     #[test]
     fn mlp_residual_is_fc1_then_the_residual_linear() {
         let mut seed = 0x9b05_688c_2b3e_6c1fu64;
@@ -408,16 +426,21 @@ mod tests {
         for level in isa::levels() {
             let ln = LayerNormOp { weight: lw.clone(), bias: lb.clone(), eps: 1e-6, isa: level };
             let normed = isa::with_isa(level, || xt.apply_op1_no_bwd(&ln)).unwrap();
-            // f32, bf16 by the level's kernel, and bf16 on the emulated tiles (every machine
-            // runs the pairs' path).
-            for (bf16, emulated) in [(false, false), (true, false), (true, true)] {
+            // f32; bf16 and int8 by the level's kernels, and on the emulated tiles (every
+            // machine runs the pairs' path and the int8 tiles').
+            for (kind, emulated) in [("f32", false), ("bf16", false), ("bf16", true), ("int8", false), ("int8", true)] {
                 let op = |w: &[f32], b: &[f32], d_in: usize, d_out: usize, epilogue| {
-                    let pack = || match emulated {
-                        true => PackedB::build_for(w, d_in, d_out, true, Some(Kernel::Tiles { emulated: true })),
-                        false => PackedB::from_f32_nk(w, d_out, d_in),
+                    let packed = match (kind, emulated) {
+                        ("bf16", true) => Some(Packed::Bf16(Arc::new(PackedB::build_for(w, d_in, d_out, true, Some(Kernel::Tiles { emulated: true }))))),
+                        ("bf16", false) => Some(Packed::Bf16(Arc::new(isa::with_isa(level, || PackedB::from_f32_nk(w, d_out, d_in))))),
+                        ("int8", true) => Some(Packed::Int8(Arc::new(QuantB::for_route(w, d_out, d_in, int8::Route::AmxEmulated)))),
+                        ("int8", false) => Some(Packed::Int8(Arc::new(QuantB::from_f32_nk(w, d_out, d_in, level)))),
+                        _ => None,
                     };
-                    let packed = bf16.then(|| Packed::Bf16(Arc::new(isa::with_isa(level, pack))));
-                    let weight = if bf16 { F32Weight::InPacked } else { F32Weight::Tensor(Tensor::from_vec(w.to_vec(), (d_out, d_in), &Device::Cpu).unwrap()) };
+                    let weight = match packed {
+                        Some(_) => F32Weight::InPacked,
+                        None => F32Weight::Tensor(Tensor::from_vec(w.to_vec(), (d_out, d_in), &Device::Cpu).unwrap()),
+                    };
                     LinearOp { weight, bias: b.to_vec(), d_in, d_out, epilogue, packed, isa: level }
                 };
                 let (fc1, fc2) = (op(&w1, &b1, d, h, Epilogue::BiasGelu), op(&w2, &b2, h, d, Epilogue::Bias));
@@ -427,12 +450,12 @@ mod tests {
                     let input = if norm.is_some() { &normed } else { &xt };
                     let want =
                         bits(isa::with_isa(level, || input.apply_op1_no_bwd(&fc1)?.apply_op2_no_bwd(&rt, &LinearResidual { linear: &fc2, gamma: &gamma })));
-                    assert_eq!(got, want, "{level} bf16={bf16} emulated={emulated} norm={}", norm.is_some());
+                    assert_eq!(got, want, "{level} {kind} emulated={emulated} norm={}", norm.is_some());
                 }
                 for linear in [&fc1, &op(&w1, &b1, d, h, Epilogue::Bias)] {
                     let got = bits(isa::with_isa(level, || xt.apply_op1_no_bwd(&NormLinear { norm: &ln, linear })));
                     let want = bits(isa::with_isa(level, || normed.apply_op1_no_bwd(linear)));
-                    assert_eq!(got, want, "norm-linear {level} bf16={bf16} emulated={emulated} {:?}", linear.epilogue);
+                    assert_eq!(got, want, "norm-linear {level} {kind} emulated={emulated} {:?}", linear.epilogue);
                 }
             }
         }

@@ -388,6 +388,32 @@ impl QuantA {
 /// The rows of `x` (n × k) quantised, by the code of `route` (every route rounds alike).
 pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> QuantA {
     assert!(x.len() >= n * k, "int8: {} activations for {n}x{k}", x.len());
+    quantise_rows_by(n, k, route, |i, out| quantise_row_on(route, &x[i * k..(i + 1) * k], out))
+}
+
+/// [`quantise_activations`] of rows that `make(i, row)` writes (all k floats of row i) into a
+/// buffer in L1 just before they are quantised: a LayerNorm's output, which is then never
+/// stored as f32.
+pub(crate) fn quantise_rows_with(n: usize, k: usize, route: Route, make: impl Fn(usize, &mut [std::mem::MaybeUninit<f32>]) + Sync) -> QuantA {
+    quantise_rows_by(n, k, route, |i, out| {
+        crate::simd::with_local(&ROW, |row| {
+            row.resize(k, std::mem::MaybeUninit::uninit());
+            make(i, row);
+            // SAFETY: `make` wrote all k floats (its promise).
+            let row = unsafe { &*(row.as_slice() as *const [std::mem::MaybeUninit<f32>] as *const [f32]) };
+            quantise_row_on(route, row, out)
+        })
+    })
+}
+
+thread_local! {
+    /// [`quantise_rows_with`]'s f32 row, kept between calls.
+    static ROW: std::cell::RefCell<Vec<std::mem::MaybeUninit<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// n rows quantised by `quantise(i, out)` (row i into its `out`, returning its scale and zero
+/// point), laid out for `route`.
+fn quantise_rows_by(n: usize, k: usize, route: Route, quantise: impl Fn(usize, &mut [u8]) -> (f32, i32) + Sync) -> QuantA {
     let stride = route.stride(k);
     let rows = if route.tiles() { n + tiles::MR } else { n };
     let mut a = QuantA { data: Lines::zeros(0), rows: n, capacity: n, k, stride, scale: Vec::new(), zero: Vec::new() };
@@ -399,13 +425,13 @@ pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> Quan
         a.data.fill_uninit(words, |p| {
             let p = crate::simd::SendPtr(p as *mut f32);
             if stride > 0 {
-                sz.par_iter_mut().zip(x.par_chunks(k.max(1))).enumerate().for_each(|(i, (sz, x))| {
+                sz.par_iter_mut().enumerate().for_each(|(i, sz)| {
                     // Row i's bytes, this task's alone; zeroed first (the pad past k stays
                     // so, and meets zero weights), so the slice is initialised.
                     let row = (p.get() as *mut u8).add(i * stride);
                     std::ptr::write_bytes(row, 0, stride);
                     let out = std::slice::from_raw_parts_mut(row, stride);
-                    *sz = quantise_row_on(route, x, out);
+                    *sz = quantise(i, out);
                 });
             }
             let start = n * stride;
@@ -501,10 +527,28 @@ const PANELS_PER_BLOCK: usize = 4;
 /// runs as an f32 product on [`fake_quantised`] activations.
 pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>) -> Option<Vec<f32>> {
     let Store::Panels { route, .. } = &b.store else { return None };
-    let a = quantise_activations(x, n, b.k, *route);
+    Some(product_of(&quantise_activations(x, n, b.k, *route), b, bias, gelu))
+}
+
+/// [`product`] of n rows of k that `make(i, row)` writes ([`quantise_rows_with`]).
+pub(crate) fn product_of_rows(
+    n: usize,
+    b: &QuantB,
+    bias: &[f32],
+    gelu: Option<Isa>,
+    make: impl Fn(usize, &mut [std::mem::MaybeUninit<f32>]) + Sync,
+) -> Option<Vec<f32>> {
+    let Store::Panels { route, .. } = &b.store else { return None };
+    Some(product_of(&quantise_rows_with(n, b.k, *route, make), b, bias, gelu))
+}
+
+/// [`product`] of rows quantised for b's route.
+fn product_of(a: &QuantA, b: &QuantB, bias: &[f32], gelu: Option<Isa>) -> Vec<f32> {
+    let Store::Panels { route, .. } = &b.store else { unreachable!("int8: rows quantised for the emulated route") };
+    let n = a.rows;
     let mut y: Vec<f32> = Vec::with_capacity(n * b.n);
     // SAFETY: y has room for n × b.n values, written only here; `a` was quantised for b's route.
-    unsafe { product_quantised(&a, b, bias, MatMut::from_mut_ptr(y.as_mut_ptr(), n, b.n, b.n), gelu.is_some(), true) };
+    unsafe { product_quantised(a, b, bias, MatMut::from_mut_ptr(y.as_mut_ptr(), n, b.n, b.n), gelu.is_some(), true) };
     // SAFETY: `product_quantised` wrote every element of C.
     unsafe { y.set_len(n * b.n) };
     // The other routes' GELU, in one pass after (the tiles applied theirs: the same function
@@ -512,7 +556,7 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
     if let (Some(level), false) = (gelu, route.tiles()) {
         y.par_chunks_mut(4096).for_each(|c| crate::simd::math::gelu_in_place(level, c));
     }
-    Some(y)
+    y
 }
 
 /// C (a.rows × b.n()) = the int8 product of the quantised rows `a` and the weights, plus
