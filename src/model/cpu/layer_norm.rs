@@ -43,9 +43,16 @@ impl LayerNormOp {
 }
 
 impl LayerNormOp {
-    /// One row of x normalised into `out` (every float written), by the op's level.
-    pub(crate) fn row(&self, x: &[f32], out: &mut [std::mem::MaybeUninit<f32>]) {
-        layer_norm_row(self.isa, x, &self.weight, &self.bias, self.eps, out);
+    /// `f` on one row of x normalised, in a buffer of this thread's kept between calls (in L1
+    /// while `f` reads it): for the ops that take the norm's rows one at a time and never store
+    /// them as f32 ([`LayerNormOp::run_pairs`], int8's quantised rows).
+    pub(crate) fn with_row<R>(&self, x: &[f32], f: impl FnOnce(&[f32]) -> R) -> R {
+        crate::simd::with_local(&ROW, |row| {
+            row.resize(x.len(), std::mem::MaybeUninit::uninit());
+            layer_norm_row(self.isa, x, &self.weight, &self.bias, self.eps, row);
+            // SAFETY: `layer_norm_row` wrote all of the row's floats.
+            f(unsafe { &*(row.as_slice() as *const [std::mem::MaybeUninit<f32>] as *const [f32]) })
+        })
     }
 
     /// [`LayerNormOp::run`] written straight as the next product's A in bf16 (each row's bits
@@ -66,12 +73,8 @@ impl LayerNormOp {
                 if n > 0 {
                     let chunk = (4096 / d).max(1);
                     x.par_chunks(chunk * d).enumerate().for_each(|(c, x)| {
-                        crate::simd::with_local(&ROW, |row| {
-                            row.resize(d, std::mem::MaybeUninit::uninit());
-                            for (i, x) in x.chunks_exact(d).enumerate() {
-                                layer_norm_row(self.isa, x, &self.weight, &self.bias, self.eps, row);
-                                // `layer_norm_row` wrote all d floats.
-                                let row = &*(row.as_slice() as *const [std::mem::MaybeUninit<f32>] as *const [f32]);
+                        for (i, x) in x.chunks_exact(d).enumerate() {
+                            self.with_row(x, |row| {
                                 let dst = (p.get() as *mut u32).add((c * chunk + i) * stride);
                                 convert_rows_uninit(
                                     isa,
@@ -80,8 +83,8 @@ impl LayerNormOp {
                                     std::slice::from_raw_parts_mut(dst as *mut std::mem::MaybeUninit<u32>, kps),
                                 );
                                 std::ptr::write_bytes(dst.add(kps), 0, stride - kps);
-                            }
-                        })
+                            })
+                        }
                     });
                 }
                 std::ptr::write_bytes((p.get() as *mut u32).add(n * stride), 0, (rows - n) * stride);
@@ -92,7 +95,7 @@ impl LayerNormOp {
 }
 
 thread_local! {
-    /// [`LayerNormOp::run_pairs`]'s f32 row, kept between calls.
+    /// [`LayerNormOp::with_row`]'s row, kept between calls.
     static ROW: std::cell::RefCell<Vec<std::mem::MaybeUninit<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 

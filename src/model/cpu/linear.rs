@@ -231,7 +231,7 @@ impl LinearOp {
                 }
             }
             Some(Packed::Int8(q)) => {
-                if let Some(y) = int8::product_of_rows(n, q, &self.bias, gelu, |i, row| norm.row(&x[i * d_in..(i + 1) * d_in], row)) {
+                if let Some(y) = int8::product_of_rows(n, q, &self.bias, gelu, |i, f| norm.with_row(&x[i * d_in..(i + 1) * d_in], f)) {
                     return Ok(y);
                 }
             }

@@ -391,24 +391,15 @@ pub fn quantise_activations(x: &[f32], n: usize, k: usize, route: Route) -> Quan
     quantise_rows_by(n, k, route, |i, out| quantise_row_on(route, &x[i * k..(i + 1) * k], out))
 }
 
-/// [`quantise_activations`] of rows that `make(i, row)` writes (all k floats of row i) into a
-/// buffer in L1 just before they are quantised: a LayerNorm's output, which is then never
-/// stored as f32.
-pub(crate) fn quantise_rows_with(n: usize, k: usize, route: Route, make: impl Fn(usize, &mut [std::mem::MaybeUninit<f32>]) + Sync) -> QuantA {
+/// [`quantise_activations`] of rows that `rows(i, f)` makes and hands to `f` (once), each
+/// quantised while it is in L1: a LayerNorm's output (`LayerNormOp::with_row`), which is then
+/// never stored as f32.
+pub(crate) fn quantise_rows_with(n: usize, k: usize, route: Route, rows: impl Fn(usize, &mut dyn FnMut(&[f32])) + Sync) -> QuantA {
     quantise_rows_by(n, k, route, |i, out| {
-        crate::simd::with_local(&ROW, |row| {
-            row.resize(k, std::mem::MaybeUninit::uninit());
-            make(i, row);
-            // SAFETY: `make` wrote all k floats (its promise).
-            let row = unsafe { &*(row.as_slice() as *const [std::mem::MaybeUninit<f32>] as *const [f32]) };
-            quantise_row_on(route, row, out)
-        })
+        let mut sz = None;
+        rows(i, &mut |row| sz = Some(quantise_row_on(route, &row[..k], out)));
+        sz.expect("int8: a row not handed over")
     })
-}
-
-thread_local! {
-    /// [`quantise_rows_with`]'s f32 row, kept between calls.
-    static ROW: std::cell::RefCell<Vec<std::mem::MaybeUninit<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// n rows quantised by `quantise(i, out)` (row i into its `out`, returning its scale and zero
@@ -530,16 +521,10 @@ pub fn product(x: &[f32], n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>)
     Some(product_of(&quantise_activations(x, n, b.k, *route), b, bias, gelu))
 }
 
-/// [`product`] of n rows of k that `make(i, row)` writes ([`quantise_rows_with`]).
-pub(crate) fn product_of_rows(
-    n: usize,
-    b: &QuantB,
-    bias: &[f32],
-    gelu: Option<Isa>,
-    make: impl Fn(usize, &mut [std::mem::MaybeUninit<f32>]) + Sync,
-) -> Option<Vec<f32>> {
+/// [`product`] of n rows of k that `rows(i, f)` hands to `f` ([`quantise_rows_with`]).
+pub(crate) fn product_of_rows(n: usize, b: &QuantB, bias: &[f32], gelu: Option<Isa>, rows: impl Fn(usize, &mut dyn FnMut(&[f32])) + Sync) -> Option<Vec<f32>> {
     let Store::Panels { route, .. } = &b.store else { return None };
-    Some(product_of(&quantise_rows_with(n, b.k, *route, make), b, bias, gelu))
+    Some(product_of(&quantise_rows_with(n, b.k, *route, rows), b, bias, gelu))
 }
 
 /// [`product`] of rows quantised for b's route.
