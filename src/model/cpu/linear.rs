@@ -168,9 +168,12 @@ impl CustomOp2 for MlpResidual<'_> {
         let (x, res) = (contiguous(s1, l1, "mlp")?, contiguous(s2, l2, "mlp residual")?);
         let threads = rayon::current_num_threads().max(1);
         if let (Some(Packed::Bf16(p1)), Some(Packed::Bf16(p2))) = (&fc1.packed, &fc2.packed) {
+            // Only where fc1 gives pairs (else the norm would run here and again below).
             let h = match (self.norm, p1.tile_pairs(n)) {
-                (Some(norm), Some((layout, isa))) => linear_bf16_pairs_from_pairs(&norm.run_pairs(x, layout, isa), p1, &fc1.bias, Some(fc1.isa), threads),
-                (Some(_), None) => None,
+                (Some(norm), Some((layout, isa))) if p1.gives_pairs(n) => {
+                    linear_bf16_pairs_from_pairs(&norm.run_pairs(x, layout, isa), p1, &fc1.bias, Some(fc1.isa), threads)
+                }
+                (Some(_), _) => None,
                 (None, _) => linear_bf16_pairs(Mat::from_slice(x, n, d_in, d_in), p1, &fc1.bias, Some(fc1.isa), threads),
             };
             if let Some(h) = h {
@@ -413,49 +416,53 @@ mod tests {
     #[test]
     fn mlp_residual_is_fc1_then_the_residual_linear() {
         let mut seed = 0x9b05_688c_2b3e_6c1fu64;
-        let (n, d, h) = (37, 48, 96);
-        let x = test_values(&mut seed, n * d);
-        let (w1, w2) = (test_values(&mut seed, h * d), test_values(&mut seed, d * h));
-        let (b1, b2, gamma) = (test_values(&mut seed, h), test_values(&mut seed, d), test_values(&mut seed, d));
-        let res = test_values(&mut seed, n * d);
-        let (lw, lb) = (test_values(&mut seed, d), test_values(&mut seed, d));
-        let xt = Tensor::from_vec(x, (n, d), &Device::Cpu).unwrap();
-        let rt = Tensor::from_vec(res, (n, d), &Device::Cpu).unwrap();
-        let bits =
-            |t: candle_core::Result<Tensor>| -> Vec<u32> { t.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect() };
-        for level in isa::levels() {
-            let ln = LayerNormOp { weight: lw.clone(), bias: lb.clone(), eps: 1e-6, isa: level };
-            let normed = isa::with_isa(level, || xt.apply_op1_no_bwd(&ln)).unwrap();
-            // f32; bf16 and int8 by the level's kernels, and on the emulated tiles (every
-            // machine runs the pairs' path and the int8 tiles').
-            for (kind, emulated) in [("f32", false), ("bf16", false), ("bf16", true), ("int8", false), ("int8", true)] {
-                let op = |w: &[f32], b: &[f32], d_in: usize, d_out: usize, epilogue| {
-                    let packed = match (kind, emulated) {
-                        ("bf16", true) => Some(Packed::Bf16(Arc::new(PackedB::build_for(w, d_in, d_out, true, Some(Kernel::Tiles { emulated: true }))))),
-                        ("bf16", false) => Some(Packed::Bf16(Arc::new(isa::with_isa(level, || PackedB::from_f32_nk(w, d_out, d_in))))),
-                        ("int8", true) => Some(Packed::Int8(Arc::new(QuantB::for_route(w, d_out, d_in, int8::Route::AmxEmulated)))),
-                        ("int8", false) => Some(Packed::Int8(Arc::new(QuantB::from_f32_nk(w, d_out, d_in, level)))),
-                        _ => None,
+        // h = 96 gives fc1's pairs; h = 40 does not (the MLP then runs fc1 from the norm's
+        // pairs to f32).
+        for (n, d, h) in [(37usize, 48usize, 96usize), (37, 48, 40)] {
+            let x = test_values(&mut seed, n * d);
+            let (w1, w2) = (test_values(&mut seed, h * d), test_values(&mut seed, d * h));
+            let (b1, b2, gamma) = (test_values(&mut seed, h), test_values(&mut seed, d), test_values(&mut seed, d));
+            let res = test_values(&mut seed, n * d);
+            let (lw, lb) = (test_values(&mut seed, d), test_values(&mut seed, d));
+            let xt = Tensor::from_vec(x, (n, d), &Device::Cpu).unwrap();
+            let rt = Tensor::from_vec(res, (n, d), &Device::Cpu).unwrap();
+            let bits = |t: candle_core::Result<Tensor>| -> Vec<u32> {
+                t.unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+            };
+            for level in isa::levels() {
+                let ln = LayerNormOp { weight: lw.clone(), bias: lb.clone(), eps: 1e-6, isa: level };
+                let normed = isa::with_isa(level, || xt.apply_op1_no_bwd(&ln)).unwrap();
+                // f32; bf16 and int8 by the level's kernels, and on the emulated tiles (every
+                // machine runs the pairs' path and the int8 tiles').
+                for (kind, emulated) in [("f32", false), ("bf16", false), ("bf16", true), ("int8", false), ("int8", true)] {
+                    let op = |w: &[f32], b: &[f32], d_in: usize, d_out: usize, epilogue| {
+                        let packed = match (kind, emulated) {
+                            ("bf16", true) => Some(Packed::Bf16(Arc::new(PackedB::build_for(w, d_in, d_out, true, Some(Kernel::Tiles { emulated: true }))))),
+                            ("bf16", false) => Some(Packed::Bf16(Arc::new(isa::with_isa(level, || PackedB::from_f32_nk(w, d_out, d_in))))),
+                            ("int8", true) => Some(Packed::Int8(Arc::new(QuantB::for_route(w, d_out, d_in, int8::Route::AmxEmulated)))),
+                            ("int8", false) => Some(Packed::Int8(Arc::new(QuantB::from_f32_nk(w, d_out, d_in, level)))),
+                            _ => None,
+                        };
+                        let weight = match packed {
+                            Some(_) => F32Weight::InPacked,
+                            None => F32Weight::Tensor(Tensor::from_vec(w.to_vec(), (d_out, d_in), &Device::Cpu).unwrap()),
+                        };
+                        LinearOp { weight, bias: b.to_vec(), d_in, d_out, epilogue, packed, isa: level }
                     };
-                    let weight = match packed {
-                        Some(_) => F32Weight::InPacked,
-                        None => F32Weight::Tensor(Tensor::from_vec(w.to_vec(), (d_out, d_in), &Device::Cpu).unwrap()),
-                    };
-                    LinearOp { weight, bias: b.to_vec(), d_in, d_out, epilogue, packed, isa: level }
-                };
-                let (fc1, fc2) = (op(&w1, &b1, d, h, Epilogue::BiasGelu), op(&w2, &b2, h, d, Epilogue::Bias));
-                for norm in [None, Some(&ln)] {
-                    let fused = MlpResidual { norm, fc1: &fc1, fc2: &fc2, gamma: &gamma };
-                    let got = bits(isa::with_isa(level, || xt.apply_op2_no_bwd(&rt, &fused)));
-                    let input = if norm.is_some() { &normed } else { &xt };
-                    let want =
-                        bits(isa::with_isa(level, || input.apply_op1_no_bwd(&fc1)?.apply_op2_no_bwd(&rt, &LinearResidual { linear: &fc2, gamma: &gamma })));
-                    assert_eq!(got, want, "{level} {kind} emulated={emulated} norm={}", norm.is_some());
-                }
-                for linear in [&fc1, &op(&w1, &b1, d, h, Epilogue::Bias)] {
-                    let got = bits(isa::with_isa(level, || xt.apply_op1_no_bwd(&NormLinear { norm: &ln, linear })));
-                    let want = bits(isa::with_isa(level, || normed.apply_op1_no_bwd(linear)));
-                    assert_eq!(got, want, "norm-linear {level} {kind} emulated={emulated} {:?}", linear.epilogue);
+                    let (fc1, fc2) = (op(&w1, &b1, d, h, Epilogue::BiasGelu), op(&w2, &b2, h, d, Epilogue::Bias));
+                    for norm in [None, Some(&ln)] {
+                        let fused = MlpResidual { norm, fc1: &fc1, fc2: &fc2, gamma: &gamma };
+                        let got = bits(isa::with_isa(level, || xt.apply_op2_no_bwd(&rt, &fused)));
+                        let input = if norm.is_some() { &normed } else { &xt };
+                        let want =
+                            bits(isa::with_isa(level, || input.apply_op1_no_bwd(&fc1)?.apply_op2_no_bwd(&rt, &LinearResidual { linear: &fc2, gamma: &gamma })));
+                        assert_eq!(got, want, "{level} {kind} emulated={emulated} norm={}", norm.is_some());
+                    }
+                    for linear in [&fc1, &op(&w1, &b1, d, h, Epilogue::Bias)] {
+                        let got = bits(isa::with_isa(level, || xt.apply_op1_no_bwd(&NormLinear { norm: &ln, linear })));
+                        let want = bits(isa::with_isa(level, || normed.apply_op1_no_bwd(linear)));
+                        assert_eq!(got, want, "norm-linear {level} {kind} emulated={emulated} {:?}", linear.epilogue);
+                    }
                 }
             }
         }

@@ -419,6 +419,17 @@ impl PackedB {
         }
     }
 
+    /// Whether [`linear_bf16_pairs`] (and `_from_pairs`) takes this B for m rows: on the tiles
+    /// with one k block, n a multiple of 32.
+    pub(crate) fn gives_pairs(&self, m: usize) -> bool {
+        match &self.store {
+            Store::Panels { kernel: kernel @ Kernel::Tiles { .. }, .. } => {
+                m > 0 && self.k > 0 && kernel.pairs(self.n) * 2 == self.n && kernel.pairs(self.k) <= tiles::KC / 2
+            }
+            _ => false,
+        }
+    }
+
     /// From B given K×N row-major, for the route of [`isa::current`].
     pub fn from_f32_kn(data: &[f32], k: usize, n: usize) -> Self {
         Self::build(data, k, n, false, isa::current())
@@ -688,9 +699,7 @@ fn par_rows(mut c: Mat<&mut [f32]>, f: impl Fn(&mut [f32]) + Sync) {
 /// ViT's fc1, whose f32 output (29 MB at ViT-L's 1800 tokens) was written to be read back by
 /// fc2 and rounded to these same bits there. `None` elsewhere.
 pub(crate) fn linear_bf16_pairs(a: Mat<&[f32]>, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Pairs> {
-    if a.cols() != b.k {
-        panic!("linear_bf16_pairs: A has k={}, B has k={}", a.cols(), b.k);
-    }
+    assert!(a.cols() == b.k, "linear_bf16_pairs: A has k={}, B has k={}", a.cols(), b.k);
     pairs_out(Operand::F32(a), a.rows(), b, bias, gelu, threads)
 }
 
@@ -703,7 +712,7 @@ pub(crate) fn linear_bf16_pairs_from_pairs(a: &Pairs, b: &PackedB, bias: &[f32],
 fn pairs_out(a: Operand, m: usize, b: &PackedB, bias: &[f32], gelu: Option<Isa>, threads: usize) -> Option<Pairs> {
     let (k, n) = (b.k, b.n);
     let Store::Panels { words, kernel: kernel @ Kernel::Tiles { .. } } = &b.store else { return None };
-    if m == 0 || k == 0 || kernel.pairs(n) * 2 != n || kernel.pairs(k) > tiles::KC / 2 {
+    if !b.gives_pairs(m) {
         return None;
     }
     assert!(bias.len() >= n, "linear_bf16_pairs: {} biases for {n} columns", bias.len());
