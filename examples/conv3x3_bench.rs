@@ -2,7 +2,8 @@
 //! best level this CPU has beside the im2col + `gemm` route (the portable level's route; the
 //! `gemm` crate picks its own SIMD there too), on the shapes of the neck and heads at 640x480,
 //! measured interleaved (the machine is shared: compare the ratio); with each, the bf16 route
-//! of this level (on AMX: im2col + the tile GEMM) against the direct one.
+//! of this level (on AMX: the direct tile route) and the int8 one (on AMX: int8 tiles, the
+//! input quantised per band of rows) against the direct one.
 //!
 //! `cargo run --release --example conv3x3_bench [reps]`
 
@@ -76,7 +77,13 @@ fn main() -> candle_core::Result<()> {
         println!("{cin:>4}->{cout:<4} {h:>4}x{w:<4}  bf16 {:7.1} GFLOP/s  {:.2}x the direct route", flop / b / 1e9, d / b);
         println!(
             "{cin:>4}->{cout:<4} {h:>4}x{w:<4}  int8 ({}) {:7.1} G(FL)OP/s  {:.2}x the direct route",
-            if int8.native() { moge::model::cpu::matmul::int8::route(best).without_tiles().name() } else { "emulated" },
+            if int8.on_tiles() {
+                "amx tiles"
+            } else if int8.native() {
+                moge::model::cpu::matmul::int8::route(best).name()
+            } else {
+                "emulated"
+            },
             flop / q / 1e9,
             d / q
         );

@@ -16,7 +16,7 @@ use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
-use moge::model::cpu::conv3x3::tiles::TileConv;
+use moge::model::cpu::conv3x3::tiles::{Kind, TileConv};
 use moge::model::cpu::matmul::bf16::PackedA;
 use moge::model::cpu::matmul::pointwise::Pointwise;
 use moge::simd::isa::{self, Isa};
@@ -104,7 +104,7 @@ fn pointwise_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
             cout,
             packed: (!tiles).then(|| PackedA::from_f32(&wt, cout, cin)),
             pointwise: None,
-            tiles: tiles.then(|| TileConv::new_pointwise(&wt, cin, cout, false)),
+            tiles: tiles.then(|| TileConv::new_pointwise(&wt, cin, cout, Kind::Bf16, false)),
         };
         let (gemm, tiles) = (op(false), op(true));
         let mut t = [vec![], vec![]];
@@ -146,7 +146,15 @@ fn transposed_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
             pointwise: None,
             tiles: None,
         };
-        let tiles = ConvTranspose2x2Op { weight, bias, cin, cout, packed: None, pointwise: None, tiles: Some(TileConv::new_transposed(&wt, cin, cout, false)) };
+        let tiles = ConvTranspose2x2Op {
+            weight,
+            bias,
+            cin,
+            cout,
+            packed: None,
+            pointwise: None,
+            tiles: Some(TileConv::new_transposed(&wt, cin, cout, Kind::Bf16, false)),
+        };
         let mut t = [vec![], vec![]];
         let mut outs = vec![];
         for rep in 0..=reps {

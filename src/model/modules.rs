@@ -8,7 +8,7 @@ use super::build::BuildOptions;
 use super::config::{BackboneSpec, ConvStackConfig, EncoderConfig};
 use super::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
 use super::cpu::conv3x3::int8::QuantConv;
-use super::cpu::conv3x3::tiles::TileConv;
+use super::cpu::conv3x3::tiles::{Kind, TileConv};
 use super::cpu::conv3x3::Conv3x3Op;
 use super::cpu::matmul::bf16::PackedA;
 use super::cpu::matmul::pointwise::Pointwise;
@@ -35,11 +35,11 @@ enum Conv1x1Route {
 /// A [`QuantConv`] constructor: (weight, bias, cin, cout, level).
 type NewQuantConv = fn(&[f32], Vec<f32>, usize, usize, crate::simd::isa::Isa) -> candle_core::Result<QuantConv>;
 
-/// Whether a decoder convolution of `cin` → `cout` channels multiplies in bf16: under
-/// `--precision bf16`, and under int8 on AMX where it would have run in int8 (`min` and more
-/// channels): there the bf16 tiles ran every decoder shape 1.3-1.8x faster than the VNNI int8
-/// kernels (`examples/conv3x3_bench`, an Intel Xeon with AMX, 2026-12-03), as attention runs
-/// bf16 there too (`dinov2::Block::load`).
+/// Whether a decoder convolution of `cin` → `cout` channels that does not run in int8
+/// ([`int8_conv`]) multiplies in bf16: under `--precision bf16`, and under int8 on AMX where
+/// `min` and more channels would run in int8 (those of fewer than [`INT8_TILES_MIN_CIN`]
+/// inputs, and a [`FoldedTail`]'s few outputs from such a map), as attention runs bf16 there
+/// too (`dinov2::Block::load`).
 fn conv_bf16(build: &BuildOptions, cin: usize, cout: usize, min: usize) -> bool {
     match build.precision() {
         Precision::Bf16 => true,
@@ -67,8 +67,7 @@ const POINTWISE_TILES_MAX_CIN: usize = 128;
 /// from the f32 weight as the op takes it.
 fn int8_conv(build: &BuildOptions, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
     let Some(level) = build.cpu_level() else { return Ok(None) };
-    // Those that multiply in bf16 instead (int8 on AMX) are not int8's.
-    if !(build.precision() == Precision::Int8 && cin.min(cout) >= min) || conv_bf16(build, cin, cout, min) {
+    if !(build.precision() == Precision::Int8 && cin.min(cout) >= min) || (level == crate::simd::isa::Isa::Amx && cin < INT8_TILES_MIN_CIN) {
         return Ok(None);
     }
     Ok(Some(Box::new(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)))
@@ -88,7 +87,7 @@ impl Conv1x1 {
         } else if build.cpu_level().is_some() {
             let bf16 = conv_bf16(build, cin, cout, INT8_POINTWISE_MIN_CHANNELS);
             let tiles = if bf16 && on_tiles(build, cin, cout) && cin <= POINTWISE_TILES_MAX_CIN {
-                Some(crate::model::cpu::with_f32(&weight, |wv| TileConv::new_pointwise(wv, cin, cout, false))?)
+                Some(crate::model::cpu::with_f32(&weight, |wv| TileConv::new_pointwise(wv, cin, cout, Kind::Bf16, false))?)
             } else {
                 None
             };
@@ -138,6 +137,13 @@ enum Conv3x3Route {
     /// a convolution loaded with [`Conv3x3::load_upsampling`] (the other kind runs candle's).
     Int8(Box<QuantConv>),
 }
+
+/// Input channels from which int8 on AMX runs a convolution on the int8 tiles; below, on the
+/// bf16 tiles. A tile's K is 64 channels in int8 and 32 in bf16, so 32 channels fill half an
+/// int8 tile with zeros and do as many tile products as bf16, with the band's quantisation on
+/// top: 32 -> 32 at 480x640 ran 3.39 ms in bf16 and 5.09 ms in int8, 64 -> 64 at 240x320 2.80
+/// and 2.38 ms (an Intel Xeon with AMX, 2 threads, 2026-12-07).
+const INT8_TILES_MIN_CIN: usize = 64;
 
 /// Channels in and out from which `--precision int8` runs a 3x3 or transposed convolution in
 /// int8 ([`int8_conv`]).
@@ -304,7 +310,7 @@ impl ConvTranspose2x2 {
         } else if w.build().cpu_level().is_some() {
             let bf16 = conv_bf16(w.build(), cin, cout, INT8_CONV_MIN_CHANNELS);
             let tiles = if bf16 && on_tiles(w.build(), cin, cout) {
-                Some(crate::model::cpu::with_f32(&weight, |wv| TileConv::new_transposed(wv, cin, cout, false))?)
+                Some(crate::model::cpu::with_f32(&weight, |wv| TileConv::new_transposed(wv, cin, cout, Kind::Bf16, false))?)
             } else {
                 None
             };

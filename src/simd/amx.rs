@@ -158,6 +158,12 @@ impl TileUnit for Amx {
         // SAFETY: tiles usable here (above); registers only.
         unsafe { asm!("tdpbusd tmm{c}, tmm{a}, tmm{b}", c = const C, a = const A, b = const B, options(nomem, nostack, preserves_flags)) };
     }
+
+    #[inline(always)]
+    fn dp_s8u8<const C: usize, const A: usize, const B: usize>(&mut self) {
+        // SAFETY: tiles usable here (above); registers only.
+        unsafe { asm!("tdpbsud tmm{c}, tmm{a}, tmm{b}", c = const C, a = const A, b = const B, options(nomem, nostack, preserves_flags)) };
+    }
 }
 
 #[cfg(test)]
@@ -199,7 +205,6 @@ mod tests {
         if support() == &(Support::Usable { int8: true }) {
             let a: Vec<u8> = (0..1024).map(|_| (rng.unit() * 127.0 + 128.0) as u8).collect();
             let b: Vec<u8> = (0..1024).map(|_| (rng.unit() * 127.0) as i8 as u8).collect();
-            let (mut got, mut want) = (vec![0i32; 256], vec![0i32; 256]);
             fn run8<U: TileUnit>(u: &mut U, a: &[u8], b: &[u8], out: &mut [i32]) {
                 u.zero::<2>();
                 // SAFETY: as above.
@@ -208,8 +213,15 @@ mod tests {
                     u.load::<6>(b.as_ptr(), 64);
                     u.dp_u8s8::<2, 5, 6>();
                     u.store::<2>(out.as_mut_ptr() as *mut u8, 64);
+                    // The signed operand first (the convolutions' order).
+                    u.zero::<3>();
+                    u.load::<4>(b.as_ptr(), 64);
+                    u.load::<7>(a.as_ptr(), 64);
+                    u.dp_s8u8::<3, 4, 7>();
+                    u.store::<3>(out.as_mut_ptr().add(256) as *mut u8, 64);
                 }
             }
+            let (mut got, mut want) = (vec![0i32; 512], vec![0i32; 512]);
             run8(&mut hw, &a, &b, &mut got);
             run8(&mut em, &a, &b, &mut want);
             assert_eq!(got, want, "int8 tiles");

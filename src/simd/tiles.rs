@@ -69,6 +69,9 @@ pub trait TileUnit {
     fn dp_bf16<const C: usize, const A: usize, const B: usize>(&mut self);
     /// i32 tile `C` += u8 quads `A` · s8 quads `B` (`tdpbusd`).
     fn dp_u8s8<const C: usize, const A: usize, const B: usize>(&mut self);
+    /// i32 tile `C` += s8 quads `A` · u8 quads `B` (`tdpbsud`): the convolutions', whose A
+    /// is the weights.
+    fn dp_s8u8<const C: usize, const A: usize, const B: usize>(&mut self);
 }
 
 /// The eight tiles in memory, each operation done in plain Rust: the portable twin of the
@@ -160,6 +163,20 @@ impl TileUnit for Emulated {
             }
         }
     }
+
+    fn dp_s8u8<const C: usize, const A: usize, const B: usize>(&mut self) {
+        for m in 0..ROWS {
+            for n in 0..ROWS {
+                let mut acc = i32::from_le_bytes(self.word(C, m, n));
+                for k in 0..ROWS {
+                    let (a, b) = (self.word(A, m, k), self.word(B, k, n));
+                    let dot: i32 = (0..4).map(|q| a[q] as i8 as i32 * b[q] as i32).sum();
+                    acc = acc.wrapping_add(dot);
+                }
+                self.set_word(C, m, n, acc.to_le_bytes());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -220,6 +237,21 @@ mod tests {
         for m in 0..16 {
             for n in 0..16 {
                 let want: i32 = (0..16).map(|k| (0..4).map(|q| a[m * 64 + 4 * k + q] as i32 * b[k * 64 + 4 * n + q] as i32).sum::<i32>()).sum();
+                assert_eq!(c[m * 16 + n], want, "({m}, {n})");
+            }
+        }
+        // The signed operand first: the same bytes, their roles swapped.
+        u.zero::<1>();
+        // SAFETY: as above.
+        unsafe {
+            u.load::<5>(b.as_ptr() as *const u8, 64);
+            u.load::<7>(a.as_ptr(), 64);
+            u.dp_s8u8::<1, 5, 7>();
+            u.store::<1>(c.as_mut_ptr() as *mut u8, 64);
+        }
+        for m in 0..16 {
+            for n in 0..16 {
+                let want: i32 = (0..16).map(|k| (0..4).map(|q| b[m * 64 + 4 * k + q] as i32 * a[k * 64 + 4 * n + q] as i32).sum::<i32>()).sum();
                 assert_eq!(c[m * 16 + n], want, "({m}, {n})");
             }
         }

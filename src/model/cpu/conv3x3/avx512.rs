@@ -84,32 +84,76 @@ pub(super) fn pairs(a: &[f32], b: &[f32], relu: bool, dst: &mut [u32]) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(super) fn pairs3(a: &[f32], b: &[f32], relu: bool, dst: [&mut [u32]; 3]) {
     let w = a.len().min(b.len());
+    // SAFETY: `copies3` asks for columns i..i + 16 masked to w, inside `a` and `b` (masked-off
+    // lanes are neither read nor can fault).
+    copies3(w, dst, |i, m| unsafe { pairs16(a.as_ptr().add(i), b.as_ptr().add(i), m, relu) });
+}
+
+/// `super::quads3`: as [`pairs3`], the words of four channels' u8 ([`quads16`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) fn quads3(rows: [&[f32]; 4], relu: bool, inv: f32, zero: i32, dst: [&mut [u32]; 3]) {
+    let w = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    let ptrs = rows.map(<[f32]>::as_ptr);
+    // SAFETY: as `pairs3`'s, for the four rows.
+    copies3(w, dst, |i, m| unsafe { quads16(ptrs.map(|p| p.add(i)), m, relu, inv, zero) });
+}
+
+/// The words of 16 columns of four channels, channel j's u8 in byte j: `to_u8(v, inv, zero)`
+/// of each value v (after a ReLU when asked), zero in the lanes off `m`. v · inv is held below
+/// 256 before it is rounded, so that +∞ gives 255; −∞ and NaN give `cvtps2dq`'s i32::MIN
+/// (`minps` returns its second operand where one is NaN), which saturates to 0, as `to_u8`'s.
+/// The ReLU needs no instruction: its zero point is 0 (the range starts at 0), and a negative
+/// value saturates to 0 as its ReLU would.
+///
+/// # Safety
+/// The lanes of `m` are readable at each of `rows`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn quads16(rows: [*const f32; 4], m: __mmask16, relu: bool, inv: f32, zero: i32) -> __m512i {
+    debug_assert!(!relu || zero == 0);
+    let (inv, z, top) = (_mm512_set1_ps(inv), _mm512_set1_epi32(zero), _mm512_set1_ps(256.0));
+    let q = rows.map(|r| {
+        // SAFETY: the caller's promise for the masked loads.
+        let v = unsafe { _mm512_maskz_loadu_ps(m, r) };
+        _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(top, _mm512_mul_ps(v, inv))), z)
+    });
+    // Saturated to u16 then u8: each 128-bit lane holds pixels 4l..4l + 4 of channel 0, then
+    // of channels 1, 2, 3 (bytes 4j + i); the shuffle turns it to pixel-major words.
+    let bytes = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]), _mm512_packus_epi32(q[2], q[3]));
+    let words = _mm512_shuffle_epi8(bytes, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)));
+    _mm512_maskz_mov_epi32(m, words)
+}
+
+/// A row of words E(c) = F(min(c, w − 1)) as three copies of `n` words each (n the shortest
+/// of `dst`): `dst[kx][c]` = E(c + kx − 1) (E(−1) = E(0)) for c < w, 0 for w ≤ c < n, where
+/// `make(i, m)` gives F of columns i..i + 16 in the lanes of `m` (columns below w).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn copies3(w: usize, dst: [&mut [u32]; 3], mut make: impl FnMut(usize, __mmask16) -> __m512i) {
     let n = dst.iter().map(|d| d.len()).min().unwrap_or(0);
     if w == 0 {
         return;
     }
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    // E's vector from column i: the pairs of columns i.. (masked to w), the lanes past w
-    // replaced by column w − 1's (the vector holding it is the last loaded: `last`).
+    // E's vector from column i: F of columns i.. (masked to w), the lanes past w replaced by
+    // column w − 1's (the vector holding it is the last made: `last`).
     let mut last = _mm512_setzero_si512();
     let mut e_at = |i: usize| -> __m512i {
         if i >= w {
             return last;
         }
         let m: __mmask16 = if w - i >= 16 { 0xffff } else { ((1u32 << (w - i)) - 1) as u16 };
-        // SAFETY: the mask keeps the loads to columns i..min(i + 16, w) of `a` and `b`
-        // (masked-off lanes are neither read nor can fault).
-        let v = unsafe { pairs16(a.as_ptr().add(i), b.as_ptr().add(i), m, relu) };
+        let v = make(i, m);
         if w - i > 16 {
             return v;
         }
-        // Lanes past column w − 1 take its pair; `last` is its broadcast.
+        // Lanes past column w − 1 take its word; `last` is its broadcast.
         let k = _mm512_set1_epi32((w - 1 - i) as i32);
         last = _mm512_permutexvar_epi32(k, v);
         _mm512_permutexvar_epi32(_mm512_min_epi32(lanes, k), v)
     };
     let mut cur = e_at(0);
-    // E(−1) = E(0): column 0's pair in every lane.
+    // E(−1) = E(0): column 0's word in every lane.
     let mut prev = _mm512_permutexvar_epi32(_mm512_setzero_si512(), cur);
     let [d0, d1, d2] = dst;
     let mut i = 0;
@@ -258,6 +302,46 @@ pub(super) unsafe fn tile_out(acc: &[f32], g: usize, mv: usize, nv: usize, bias:
             let d = out.wrapping_add(o * ldo);
             _mm512_mask_storeu_ps(d, m0, v0);
             _mm512_mask_storeu_ps(d.wrapping_add(16), m1, v1);
+        }
+    }
+}
+
+/// An int8 tile route's accumulator row (`super::tiles`, at most 32 values) as f32, in place:
+/// ((i32 bits) − `zs`) · `mul`.
+#[target_feature(enable = "avx512f")]
+pub(super) fn dequantise(row: &mut [f32], zs: i32, mul: f32) {
+    assert!(row.len() <= 32, "dequantise: a row of {}", row.len());
+    let (m0, m1) = masks(row.len());
+    let (zs, mul) = (_mm512_set1_epi32(zs), _mm512_set1_ps(mul));
+    for (i, m) in [(0, m0), (16, m1)] {
+        // SAFETY: the mask keeps the load and the store to the row's values (asserted ≤ 32);
+        // masked-off lanes are neither read nor written, nor can they fault.
+        unsafe {
+            let p = row.as_mut_ptr().wrapping_add(i);
+            let v = _mm512_maskz_loadu_epi32(m, p as *const i32);
+            _mm512_mask_storeu_ps(p, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v, zs)), mul));
+        }
+    }
+}
+
+/// [`dequantise`] with each pixel's scale s[p] and zero point z[p] (`super::tiles`' one-tap
+/// int8 ops): ((i32 bits) − z[p] · `sum`) · `scale_w` · s[p].
+#[target_feature(enable = "avx512f")]
+pub(super) fn dequantise_pixels(row: &mut [f32], sum: i32, scale_w: f32, s: &[f32], z: &[i32]) {
+    assert!(row.len() <= 32 && s.len() >= row.len() && z.len() >= row.len(), "dequantise_pixels: shapes");
+    let (m0, m1) = masks(row.len());
+    let (sum, sw) = (_mm512_set1_epi32(sum), _mm512_set1_ps(scale_w));
+    for (i, m) in [(0, m0), (16, m1)] {
+        // SAFETY: the mask keeps every access to the row's values (asserted ≤ 32, and no more
+        // than `s` and `z` hold); masked-off lanes are neither read nor written, nor can they
+        // fault.
+        unsafe {
+            let p = row.as_mut_ptr().wrapping_add(i);
+            let v = _mm512_maskz_loadu_epi32(m, p as *const i32);
+            let zp = _mm512_maskz_loadu_epi32(m, z.as_ptr().wrapping_add(i));
+            let sp = _mm512_maskz_loadu_ps(m, s.as_ptr().wrapping_add(i));
+            let d = _mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_mullo_epi32(zp, sum)));
+            _mm512_mask_storeu_ps(p, m, _mm512_mul_ps(d, _mm512_mul_ps(sw, sp)));
         }
     }
 }

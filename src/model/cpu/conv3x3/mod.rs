@@ -28,6 +28,7 @@ use crate::simd::{Mat, MatMut, SendPtr};
 
 use super::matmul::bf16::{gemm_bf16_packed_a, PackedA};
 use super::matmul::gemm::{Gemm, Strided};
+use super::matmul::int8::to_u8;
 use super::tensor::{contiguous, with_f32};
 
 /// The direct route's instruction set at `level`, or `None` where another runs: im2col at the
@@ -260,9 +261,12 @@ impl Conv3x3Op {
         // weight.
         // An upsampling op's calls are all upsampled: its phases' weights alone.
         let amx = bf16 && level == Isa::Amx;
-        let up_tiles =
-            if amx && upsampling { Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new_upsampling(w, cin, cout, false) })?) } else { None };
-        let tiles = if amx && up_tiles.is_none() { Some(with_f32(&weight, |w| tiles::TileConv::new(w, cin, cout, false))?) } else { None };
+        let up_tiles = if amx && upsampling {
+            Some(with_f32(&weight, |w| UpTiles { conv: tiles::TileConv::new_upsampling(w, cin, cout, tiles::Kind::Bf16, false) })?)
+        } else {
+            None
+        };
+        let tiles = if amx && up_tiles.is_none() { Some(with_f32(&weight, |w| tiles::TileConv::new(w, cin, cout, tiles::Kind::Bf16, false))?) } else { None };
         let packed = if bf16 && direct.is_none() && tiles.is_none() && up_tiles.is_none() {
             Some(Arc::new(with_f32(&weight, |w| PackedA::build(w, cout, cin * 9, level))?))
         } else {
@@ -623,10 +627,36 @@ fn pairs3(isa: Isa, a: &[f32], b: &[f32], relu: bool, dst: [&mut [u32]; 3]) {
     }
     let _ = isa;
     let f = |v: f32| if relu { v.max(0.0) } else { v };
-    let p = |c: usize| super::matmul::bf16::pair(f(a[c]), f(b[c]));
+    copies3(w, dst, |c| super::matmul::bf16::pair(f(a[c]), f(b[c])));
+}
+
+/// The u8 of v (after a ReLU when asked) for an int8 slab: [`to_u8`] with the band's inverse
+/// scale and zero point.
+fn quantised(v: f32, relu: bool, inv: f32, zero: i32) -> u8 {
+    to_u8(if relu { v.max(0.0) } else { v }, inv, zero as f32) as u8
+}
+
+/// [`pairs3`] for the int8 slab: the words Q(c) of the four channels' u8 at column c (channel
+/// j's in byte j, [`quantised`]), three copies shifted.
+fn quads3(isa: Isa, rows: [&[f32]; 4], relu: bool, (inv, zero): (f32, i32), dst: [&mut [u32]; 3]) {
+    let w = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == w) && w > 0 && dst.iter().all(|d| d.len() >= w), "quads3: shapes");
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512Bf16 {
+        // SAFETY: the level (AVX-512 with BW and VL) is given only where the CPU has it.
+        unsafe { avx512::quads3(rows, relu, inv, zero, dst) };
+        return;
+    }
+    let _ = isa;
+    copies3(w, dst, |c| u32::from_le_bytes(rows.map(|r| quantised(r[c], relu, inv, zero))));
+}
+
+/// `dst[kx][c]` = word(clamp(c + kx − 1, 0, w − 1)) for c < w, 0 for w ≤ c (the portable
+/// [`pairs3`] and [`quads3`]).
+fn copies3(w: usize, dst: [&mut [u32]; 3], word: impl Fn(usize) -> u32) {
     for (kx, d) in dst.into_iter().enumerate() {
         for (c, v) in d.iter_mut().enumerate() {
-            *v = if c < w { p((c + kx).saturating_sub(1).min(w - 1)) } else { 0 };
+            *v = if c < w { word((c + kx).saturating_sub(1).min(w - 1)) } else { 0 };
         }
     }
 }
@@ -754,6 +784,7 @@ pub mod int8;
 mod mmla;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod pixels;
 pub mod tiles;
 pub mod winograd;
 
@@ -1059,6 +1090,36 @@ mod tests {
                     pairs3(crate::model::cpu::matmul::bf16::route(level), &a, &b, relu, [d0, d1, d2]);
                     for (kx, row) in got.iter().enumerate() {
                         let want: Vec<u32> = (0..n).map(|c| if c < w { p[(c + kx).saturating_sub(1).min(w - 1)] } else { 0 }).collect();
+                        assert_eq!(row, &want, "{level} w={w} n={n} kx={kx} relu={relu}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The int8 slab's three shifted copies at every level against `to_u8` of each value at
+    /// the clamped columns: one pixel, widths on either side of a vector, ties, NaN, the
+    /// infinities, values past the range, with the ReLU or not (zero point 0 then, as the
+    /// band's range starts at 0).
+    #[test]
+    fn int8_copies_match_to_u8_at_every_level() {
+        let mut seed = 13u64;
+        for (w, n) in [(1usize, 1usize), (1, 32), (15, 16), (17, 32), (33, 48)] {
+            let mut rows: Vec<Vec<f32>> = (0..4).map(|_| rand(&mut seed, w)).collect();
+            let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.5 / 64.0, 2.5 / 64.0, 1e30, -1e30];
+            for (i, v) in specials.into_iter().enumerate() {
+                rows[i % 4][(3 * i) % w] = v;
+            }
+            let rows = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+            for (relu, zero) in [(false, 100), (true, 0)] {
+                let inv = 64.0;
+                let word = |c: usize| u32::from_le_bytes(rows.map(|r| to_u8(if relu { r[c].max(0.0) } else { r[c] }, inv, zero as f32) as u8));
+                for level in isa::levels() {
+                    let mut got = [vec![7u32; n], vec![7u32; n], vec![7u32; n]];
+                    let [d0, d1, d2] = &mut got;
+                    quads3(level, rows, relu, (inv, zero), [d0, d1, d2]);
+                    for (kx, row) in got.iter().enumerate() {
+                        let want: Vec<u32> = (0..n).map(|c| if c < w { word((c + kx).saturating_sub(1).min(w - 1)) } else { 0 }).collect();
                         assert_eq!(row, &want, "{level} w={w} n={n} kx={kx} relu={relu}");
                     }
                 }

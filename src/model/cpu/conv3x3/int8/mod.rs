@@ -19,16 +19,19 @@
 //! broadcast weight words, twelve `vpdpbusd`; the output is written channel-major, as the f32
 //! kernels write it.
 //!
-//! Routes, as the linears' ([`route`]): the kernel above on AVX512-VNNI, a 6 × 16 tile of
+//! Routes, as the linears' ([`route`]): on AMX the tiles' ([`super::tiles`], the input
+//! quantised per band of rows rather than per pixel), the kernel above on AVX512-VNNI, a 6 × 16 tile of
 //! ymm registers on AVX-VNNI (`avxvnni`), a 6 × 16 tile of NEON registers by `sdot` (dotprod)
 //! or `usdot` (i8mm) on aarch64 (`neon`); elsewhere the same quantisation emulated (the input
 //! quantised and dequantised, convolved with the dequantised weights by the f32 route).
 
 use rayon::prelude::*;
 
+use super::pixels::quantise_pixels;
+use super::tiles::{Kind, TileConv, INT8_MAX_TAPS_CIN};
 use super::{interleave_phases, phased_weights, Conv3x3Op};
 use crate::model::cpu::conv1x1::Conv1x1Op;
-use crate::model::cpu::matmul::int8::{quantise_weights, range_scale, route, to_u8, Route};
+use crate::model::cpu::matmul::int8::{quantise_weights, route, Route};
 use crate::model::cpu::tensor::contiguous;
 use crate::simd::isa::Isa;
 
@@ -52,6 +55,8 @@ pub struct QuantConv {
 }
 
 enum Store {
+    /// AMX tiles (`tdpbsud`), with the bias of the convolution's own output channels.
+    Tiles(Box<TileConv>, Vec<f32>),
     /// The weights for the kernel of a dot-product route (VNNI, or Arm's `sdot` / `usdot`).
     Dot(DotWeights, Route),
     /// The f32 routes on the dequantised weights: a 3x3 convolution, or a 1x1 one.
@@ -74,12 +79,18 @@ impl QuantConv {
     /// A 3x3 convolution from its (cout, cin, 3, 3) weight, for the route of `level`.
     pub fn new(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
         Self::checked(w, &bias, cout * cin * 9, cout)?;
+        if on_tiles(level, cin, 9) {
+            return Ok(Self::tiles(TileConv::new(w, cin, cout, Kind::Int8, false), bias, cin, cout, 9, false));
+        }
         Self::build(w, bias, cin, cout, 9, level, false)
     }
 
     /// A 1x1 convolution from its (cout, cin) weight.
     pub fn new_pointwise(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
         Self::checked(w, &bias, cout * cin, cout)?;
+        if on_tiles(level, cin, 1) {
+            return Ok(Self::tiles(TileConv::new_pointwise(w, cin, cout, Kind::Int8, false), bias, cin, cout, 1, false));
+        }
         Self::build(w, bias, cin, cout, 1, level, false)
     }
 
@@ -88,6 +99,9 @@ impl QuantConv {
     /// phases' channels, phase-major, interleaved into (cout, 2h, 2w).
     pub fn new_transposed(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
         Self::checked(w, &bias, 4 * cout * cin, cout)?;
+        if on_tiles(level, cin, 1) {
+            return Ok(Self::tiles(TileConv::new_transposed(w, cin, cout, Kind::Int8, false), bias, cin, 4 * cout, 1, true));
+        }
         let mut phased = vec![0f32; 4 * cout * cin];
         for (row, dst) in phased.chunks_exact_mut(cin.max(1)).enumerate().take(4 * cout) {
             let (ph, o) = (row / cout, row % cout);
@@ -110,7 +124,16 @@ impl QuantConv {
     /// before the upsample (4x fewer pixels than after it); the phases interleaved at the end.
     pub fn new_upsampling(w: &[f32], bias: Vec<f32>, cin: usize, cout: usize, level: Isa) -> candle_core::Result<Self> {
         Self::checked(w, &bias, cout * cin * 9, cout)?;
+        if on_tiles(level, cin, 9) {
+            return Ok(Self::tiles(TileConv::new_upsampling(w, cin, cout, Kind::Int8, false), bias, cin, 4 * cout, 9, true));
+        }
         Self::build(&phased_weights(w, cin, cout), bias.repeat(4), cin, 4 * cout, 9, level, true)
+    }
+
+    /// The op on the tiles' `conv`: `cout` its products' output channels, `bias` the
+    /// convolution's own.
+    fn tiles(conv: TileConv, bias: Vec<f32>, cin: usize, cout: usize, taps: usize, upsampling: bool) -> Self {
+        Self { cin, cout, taps, upsampling, store: Store::Tiles(Box::new(conv), bias) }
     }
 
     /// `upsampling`: the output is four phases' channels (phase-major), interleaved.
@@ -139,8 +162,9 @@ impl QuantConv {
                 bias.resize(tiles * TILE_CH, 0.0);
                 Store::Dot(DotWeights { words, scale, sums, bias }, route)
             }
-            // (The tile routes never come here: `without_tiles` above gives AMX CPUs the VNNI
-            // kernel, and the tiles' emulation the emulated route.)
+            // (The tile routes never come here: the constructors took the tiles where they
+            // could (`on_tiles`), and `without_tiles` above gives the rest of an AMX CPU's ops
+            // the VNNI kernel, and the tiles' emulation the emulated route.)
             Route::Emulated | Route::Amx | Route::AmxEmulated => {
                 let dq: Vec<f32> = q.iter().enumerate().map(|(e, &v)| v as f32 * scale[e / (cin * taps)]).collect();
                 if taps == 1 {
@@ -171,7 +195,12 @@ impl QuantConv {
 
     /// Whether the products run as int8 (else emulated).
     pub fn native(&self) -> bool {
-        matches!(self.store, Store::Dot(..))
+        matches!(self.store, Store::Dot(..) | Store::Tiles(..))
+    }
+
+    /// Whether the products run on AMX tiles.
+    pub fn on_tiles(&self) -> bool {
+        matches!(self.store, Store::Tiles(..))
     }
 
     pub fn call(&self, relu_input: bool) -> QuantConvCall<'_> {
@@ -190,6 +219,9 @@ impl QuantConv {
         if x.len() < self.cin * h * w || residual.is_some_and(|r| r.len() < oc * oh * ow) {
             candle_core::bail!("conv int8: {} input and {:?} residual values for {}->{oc} channels at {h}x{w}", x.len(), residual.map(<[f32]>::len), self.cin,);
         }
+        if let Store::Tiles(conv, bias) = &self.store {
+            return Ok(if self.upsampling { conv.run_upsampled(x, (h, w), bias, residual) } else { conv.run(x, (h, w), relu, bias, residual) });
+        }
         if self.upsampling {
             let y = self.product(x, h, w, relu, None)?;
             return Ok(interleave_phases(&y, h, w, oc, residual));
@@ -205,6 +237,7 @@ impl QuantConv {
             Store::Emulated(op) => op.run_f32(&emulated(), h, w, false, residual),
             Store::EmulatedPointwise(op) => op.run(&emulated(), h * w, residual),
             Store::Dot(weights, route) => Ok(self.run_dot(x, h, w, relu, residual, weights, *route)),
+            Store::Tiles(..) => unreachable!("conv int8: the tiles' op runs whole (`run`)"),
         }
     }
 
@@ -285,6 +318,12 @@ impl QuantConv {
         unsafe { out.set_len(cout * hw) };
         out
     }
+}
+
+/// Whether an op of `taps` taps over `cin` channels runs on the int8 tiles at `level`: where
+/// the CPU has them, and the i32 sums cannot overflow.
+fn on_tiles(level: Isa, cin: usize, taps: usize) -> bool {
+    route(level) == Route::Amx && taps * cin <= INT8_MAX_TAPS_CIN
 }
 
 /// One register tile of the convolution (see the module's documentation).
@@ -423,178 +462,6 @@ impl QuadPlanes {
     }
 }
 
-/// One row of pixels quantised over its channels (`rows`: each channel's values along the row,
-/// ReLU'd first with `relu`): each pixel's scale and zero point into `s` and `z`, its channels'
-/// u8 four to a word into `planes` (one per quad).
-fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
-    match level {
-        // SAFETY: these levels are given only where the CPU has AVX-512F (with AVX2 and FMA).
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
-        // SAFETY: this level is given only where the CPU has AVX2 and FMA.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { quantise_pixels_avx2(rows, relu, s, z, planes) },
-        _ => quantise_pixels_body(rows, relu, s, z, planes),
-    }
-}
-
-/// [`quantise_pixels`] on AVX-512F registers, 16 pixels at a time: the same values as
-/// [`quantise_pixels_body`] (each step as `to_u8` and `range_scale` take it, NaN included),
-/// which the compiler left scalar where it packs the bytes.
-///
-/// # Safety
-/// The CPU has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], mut planes: Vec<&mut [i32]>) {
-    use core::arch::x86_64::*;
-    let w = s.len();
-    debug_assert!(z.len() == w && rows.iter().all(|r| r.len() >= w) && planes.iter().all(|p| p.len() >= w) && planes.len() * 4 >= rows.len());
-    let zero = _mm512_setzero_ps();
-    let (one, top) = (_mm512_set1_ps(1.0), _mm512_set1_ps(255.0));
-    // `to_u8`: rounded to nearest even (for |v · inv| < 2²², as `round_even`; beyond, both clamp
-    // alike), plus z, then `t >= 0 ? t : 0` (NaN to 0: `max_ps` returns its second operand on
-    // NaN) and `t <= 255 ? t : 255`.
-    let to_u8 = |v: __m512, inv: __m512, zf: __m512| {
-        let t = _mm512_add_ps(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)), zf);
-        _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(t, zero), top))
-    };
-    for x0 in (0..w).step_by(16) {
-        let m: __mmask16 = if w - x0 >= 16 { 0xffff } else { ((1u32 << (w - x0)) - 1) as u16 };
-        // The lanes of `m` lie within the first w values of each row, plane, s and z (the
-        // promise of the debug assertion above); masked-off lanes are not touched.
-        // SAFETY: as said.
-        let load = |r: &[f32]| unsafe { _mm512_maskz_loadu_ps(m, r.as_ptr().add(x0)) };
-        // As the body: `if v < lo { v } else { lo }` is `min_ps(v, lo)`, NaN kept out; after a
-        // ReLU (`if v < 0 { 0 } else { v }`, `max_ps(0, v)`) the minimum is 0 and the maximum is
-        // the plain one's.
-        let (mut lo, mut hi) = (zero, zero);
-        for r in rows {
-            let v = load(r);
-            if !relu {
-                lo = _mm512_min_ps(v, lo);
-            }
-            hi = _mm512_max_ps(v, hi);
-        }
-        // `range_scale`, lane-wise.
-        let sc = _mm512_div_ps(_mm512_sub_ps(hi, lo), top);
-        let ok = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(sc, zero) & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(sc, _mm512_set1_ps(f32::INFINITY));
-        let sc = _mm512_mask_blend_ps(ok, one, sc);
-        let inv = _mm512_div_ps(one, sc);
-        let zi = to_u8(_mm512_sub_ps(zero, lo), inv, zero);
-        let zf = _mm512_cvtepi32_ps(zi);
-        // SAFETY: the lanes of `m` (above).
-        unsafe {
-            _mm512_mask_storeu_ps(s.as_mut_ptr().add(x0), m, sc);
-            _mm512_mask_storeu_epi32(z.as_mut_ptr().add(x0), m, zi);
-        }
-        for (quad, plane) in planes.iter_mut().enumerate() {
-            let mut word = _mm512_setzero_si512();
-            // A channel past cin keeps its byte 0 (its weights are 0).
-            for (j, r) in rows.iter().enumerate().skip(4 * quad).take(4) {
-                let v = if relu { _mm512_max_ps(zero, load(r)) } else { load(r) };
-                word = _mm512_or_si512(word, _mm512_sllv_epi32(to_u8(v, inv, zf), _mm512_set1_epi32(8 * (j - 4 * quad) as i32)));
-            }
-            // SAFETY: the lanes of `m` (above).
-            unsafe { _mm512_mask_storeu_epi32(plane.as_mut_ptr().add(x0), m, word) };
-        }
-    }
-}
-
-/// [`quantise_pixels_avx512`] on AVX2 registers, 8 pixels at a time (the AVX-VNNI route's, and
-/// the emulated route's at this level): the same values as [`quantise_pixels_body`].
-///
-/// # Safety
-/// The CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn quantise_pixels_avx2(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], mut planes: Vec<&mut [i32]>) {
-    use core::arch::x86_64::*;
-    let w = s.len();
-    debug_assert!(z.len() == w && rows.iter().all(|r| r.len() >= w) && planes.iter().all(|p| p.len() >= w) && planes.len() * 4 >= rows.len());
-    let zero = _mm256_setzero_ps();
-    let (one, top) = (_mm256_set1_ps(1.0), _mm256_set1_ps(255.0));
-    // As the AVX-512 form's (`vmaxps` / `vminps` return their second operand on NaN).
-    let to_u8 = |v: __m256, inv: __m256, zf: __m256| {
-        let t = _mm256_add_ps(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v, inv)), zf);
-        _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(t, zero), top))
-    };
-    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for x0 in (0..w).step_by(8) {
-        // Lane i is live where i < w - x0 (all ones), for the masked loads and stores.
-        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32((w - x0).min(8) as i32), lanes);
-        // The live lanes lie within the first w values of each row, plane, s and z (the promise
-        // of the debug assertion above); the others are not touched.
-        // SAFETY: as said.
-        let load = |r: &[f32]| unsafe { _mm256_maskload_ps(r.as_ptr().add(x0), m) };
-        let (mut lo, mut hi) = (zero, zero);
-        for r in rows {
-            let v = load(r);
-            if !relu {
-                lo = _mm256_min_ps(v, lo);
-            }
-            hi = _mm256_max_ps(v, hi);
-        }
-        let sc = _mm256_div_ps(_mm256_sub_ps(hi, lo), top);
-        let ok = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(sc, zero), _mm256_cmp_ps::<_CMP_LT_OQ>(sc, _mm256_set1_ps(f32::INFINITY)));
-        let sc = _mm256_blendv_ps(one, sc, ok);
-        let inv = _mm256_div_ps(one, sc);
-        let zi = to_u8(_mm256_sub_ps(zero, lo), inv, zero);
-        let zf = _mm256_cvtepi32_ps(zi);
-        // SAFETY: the live lanes (above).
-        unsafe {
-            _mm256_maskstore_ps(s.as_mut_ptr().add(x0), m, sc);
-            _mm256_maskstore_epi32(z.as_mut_ptr().add(x0), m, zi);
-        }
-        for (quad, plane) in planes.iter_mut().enumerate() {
-            let mut word = _mm256_setzero_si256();
-            for (j, r) in rows.iter().enumerate().skip(4 * quad).take(4) {
-                let v = if relu { _mm256_max_ps(zero, load(r)) } else { load(r) };
-                word = _mm256_or_si256(word, _mm256_sllv_epi32(to_u8(v, inv, zf), _mm256_set1_epi32(8 * (j - 4 * quad) as i32)));
-            }
-            // SAFETY: the live lanes (above).
-            unsafe { _mm256_maskstore_epi32(plane.as_mut_ptr().add(x0), m, word) };
-        }
-    }
-}
-
-/// Every loop here runs along the row, so that it vectorises over pixels (the channels of a
-/// pixel are a plane apart).
-#[inline(always)]
-fn quantise_pixels_body(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
-    let w = s.len();
-    // The ReLU as a floor under the values (−∞: none).
-    let floor = if relu { 0.0 } else { f32::NEG_INFINITY };
-    let (mut lo, mut hi) = (vec![0f32; w], vec![0f32; w]);
-    for row in rows {
-        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&row[..w]) {
-            let v = if v < floor { floor } else { v };
-            *l = if v < *l { v } else { *l };
-            *h = if v > *h { v } else { *h };
-        }
-    }
-    let (mut inv, mut zf) = (vec![0f32; w], vec![0f32; w]);
-    for ((((s, z), (inv, zf)), &l), &h) in s.iter_mut().zip(z.iter_mut()).zip(inv.iter_mut().zip(zf.iter_mut())).zip(&lo).zip(&hi) {
-        (*s, *inv, *z) = range_scale(l, h);
-        *zf = *z as f32;
-    }
-    let zeros = vec![0f32; w];
-    for (quad, plane) in planes.into_iter().enumerate() {
-        let r = |j: usize| rows.get(4 * quad + j).map_or(&zeros[..], |r| &r[..w]);
-        // A channel past cin is 0 (its weights are 0): its byte is left 0 too.
-        let live = |j: usize| 4 * quad + j < rows.len();
-        let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
-        let masks = [0, 1, 2, 3].map(|j| if live(j) { 0xff } else { 0 });
-        for i in 0..w {
-            let q = |v: f32, m: i32| {
-                let v = if v < floor { floor } else { v };
-                to_u8(v, inv[i], zf[i]) & m
-            };
-            plane[i] = q(r0[i], masks[0]) | q(r1[i], masks[1]) << 8 | q(r2[i], masks[2]) << 16 | q(r3[i], masks[3]) << 24;
-        }
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
 #[cfg(target_arch = "x86_64")]
@@ -698,13 +565,20 @@ mod tests {
         for level in isa::levels() {
             let op = QuantConv::new(&wt, bias.clone(), cin, cout, level).unwrap();
             let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
+            let mag = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+            // The tiles quantise per band (their numbers: `super::tiles`'s tests): here near f32.
+            assert_eq!(op.on_tiles(), route(level) == Route::Amx, "{level}");
+            if op.on_tiles() {
+                let off = got.iter().zip(&exact).fold(0f64, |m, (&g, e)| m.max((g as f64 - e).abs()));
+                assert!(off <= 0.05 * mag, "{level} tiles {cin}->{cout} {h}x{w}: off f32 by {off} of {mag}");
+                continue;
+            }
             // Every dot-product route runs its kernel, not the emulation.
-            let dot = matches!(route(level).without_tiles(), Route::Avx512Vnni | Route::AvxVnni | Route::Dotprod | Route::I8mm);
+            let dot = matches!(route(level), Route::Avx512Vnni | Route::AvxVnni | Route::Dotprod | Route::I8mm);
             assert_eq!(op.native(), dot, "{level}: route {}", route(level).name());
             if op.native() {
                 native.push((level, got.iter().map(|v| v.to_bits()).collect()));
             }
-            let mag = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
             let spread = exact.iter().zip(&want).fold(0f64, |m, (e, v)| m.max((e - v).abs()));
             for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
                 assert!(
@@ -799,6 +673,11 @@ mod tests {
             assert!(op.upsampling());
             let got = isa::with_isa(level, || op.run(&x, h, w, false, res.as_deref())).unwrap();
             assert_eq!(got.len(), cout * oh * ow);
+            if op.on_tiles() {
+                let off = got.iter().zip(&exact).fold(0f64, |m, (&g, e)| m.max((g as f64 - e).abs()));
+                assert!(off <= 0.05 * mag, "{level} tiles upsampled {cin}->{cout}: off by {off} of {mag}");
+                continue;
+            }
             for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (g as f64 - v).abs() <= 2e-6 * mag * ((9 * cin) as f64).sqrt(),
@@ -868,6 +747,7 @@ mod tests {
             assert_eq!(op.upsampling(), transposed);
             let got = isa::with_isa(level, || op.run(&x, h, w, relu, res.as_deref())).unwrap();
             assert_eq!(got.len(), cout * oh * ow);
+            // (The one-tap tiles quantise per pixel too: the same numbers.)
             for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (g as f64 - v).abs() <= 2e-6 * mag * (cin as f64).sqrt(),

@@ -291,6 +291,13 @@ impl QuantB {
 /// padded to whole quads; the pad is left as it is (it meets zero weights).
 #[inline(always)]
 fn quantise_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    let (lo, hi) = row_range(x);
+    quantise_in_range(x, out, lo, hi)
+}
+
+/// The range of `x` with 0, [lo, hi] (lo ≤ 0 ≤ hi): a NaN is never taken.
+#[inline(always)]
+fn row_range(x: &[f32]) -> (f32, f32) {
     // Lane-wise minimum and maximum (`if v < lo` is `minps`'s own rule), starting from 0 so
     // that the range holds 0.
     let (mut lo, mut hi) = ([0f32; 16], [0f32; 16]);
@@ -308,7 +315,18 @@ fn quantise_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     }
     let lo = lo.iter().fold(0f32, |m, &v| if v < m { v } else { m });
     let hi = hi.iter().fold(0f32, |m, &v| if v > m { v } else { m });
-    quantise_in_range(x, out, lo, hi)
+    (lo, hi)
+}
+
+/// [`row_range`] on AVX-512 where `isa` has it (the int8 convolution tiles' bands).
+pub(in crate::model::cpu) fn range(isa: Isa, x: &[f32]) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        // SAFETY: the level is AVX-512 (with BW, below AVX512-BF16's) only where the CPU has it.
+        return unsafe { range_avx512(x) };
+    }
+    let _ = isa;
+    row_range(x)
 }
 
 /// The second half of [`quantise_row`]: the row as u8 over [lo, hi] (its range, with 0).
@@ -458,6 +476,18 @@ fn quantise_row_on(route: Route, x: &[f32], out: &mut [u8]) -> (f32, i32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 unsafe fn quantise_row_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    // SAFETY: the caller's promise.
+    let (lo, hi) = unsafe { range_avx512(x) };
+    quantise_in_range(x, out, lo, hi)
+}
+
+/// [`row_range`] by `vminps`/`vmaxps` ([`quantise_row_avx512`]).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn range_avx512(x: &[f32]) -> (f32, f32) {
     use core::arch::x86_64::*;
     let zero = _mm512_setzero_ps();
     let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
@@ -482,7 +512,7 @@ unsafe fn quantise_row_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     }
     let lo = _mm512_reduce_min_ps(_mm512_min_ps(_mm512_min_ps(lo[0], lo[1]), _mm512_min_ps(lo[2], lo[3])));
     let hi = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(hi[0], hi[1]), _mm512_max_ps(hi[2], hi[3])));
-    quantise_in_range(x, out, lo, hi)
+    (lo, hi)
 }
 
 /// [`quantise_row`] compiled for AVX2.
