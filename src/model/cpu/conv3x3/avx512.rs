@@ -117,11 +117,18 @@ unsafe fn quads16(rows: [*const f32; 4], m: __mmask16, relu: bool, inv: f32, zer
         let v = unsafe { _mm512_maskz_loadu_ps(m, r) };
         _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(top, _mm512_mul_ps(v, inv))), z)
     });
+    _mm512_maskz_mov_epi32(m, words4(q))
+}
+
+/// The words of 16 pixels' four channels, channel j's byte j, from each channel's i32 values
+/// saturated to u8 (below 0 to 0, above 255 to 255).
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+pub(super) fn words4(q: [__m512i; 4]) -> __m512i {
     // Saturated to u16 then u8: each 128-bit lane holds pixels 4l..4l + 4 of channel 0, then
     // of channels 1, 2, 3 (bytes 4j + i); the shuffle turns it to pixel-major words.
     let bytes = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]), _mm512_packus_epi32(q[2], q[3]));
-    let words = _mm512_shuffle_epi8(bytes, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)));
-    _mm512_maskz_mov_epi32(m, words)
+    _mm512_shuffle_epi8(bytes, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)))
 }
 
 /// A row of words E(c) = F(min(c, w − 1)) as three copies of `n` words each (n the shortest

@@ -10,14 +10,91 @@ use crate::simd::isa::Isa;
 /// u8 four to a word into `planes` (one per quad).
 pub(super) fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
     match level {
-        // SAFETY: these levels are given only where the CPU has AVX-512F (with AVX2 and FMA).
+        // SAFETY: these levels are given only where the CPU has AVX-512F with BW.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Bf16 | Isa::Amx => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
+        Isa::Avx512Bf16 | Isa::Amx => unsafe { quantise_pixels_avx512bw(rows, relu, s, z, planes) },
+        // SAFETY: this level is given only where the CPU has AVX-512F (with AVX2 and FMA).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { quantise_pixels_avx512(rows, relu, s, z, planes) },
         // SAFETY: this level is given only where the CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { quantise_pixels_avx2(rows, relu, s, z, planes) },
         _ => quantise_pixels_body(rows, relu, s, z, planes),
     }
+}
+
+/// The body of [`quantise_pixels_avx512`] (`$bw` false) and [`quantise_pixels_avx512bw`]
+/// (true), one function each, as their target features differ.
+#[cfg(target_arch = "x86_64")]
+macro_rules! pixels_avx512 {
+    ($bw:expr, $rows:ident, $relu:ident, $s:ident, $z:ident, $planes:ident) => {{
+        let (rows, relu, s, z, mut planes) = ($rows, $relu, $s, $z, $planes);
+        use core::arch::x86_64::*;
+        let w = s.len();
+        debug_assert!(z.len() == w && rows.iter().all(|r| r.len() >= w) && planes.iter().all(|p| p.len() >= w) && planes.len() * 4 >= rows.len());
+        let zero = _mm512_setzero_ps();
+        let (one, top) = (_mm512_set1_ps(1.0), _mm512_set1_ps(255.0));
+        // `to_u8`: rounded to nearest even (for |v · inv| < 2²², as `round_even`; beyond, both clamp
+        // alike), plus z, then `t >= 0 ? t : 0` (NaN to 0: `max_ps` returns its second operand on
+        // NaN) and `t <= 255 ? t : 255`.
+        let to_u8 = |v: __m512, inv: __m512, zf: __m512| {
+            let t = _mm512_add_ps(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)), zf);
+            _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(t, zero), top))
+        };
+        for x0 in (0..w).step_by(16) {
+            let m: __mmask16 = if w - x0 >= 16 { 0xffff } else { ((1u32 << (w - x0)) - 1) as u16 };
+            // The lanes of `m` lie within the first w values of each row, plane, s and z (the
+            // promise of the debug assertion above); masked-off lanes are not touched.
+            // SAFETY: as said.
+            let load = |r: &[f32]| unsafe { _mm512_maskz_loadu_ps(m, r.as_ptr().add(x0)) };
+            // As the body: `if v < lo { v } else { lo }` is `min_ps(v, lo)`, NaN kept out; after a
+            // ReLU (`if v < 0 { 0 } else { v }`, `max_ps(0, v)`) the minimum is 0 and the maximum is
+            // the plain one's.
+            let (mut lo, mut hi) = (zero, zero);
+            for r in rows {
+                let v = load(r);
+                if !relu {
+                    lo = _mm512_min_ps(v, lo);
+                }
+                hi = _mm512_max_ps(v, hi);
+            }
+            // `range_scale`, lane-wise.
+            let sc = _mm512_div_ps(_mm512_sub_ps(hi, lo), top);
+            let ok = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(sc, zero) & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(sc, _mm512_set1_ps(f32::INFINITY));
+            let sc = _mm512_mask_blend_ps(ok, one, sc);
+            let inv = _mm512_div_ps(one, sc);
+            let zi = to_u8(_mm512_sub_ps(zero, lo), inv, zero);
+            let zf = _mm512_cvtepi32_ps(zi);
+            // SAFETY: the lanes of `m` (above).
+            unsafe {
+                _mm512_mask_storeu_ps(s.as_mut_ptr().add(x0), m, sc);
+                _mm512_mask_storeu_epi32(z.as_mut_ptr().add(x0), m, zi);
+            }
+            if $bw {
+                let (top, zq) = (_mm512_set1_ps(256.0), zi);
+                for (quad, plane) in planes.iter_mut().enumerate() {
+                    // A channel past cin keeps its byte 0 (its weights are 0): a zero lane.
+                    let q = [0, 1, 2, 3].map(|j| match rows.get(4 * quad + j) {
+                        Some(r) => _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(top, _mm512_mul_ps(load(r), inv))), zq),
+                        None => _mm512_setzero_si512(),
+                    });
+                    // SAFETY: the lanes of `m` (above).
+                    unsafe { _mm512_mask_storeu_epi32(plane.as_mut_ptr().add(x0), m, super::avx512::words4(q)) };
+                }
+                continue;
+            }
+            for (quad, plane) in planes.iter_mut().enumerate() {
+                let mut word = _mm512_setzero_si512();
+                // A channel past cin keeps its byte 0 (its weights are 0).
+                for (j, r) in rows.iter().enumerate().skip(4 * quad).take(4) {
+                    let v = if relu { _mm512_max_ps(zero, load(r)) } else { load(r) };
+                    word = _mm512_or_si512(word, _mm512_sllv_epi32(to_u8(v, inv, zf), _mm512_set1_epi32(8 * (j - 4 * quad) as i32)));
+                }
+                // SAFETY: the lanes of `m` (above).
+                unsafe { _mm512_mask_storeu_epi32(plane.as_mut_ptr().add(x0), m, word) };
+            }
+        }
+    }};
 }
 
 /// [`quantise_pixels`] on AVX-512F registers, 16 pixels at a time: the same values as
@@ -28,59 +105,21 @@ pub(super) fn quantise_pixels(level: Isa, rows: &[&[f32]], relu: bool, s: &mut [
 /// The CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], mut planes: Vec<&mut [i32]>) {
-    use core::arch::x86_64::*;
-    let w = s.len();
-    debug_assert!(z.len() == w && rows.iter().all(|r| r.len() >= w) && planes.iter().all(|p| p.len() >= w) && planes.len() * 4 >= rows.len());
-    let zero = _mm512_setzero_ps();
-    let (one, top) = (_mm512_set1_ps(1.0), _mm512_set1_ps(255.0));
-    // `to_u8`: rounded to nearest even (for |v · inv| < 2²², as `round_even`; beyond, both clamp
-    // alike), plus z, then `t >= 0 ? t : 0` (NaN to 0: `max_ps` returns its second operand on
-    // NaN) and `t <= 255 ? t : 255`.
-    let to_u8 = |v: __m512, inv: __m512, zf: __m512| {
-        let t = _mm512_add_ps(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)), zf);
-        _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(t, zero), top))
-    };
-    for x0 in (0..w).step_by(16) {
-        let m: __mmask16 = if w - x0 >= 16 { 0xffff } else { ((1u32 << (w - x0)) - 1) as u16 };
-        // The lanes of `m` lie within the first w values of each row, plane, s and z (the
-        // promise of the debug assertion above); masked-off lanes are not touched.
-        // SAFETY: as said.
-        let load = |r: &[f32]| unsafe { _mm512_maskz_loadu_ps(m, r.as_ptr().add(x0)) };
-        // As the body: `if v < lo { v } else { lo }` is `min_ps(v, lo)`, NaN kept out; after a
-        // ReLU (`if v < 0 { 0 } else { v }`, `max_ps(0, v)`) the minimum is 0 and the maximum is
-        // the plain one's.
-        let (mut lo, mut hi) = (zero, zero);
-        for r in rows {
-            let v = load(r);
-            if !relu {
-                lo = _mm512_min_ps(v, lo);
-            }
-            hi = _mm512_max_ps(v, hi);
-        }
-        // `range_scale`, lane-wise.
-        let sc = _mm512_div_ps(_mm512_sub_ps(hi, lo), top);
-        let ok = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(sc, zero) & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(sc, _mm512_set1_ps(f32::INFINITY));
-        let sc = _mm512_mask_blend_ps(ok, one, sc);
-        let inv = _mm512_div_ps(one, sc);
-        let zi = to_u8(_mm512_sub_ps(zero, lo), inv, zero);
-        let zf = _mm512_cvtepi32_ps(zi);
-        // SAFETY: the lanes of `m` (above).
-        unsafe {
-            _mm512_mask_storeu_ps(s.as_mut_ptr().add(x0), m, sc);
-            _mm512_mask_storeu_epi32(z.as_mut_ptr().add(x0), m, zi);
-        }
-        for (quad, plane) in planes.iter_mut().enumerate() {
-            let mut word = _mm512_setzero_si512();
-            // A channel past cin keeps its byte 0 (its weights are 0).
-            for (j, r) in rows.iter().enumerate().skip(4 * quad).take(4) {
-                let v = if relu { _mm512_max_ps(zero, load(r)) } else { load(r) };
-                word = _mm512_or_si512(word, _mm512_sllv_epi32(to_u8(v, inv, zf), _mm512_set1_epi32(8 * (j - 4 * quad) as i32)));
-            }
-            // SAFETY: the lanes of `m` (above).
-            unsafe { _mm512_mask_storeu_epi32(plane.as_mut_ptr().add(x0), m, word) };
-        }
-    }
+unsafe fn quantise_pixels_avx512(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
+    pixels_avx512!(false, rows, relu, s, z, planes)
+}
+
+/// [`quantise_pixels_avx512`] with AVX512-BW's saturating packs for the bytes
+/// (`super::avx512::words4`, as the int8 tiles' 3x3 slab): the same bytes, `to_u8`'s rounding
+/// by `cvtps2dq`'s nearest-even and its clamp by the packs' saturation (v · inv held below 256
+/// first; a NaN, `minps`'s second operand, passes to `cvtps2dq`'s i32::MIN, hence 0).
+///
+/// # Safety
+/// The CPU has AVX-512F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantise_pixels_avx512bw(rows: &[&[f32]], relu: bool, s: &mut [f32], z: &mut [i32], planes: Vec<&mut [i32]>) {
+    pixels_avx512!(true, rows, relu, s, z, planes)
 }
 
 /// [`quantise_pixels_avx512`] on AVX2 registers, 8 pixels at a time (the AVX-VNNI route's, and
