@@ -246,16 +246,14 @@ impl TileConv {
     /// out (cout, h, w) = bias + W * relu?(x) [+ residual], x (cin, h, w), edges replicated
     /// (an upsampling op's: [`TileConv::run_upsampled`]).
     pub fn run(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
-        let rows = if self.int8.is_some() && std::env::var("XB").is_ok() {
-            std::env::var("XB").unwrap().parse().unwrap()
-        } else {
-            h.div_ceil(rayon::current_num_threads() * BANDS_PER_THREAD).max(1)
-        };
+        let rows = h.div_ceil(rayon::current_num_threads() * BANDS_PER_THREAD).max(1);
         self.run_bands(x, (h, w), relu, bias, residual, rows)
     }
 
     /// [`TileConv::run`] in bands of `band` output rows (tests: bands of every size).
     fn run_bands(&self, x: &[f32], (h, w): (usize, usize), relu: bool, bias: &[f32], residual: Option<&[f32]>, band: usize) -> Vec<f32> {
+        // Bands of no rows would leave the output unwritten.
+        let band = band.max(1);
         let (cin, hw) = (self.cin, h * w);
         // The output's channels and pixels: an upsampling op's are its own, at 4x the pixels.
         let (cout, ohw) = match self.phases_of {
@@ -502,8 +500,15 @@ impl TileConv {
         for y in y0..y1 {
             // Slab rows y..y + 2 (input rows y − 1 ..= y + 1) for this output row: the first
             // two are the previous row's.
-            let first = if y == y0 { y } else { y + 2 };
-            for r in first..y + 3 {
+            // (A one-tap op reads slab row y + 1 alone.)
+            let first = if self.taps == 1 {
+                y + 1
+            } else if y == y0 {
+                y
+            } else {
+                y + 2
+            };
+            for r in first..if self.taps == 1 { y + 2 } else { y + 3 } {
                 let quant = match band_q {
                     Some((_, inv, z)) => RowQuant::Band(inv, z),
                     None if pixel_q => RowQuant::Pixels(&mut px_scale[(r % RING) * wp..][..wp], &mut px_zero[(r % RING) * wp..][..wp]),
@@ -815,7 +820,7 @@ mod tests {
     }
 
     /// The 1x1 convolution on one-tap tiles ([`TileConv::new_pointwise`]) against f64 on the
-    /// values the op sees, with and without the residual: channels and widths not multiples
+    /// values the op sees, with and without the ReLU and the residual: channels and widths not multiples
     /// of 16 or 32, one pixel, bands of every height; in bf16 and int8; on the emulation
     /// everywhere and on the hardware where the CPU has AMX.
     #[test]
@@ -829,14 +834,14 @@ mod tests {
             let res = crate::simd::test_values(&mut seed, cout * h * w);
             for kind in [Kind::Bf16, Kind::Int8] {
                 let ws = seen_weights(&wt, cout, cin, kind);
-                for residual in [None, Some(&res[..])] {
+                for (relu, residual) in [(false, None), (true, Some(&res[..]))] {
                     for emulated in [true, false] {
                         if !emulated && !hardware {
                             continue;
                         }
                         let op = TileConv::new_pointwise(&wt, cin, cout, kind, emulated);
                         for band in [1, 2, h] {
-                            let seen = seen_input(&x, cin, (h, w), false, kind, band, 1);
+                            let seen = seen_input(&x, cin, (h, w), relu, kind, band, 1);
                             let mut want = vec![0f64; cout * h * w];
                             for o in 0..cout {
                                 for p in 0..h * w {
@@ -844,12 +849,8 @@ mod tests {
                                     want[o * h * w + p] = bias[o] as f64 + dot + residual.map_or(0.0, |r| r[o * h * w + p] as f64);
                                 }
                             }
-                            let e = rel_err(&op.run_bands(&x, (h, w), false, &bias, residual, band), &want);
-                            assert!(
-                                e <= 1e-5,
-                                "{kind:?} cin={cin} cout={cout} {h}x{w} emulated={emulated} band={band} residual={}: rel err {e:e}",
-                                residual.is_some()
-                            );
+                            let e = rel_err(&op.run_bands(&x, (h, w), relu, &bias, residual, band), &want);
+                            assert!(e <= 1e-5, "{kind:?} cin={cin} cout={cout} {h}x{w} emulated={emulated} band={band} relu={relu}: rel err {e:e}");
                         }
                     }
                 }
