@@ -7,7 +7,8 @@
 //! a pass to interleave it, against the one-tap tiles whose epilogue interleaves
 //! (`TileConv::new_transposed`), with the largest difference between their outputs; and the
 //! 1x1 convolutions with the residual in bf16: the tile GEMM against one-tap tiles
-//! (`TileConv::new_pointwise`).
+//! (`TileConv::new_pointwise`), and beside them the int8 op (`QuantConv::new_pointwise`: on
+//! AMX the int8 one-tap tiles, quantised per pixel).
 //!
 //! `cargo run --release --example planes_bench [reps]`
 
@@ -16,6 +17,7 @@ use candle_core::{Device, Tensor};
 use common::rng::Rng;
 use common::{keep_freed_memory, median};
 use moge::model::cpu::conv1x1::{Conv1x1Op, ConvTranspose2x2Op};
+use moge::model::cpu::conv3x3::int8::QuantConv;
 use moge::model::cpu::conv3x3::tiles::{Kind, TileConv};
 use moge::model::cpu::matmul::bf16::PackedA;
 use moge::model::cpu::matmul::pointwise::Pointwise;
@@ -89,9 +91,10 @@ fn main() -> candle_core::Result<()> {
 /// The bf16 1x1 convolutions with the residual (a level's input block) on AMX: the tile GEMM
 /// against the one-tap tiles, interleaved in one process.
 fn pointwise_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
-    println!("bf16 1x1 + residual on AMX: tile GEMM vs one-tap tiles, {} threads, median of {reps}, ms per call", rayon::current_num_threads());
-    // ViT-S's heads' input blocks and the neck's UV inputs at 600x400, 1800 tokens.
-    for (cin, cout, h, w) in [(256, 256, 70, 104), (128, 128, 140, 208), (64, 64, 280, 416), (2, 64, 280, 416)] {
+    println!("bf16 1x1 + residual on AMX: tile GEMM vs one-tap tiles, and int8, {} threads, median of {reps}, ms per call", rayon::current_num_threads());
+    // ViT-L's neck at its first level, ViT-S's heads' input blocks and the neck's UV inputs at
+    // 600x400, 1800 tokens.
+    for (cin, cout, h, w) in [(1024, 1024, 35, 52), (256, 256, 70, 104), (128, 128, 140, 208), (64, 64, 280, 416), (2, 64, 280, 416)] {
         let wt = rng.units(cout * cin);
         let bias = rng.units(cout);
         let x = Tensor::from_vec(rng.units(cin * h * w), (cin, h, w), &Device::Cpu)?;
@@ -107,7 +110,8 @@ fn pointwise_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
             tiles: tiles.then(|| TileConv::new_pointwise(&wt, cin, cout, Kind::Bf16, false)),
         };
         let (gemm, tiles) = (op(false), op(true));
-        let mut t = [vec![], vec![]];
+        let int8 = QuantConv::new_pointwise(&wt, bias.clone(), cin, cout, Isa::Amx)?;
+        let mut t = [vec![], vec![], vec![]];
         let mut outs = vec![];
         for rep in 0..=reps {
             for (i, op) in [&gemm, &tiles].into_iter().enumerate() {
@@ -119,10 +123,17 @@ fn pointwise_bf16(reps: usize, rng: &mut Rng) -> candle_core::Result<()> {
                     outs.push(y);
                 }
             }
+            let s = Instant::now();
+            let y = x.apply_op2_no_bwd(&res, &int8.call(false))?;
+            if rep > 0 {
+                t[2].push(s.elapsed().as_secs_f64() * 1e3);
+            }
+            drop(y);
         }
         let diff = (&outs[0] - &outs[1])?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-        let (g, p) = (median(&mut t[0]), median(&mut t[1]));
-        println!("1x1+res {cin:>4}->{cout:<4} {h:>4}x{w:<4}  gemm {g:7.2}  tiles {p:7.2}  ratio {:.2}x  max diff {diff:e}", g / p);
+        let (g, p, q) = (median(&mut t[0]), median(&mut t[1]), median(&mut t[2]));
+        let route = if int8.on_tiles() { "tiles" } else { "vnni" };
+        println!("1x1+res {cin:>4}->{cout:<4} {h:>4}x{w:<4}  gemm {g:7.2}  tiles {p:7.2}  ratio {:.2}x  max diff {diff:e}  int8 ({route}) {q:7.2}", g / p);
     }
     Ok(())
 }

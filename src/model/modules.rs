@@ -37,9 +37,9 @@ type NewQuantConv = fn(&[f32], Vec<f32>, usize, usize, crate::simd::isa::Isa) ->
 
 /// Whether a decoder convolution of `cin` → `cout` channels that does not run in int8
 /// ([`int8_conv`]) multiplies in bf16: under `--precision bf16`, and under int8 on AMX where
-/// `min` and more channels would run in int8 (those of fewer than [`INT8_TILES_MIN_CIN`]
-/// inputs, and a [`FoldedTail`]'s few outputs from such a map), as attention runs bf16 there
-/// too (`dinov2::Block::load`).
+/// `min` and more channels would run in int8 (the 1x1 and transposed ones, the 3x3 ones of
+/// fewer than [`INT8_TILES_MIN_CIN`] inputs, and a [`FoldedTail`]'s few outputs from such a
+/// map), as attention runs bf16 there too (`dinov2::Block::load`).
 fn conv_bf16(build: &BuildOptions, cin: usize, cout: usize, min: usize) -> bool {
     match build.precision() {
         Precision::Bf16 => true,
@@ -64,10 +64,27 @@ const POINTWISE_TILES_MAX_CIN: usize = 128;
 /// The int8 op of a decoder convolution, where `--precision int8` runs it in int8: `min` and
 /// more channels in and out ([`INT8_CONV_MIN_CHANNELS`]: the stacks' 32 to 1024; those with a
 /// few, the output convolutions and the neck's 2-channel inputs, stay f32), built by `new`
-/// from the f32 weight as the op takes it.
-fn int8_conv(build: &BuildOptions, weight: &Tensor, bias: &Tensor, cin: usize, cout: usize, min: usize, new: NewQuantConv) -> Result<Option<Box<QuantConv>>> {
+/// from the f32 weight as the op takes it. On AMX only the 3x3 ones (`taps` 9) of
+/// [`INT8_TILES_MIN_CIN`] and more inputs: the 1x1 and transposed ones (one tap) ran slower
+/// on the int8 tiles than in bf16, their per-pixel quantisation and scaling costing more than
+/// the products saved (1x1 with the residual, bf16 tile GEMM / one-tap bf16 tiles / int8 tiles:
+/// 1024 channels at 35x52 2.16 / 3.49 / 2.42 ms, 256 at 70x104 1.10 / 1.09 / 1.21, 128 at
+/// 140x208 1.47 / 1.34 / 1.83, 64 at 280x416 3.06 / 2.23 / 3.81; `examples/planes_bench`, an
+/// Intel Xeon with AMX, 2 threads, 2026-12-07).
+#[allow(clippy::too_many_arguments)]
+fn int8_conv(
+    build: &BuildOptions,
+    weight: &Tensor,
+    bias: &Tensor,
+    cin: usize,
+    cout: usize,
+    min: usize,
+    taps: usize,
+    new: NewQuantConv,
+) -> Result<Option<Box<QuantConv>>> {
     let Some(level) = build.cpu_level() else { return Ok(None) };
-    if !(build.precision() == Precision::Int8 && cin.min(cout) >= min) || (level == crate::simd::isa::Isa::Amx && cin < INT8_TILES_MIN_CIN) {
+    let amx = level == crate::simd::isa::Isa::Amx;
+    if !(build.precision() == Precision::Int8 && cin.min(cout) >= min) || (amx && (taps == 1 || cin < INT8_TILES_MIN_CIN)) {
         return Ok(None);
     }
     Ok(Some(Box::new(crate::model::cpu::with_f32(weight, |wv| new(wv, bias.to_vec1::<f32>()?, cin, cout, level))??)))
@@ -82,7 +99,7 @@ impl Conv1x1 {
     /// From its (cout, cin) weight in the products' dtype and its (cout) f32 bias, on the
     /// model's device.
     fn new(build: &BuildOptions, weight: Tensor, bias: Tensor, cin: usize, cout: usize) -> Result<Self> {
-        let route = if let Some(op) = int8_conv(build, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, QuantConv::new_pointwise)? {
+        let route = if let Some(op) = int8_conv(build, &weight, &bias, cin, cout, INT8_POINTWISE_MIN_CHANNELS, 1, QuantConv::new_pointwise)? {
             Conv1x1Route::Int8(op)
         } else if build.cpu_level().is_some() {
             let bf16 = conv_bf16(build, cin, cout, INT8_POINTWISE_MIN_CHANNELS);
@@ -175,7 +192,7 @@ impl Conv3x3 {
     /// where the convolutions of `cin` channels do (under int8 on AMX too), else in f32.
     fn new(build: &BuildOptions, weight: Tensor, bias: Tensor, cin: usize, cout: usize, upsampling: bool, folded: bool) -> Result<Self> {
         let new: NewQuantConv = if upsampling { QuantConv::new_upsampling } else { QuantConv::new };
-        let int8 = if folded { None } else { int8_conv(build, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, new)? };
+        let int8 = if folded { None } else { int8_conv(build, &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, 9, new)? };
         // A convolution that runs in int8 takes every call there (an upsampling one is only
         // called upsampled): no f32 weights packed beside it.
         let route = if let Some(op) = int8 {
@@ -305,7 +322,7 @@ impl ConvTranspose2x2 {
         let weight = w.get_product(&format!("{p}.weight"), &[cin, cout, 2, 2])?;
         let weight = weight.reshape((cin, cout * 4))?.t()?.contiguous()?;
         let bias = w.get(&format!("{p}.bias"), &[cout])?;
-        let route = if let Some(op) = int8_conv(w.build(), &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, QuantConv::new_transposed)? {
+        let route = if let Some(op) = int8_conv(w.build(), &weight, &bias, cin, cout, INT8_CONV_MIN_CHANNELS, 1, QuantConv::new_transposed)? {
             ConvTranspose2x2Route::Int8(op)
         } else if w.build().cpu_level().is_some() {
             let bf16 = conv_bf16(w.build(), cin, cout, INT8_CONV_MIN_CHANNELS);

@@ -58,10 +58,10 @@ pub fn route(precision: crate::model::Precision) -> Route {
     let kernels = enabled().then(|| Kernels {
         conv3x3: match conv3x3::route(level, bf16) {
             None if bf16 && level == Isa::Amx => "direct amx tiles (bf16 pairs of the padded map, converted once; upsampled as 4 phases; transposed 2x2 as 4 phases of one tap; 1x1 of 16-128 channels on one tap)".to_owned(),
-            // int8 on AMX: the decoder's convolutions in int8 from 64 input channels, in bf16
-            // below (`modules::int8_conv`, `modules::conv_bf16`).
+            // int8 on AMX: the decoder's 3x3 convolutions in int8 from 64 input channels, the
+            // rest in bf16 (`modules::int8_conv`, `modules::conv_bf16`).
             _ if precision == crate::model::Precision::Int8 && level == Isa::Amx => {
-                "direct amx tiles in int8 from 64 input channels (3x3 quantised per band of rows, 1x1 and transposed per pixel; upsampled as 4 phases; transposed 2x2 as 4 phases of one tap), in bf16 below (32+ channels), winograd/direct avx512 f32 (fewer)".to_owned()
+                "direct amx tiles: 3x3 in int8 from 64 input channels (quantised per band of rows; upsampled as 4 phases), in bf16 below and for the 1x1 and transposed 2x2 ones (32+ channels), winograd/direct avx512 f32 (fewer)".to_owned()
             }
             // The op's own test (`Conv3x3Op::new`): f32 on the AVX2, AVX-512F or NEON direct
             // route, the Winograd one where it pays.
@@ -76,7 +76,7 @@ pub fn route(precision: crate::model::Precision) -> Route {
         products: match (bf16, matmul::bf16::route(level)) {
             _ if precision == crate::model::Precision::Int8 => match matmul::int8::route(level) {
                 matmul::int8::Route::Emulated => "int8 emulated (no VNNI on this route: quantised, through the f32 products) for the ViT's linears and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
-                matmul::int8::Route::Amx => "int8 amx tiles for the ViT's linears (tdpbusd) and the decoder's convolutions of 64+ input channels (tdpbsud; 1x1: 64+ both ways), bf16 amx tiles for MoGe-3's sparse convolutions and the decoder's of 32-63, f32 for the rest".to_owned(),
+                matmul::int8::Route::Amx => "int8 amx tiles for the ViT's linears (tdpbusd) and the decoder's 3x3 convolutions of 64+ input channels (tdpbsud), bf16 amx tiles for MoGe-3's sparse convolutions and the decoder's other convolutions of 32+ channels (1x1: 64+), f32 for the rest".to_owned(),
                 r => format!("int8 {} for the ViT's linears, MoGe-3's sparse convolutions and the decoder's convolutions of 32+ channels (1x1: 64+), f32 for the rest", r.name()),
             },
             (false, _) => match sgemm::Micro::at(level) {

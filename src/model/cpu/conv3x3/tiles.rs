@@ -438,8 +438,8 @@ impl TileConv {
                 for i in r.clone().chain(r.start + twins..r.end + twins).take(if twins > 0 { 2 * r.len() } else { r.len() }) {
                     let (n, row) = (p.o0 + i, &mut acc[i * G..][..p.nv]);
                     match band_q {
-                        Some((s, _, z)) => dequantise::<U>(row, z.wrapping_mul(q.sums[n]), q.scale[n] * s),
-                        None => dequantise_pixels::<U>(row, q.sums[n], q.scale[n], (&px.0[at..][..p.nv], &px.1[at..][..p.nv])),
+                        Some((s, _, z)) => dequantise(U::AVX512, row, z.wrapping_mul(q.sums[n]), q.scale[n] * s),
+                        None => dequantise_pixels(U::AVX512, row, q.sums[n], q.scale[n], (&px.0[at..][..p.nv], &px.1[at..][..p.nv])),
                     }
                 }
             }
@@ -612,15 +612,17 @@ enum RowQuant<'a> {
 struct Acc([f32; G * G]);
 
 /// A one-tap int8 op's accumulator row as f32, in place: the pixels' own scales and zero
-/// points, ((i32 bits) − z[p] · `sum`) · `scale_w` · s[p].
+/// points, ((i32 bits) − z[p] · `sum`) · `scale_w` · s[p]. On AVX-512 where `avx512` (a
+/// [`TileUnit::AVX512`]).
 #[inline(always)]
-fn dequantise_pixels<U: TileUnit>(row: &mut [f32], sum: i32, scale_w: f32, (s, z): (&[f32], &[i32])) {
+fn dequantise_pixels(avx512: bool, row: &mut [f32], sum: i32, scale_w: f32, (s, z): (&[f32], &[i32])) {
     #[cfg(target_arch = "x86_64")]
-    if U::AVX512 {
-        // SAFETY: `U::AVX512`: this CPU has AVX-512F.
+    if avx512 {
+        // SAFETY: `TileUnit::AVX512`: this CPU has AVX-512F.
         unsafe { super::avx512::dequantise_pixels(row, sum, scale_w, s, z) };
         return;
     }
+    let _ = avx512;
     for ((v, &s), &z) in row.iter_mut().zip(s).zip(z) {
         *v = (v.to_bits() as i32).wrapping_sub(z.wrapping_mul(sum)) as f32 * (scale_w * s);
     }
@@ -637,15 +639,17 @@ fn dp<U: TileUnit, const C: usize, const A: usize, const B: usize>(u: &mut U, in
     }
 }
 
-/// An int8 accumulator row as f32, in place: ((i32 bits) − `zs`) · `mul`.
+/// An int8 accumulator row as f32, in place: ((i32 bits) − `zs`) · `mul`. On AVX-512 where
+/// `avx512` (a [`TileUnit::AVX512`]).
 #[inline(always)]
-fn dequantise<U: TileUnit>(row: &mut [f32], zs: i32, mul: f32) {
+fn dequantise(avx512: bool, row: &mut [f32], zs: i32, mul: f32) {
     #[cfg(target_arch = "x86_64")]
-    if U::AVX512 {
-        // SAFETY: `U::AVX512`: this CPU has AVX-512F.
+    if avx512 {
+        // SAFETY: `TileUnit::AVX512`: this CPU has AVX-512F.
         unsafe { super::avx512::dequantise(row, zs, mul) };
         return;
     }
+    let _ = avx512;
     for v in row {
         *v = (v.to_bits() as i32).wrapping_sub(zs) as f32 * mul;
     }
