@@ -151,26 +151,24 @@ impl TileUnit for Emulated {
     }
 
     fn dp_u8s8<const C: usize, const A: usize, const B: usize>(&mut self) {
-        for m in 0..ROWS {
-            for n in 0..ROWS {
-                let mut acc = i32::from_le_bytes(self.word(C, m, n));
-                for k in 0..ROWS {
-                    let (a, b) = (self.word(A, m, k), self.word(B, k, n));
-                    let dot: i32 = (0..4).map(|q| a[q] as i32 * b[q] as i8 as i32).sum();
-                    acc = acc.wrapping_add(dot);
-                }
-                self.set_word(C, m, n, acc.to_le_bytes());
-            }
-        }
+        self.dp_bytes::<C, A, B>(|a| a as i32, |b| b as i8 as i32);
     }
 
     fn dp_s8u8<const C: usize, const A: usize, const B: usize>(&mut self) {
+        self.dp_bytes::<C, A, B>(|a| a as i8 as i32, |b| b as i32);
+    }
+}
+
+impl Emulated {
+    /// i32 tile `C` += byte quads `A` · byte quads `B`, each byte read as `a` and `b` say (u8
+    /// or s8): the int8 products' one loop.
+    fn dp_bytes<const C: usize, const A: usize, const B: usize>(&mut self, a: fn(u8) -> i32, b: fn(u8) -> i32) {
         for m in 0..ROWS {
             for n in 0..ROWS {
                 let mut acc = i32::from_le_bytes(self.word(C, m, n));
                 for k in 0..ROWS {
-                    let (a, b) = (self.word(A, m, k), self.word(B, k, n));
-                    let dot: i32 = (0..4).map(|q| a[q] as i8 as i32 * b[q] as i32).sum();
+                    let (x, y) = (self.word(A, m, k), self.word(B, k, n));
+                    let dot: i32 = (0..4).map(|q| a(x[q]) * b(y[q])).sum();
                     acc = acc.wrapping_add(dot);
                 }
                 self.set_word(C, m, n, acc.to_le_bytes());
