@@ -241,3 +241,42 @@ unsafe fn store<const R: usize>(acc: &[[__m512; 2]; R], c: &[*mut f32], nv: usiz
         }
     }
 }
+
+/// The AMX route's gather (`tiles.rs`): `kw` words from `src` to `dst`, or zeros where `src` is
+/// null.
+///
+/// # Safety
+/// `dst` holds kw writable words, `src` (unless null) kw readable ones, kw a multiple of 16;
+/// the CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn copy_row(dst: *mut u32, src: *const u32, kw: usize) {
+    for i in (0..kw).step_by(16) {
+        // SAFETY: words i..i + 16 of both rows (the caller's promise).
+        unsafe {
+            let v = if src.is_null() { _mm512_setzero_si512() } else { _mm512_loadu_si512(src.add(i) as *const _) };
+            _mm512_storeu_si512(dst.add(i) as *mut _, v);
+        }
+    }
+}
+
+/// The AMX route's outputs (`tiles.rs`): `dst[..nv] = c + bias [+ residual]`.
+///
+/// # Safety
+/// `dst` holds nv ≤ 32 writable floats, `c`, `bias` and `residual` (unless null) nv readable
+/// ones; the CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn finish_row(dst: *mut f32, c: *const f32, bias: *const f32, residual: *const f32, nv: usize) {
+    let (m0, m1) = masks(nv);
+    // SAFETY: the masks cover the first nv floats of each row (the caller's promise); masked-off
+    // lanes are neither read nor written.
+    unsafe {
+        let mut lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), _mm512_maskz_loadu_ps(m0, bias));
+        let mut hi = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c.wrapping_add(16)), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16)));
+        if !residual.is_null() {
+            lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, residual));
+            hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, residual.wrapping_add(16)));
+        }
+        _mm512_mask_storeu_ps(dst, m0, lo);
+        _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, hi);
+    }
+}

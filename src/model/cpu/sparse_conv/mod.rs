@@ -34,6 +34,7 @@ use crate::simd::{Lines, Mat, MatMut};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod rows;
+mod tiles;
 
 use rows::{MultiTile, Panels, Tile};
 
@@ -58,6 +59,8 @@ pub struct Neighbours {
     /// (taps, voxel) of every voxel, each block of [`rows::GROUP_BLOCK`] voxels sorted by its
     /// taps: the groups of the row tiles for few channels, made when first asked for.
     by_taps: std::sync::OnceLock<Vec<(u32, u32)>>,
+    /// The AMX route's groups of voxels and their inputs' rows, made when first asked for.
+    tile_groups: std::sync::OnceLock<tiles::Groups>,
 }
 
 impl Neighbours {
@@ -100,7 +103,7 @@ impl Neighbours {
                 pairs
             })
             .collect();
-        Self { map, taps, by_taps: std::sync::OnceLock::new() }
+        Self { map, taps, by_taps: std::sync::OnceLock::new(), tile_groups: std::sync::OnceLock::new() }
     }
 
     /// Every voxel as (its taps as bits, the voxel), each block of [`rows::GROUP_BLOCK`] voxels
@@ -122,6 +125,12 @@ impl Neighbours {
             unsafe { order.set_len(self.len()) };
             order
         })
+    }
+
+    /// The groups of the AMX route (`tiles::Groups`), made once for every convolution of the
+    /// level.
+    pub(crate) fn tile_groups(&self) -> &tiles::Groups {
+        self.tile_groups.get_or_init(|| tiles::Groups::new(self))
     }
 
     /// Tap t's pairs whose voxel is in `voxels`, in order.
@@ -181,6 +190,8 @@ enum TapWeights {
     F32Rows(RowTaps<f32>),
     /// The row tiles on bf16 pairs, the inputs converted once a call.
     Bf16Rows(RowTaps<u32>),
+    /// The AMX tiles by groups of voxels (`tiles.rs`) on bf16 pairs converted once a call.
+    Bf16Tiles(tiles::TileTaps),
 }
 
 /// The taps' weights for the row tiles, and the tiles.
@@ -198,6 +209,14 @@ struct RowTaps<T> {
 /// 162 at 256, 195 / 92 at 512 (f32 alike): from 256 a tap's products are long beside the
 /// outputs' pass, and a group's panels (a tap's weight each) no longer stay in cache.
 const GROUPED_CI: usize = 128;
+
+/// Input channels up to which bf16 on AMX runs by groups of voxels on the tiles (`tiles.rs`);
+/// beyond, the gathered products. The refiner's levels on the floor-and-wall scene of
+/// `examples/sparse_conv_bench` (a 3x3x3 convolution of Ci = Co, an Intel Xeon with AMX, 2
+/// threads, 2026-12-07), gathered products / groups on the tiles: 32 channels 98 / 184-211
+/// GMAC/s, 128 channels 449-452 / 809-857, 256 690-721 / 729-746, 512 812-822 / 437-546 (each
+/// group reads every weight of its taps: 14 MiB at 512).
+const TILES_MAX_CI: usize = 256;
 
 /// `SparseConv3d(ci, co, 3)` as a submanifold convolution.
 pub struct SubmConv3d {
@@ -217,6 +236,7 @@ impl SubmConv3d {
         match products {
             Products::F32 if level >= Isa::Avx512 => Self::on_rows(weight, bias, ci, co, products, false),
             Products::Bf16 if bf16::route(level) == Isa::Avx512Bf16 => Self::on_rows(weight, bias, ci, co, products, false),
+            Products::Bf16 if bf16::route(level) == Isa::Amx && ci <= TILES_MAX_CI => Self::on_tiles(weight, bias, ci, co, false),
             Products::F32 => Self::packed_by(weight, bias, ci, co, None),
             Products::Bf16 => Self::packed_by(weight, bias, ci, co, Some(&|b: &[f32], k, n| PackedB::from_f32_kn(b, k, n))),
             // int8 on AMX multiplies in bf16 on the tiles, as the decoder's convolutions do there
@@ -266,6 +286,13 @@ impl SubmConv3d {
             Products::Int8 => panic!("the row tiles multiply f32 or bf16"),
         };
         Self { ci, co, bias, taps, isa: isa::current() }
+    }
+
+    /// As [`SubmConv3d::new`] in bf16 on the AMX tiles by groups of voxels (`tiles.rs`): the
+    /// hardware, which the caller has checked this CPU has, or (`emulated`) their emulation.
+    pub(crate) fn on_tiles(weight: &[f32], bias: Vec<f32>, ci: usize, co: usize, emulated: bool) -> Self {
+        Self::check(weight, &bias, ci, co);
+        Self { ci, co, bias, taps: TapWeights::Bf16Tiles(tiles::TileTaps::new(weight, ci, co, emulated)), isa: isa::current() }
     }
 
     /// As [`SubmConv3d::new`] in int8, for `route` (one this CPU has, or the emulated one).
@@ -319,6 +346,7 @@ impl SubmConv3d {
         // converted rows (half the bytes of f32's), and no product converts its A again.
         let words = match &self.taps {
             TapWeights::Bf16Rows(r) => Some(to_pairs(self.isa, x, ci, r.panels.k(), pre)),
+            TapWeights::Bf16Tiles(t) => Some(to_pairs(self.isa, x, ci, t.kw(), pre)),
             TapWeights::Bf16(p) => p[0].pair_rows(0).map(|(kps, _)| to_pairs(self.isa, x, ci, kps, pre)),
             _ => None,
         };
@@ -339,8 +367,17 @@ impl SubmConv3d {
         // tap's products and its gathered inputs stay within L2 and L3 (`examples/sparse_conv_bench`).
         let chunk = match &self.taps {
             TapWeights::F32Rows(RowTaps { grouped: true, .. }) | TapWeights::Bf16Rows(RowTaps { grouped: true, .. }) => rows::GROUP_BLOCK,
+            TapWeights::Bf16Tiles(_) => tiles::BLOCK_VOXELS,
             _ => (131_072 / co).clamp(64, 4096),
         };
+        // The grouped routes' orders are made here, before the chunks: made inside one (in
+        // parallel themselves), the thread making one could take another chunk while it waits,
+        // and wait on itself.
+        match &self.taps {
+            TapWeights::F32Rows(RowTaps { grouped: true, .. }) | TapWeights::Bf16Rows(RowTaps { grouped: true, .. }) => _ = nb.by_taps(),
+            TapWeights::Bf16Tiles(_) => _ = nb.tile_groups(),
+            _ => {}
+        }
         // Never zeroed: each chunk starts its rows from the bias (and residual).
         let mut y: Vec<f32> = Vec::with_capacity(m * co);
         y.spare_capacity_mut()[..m * co].par_chunks_mut(chunk * co).enumerate().for_each(|(c, out)| {
@@ -352,6 +389,10 @@ impl SubmConv3d {
                 (TapWeights::F32Rows(r), _) => return unsafe { r.accumulate(x, out, co, nb, v0, &self.bias, residual) },
                 // SAFETY: as above.
                 (TapWeights::Bf16Rows(r), Some(words)) => return unsafe { r.accumulate(words, out, co, nb, v0, &self.bias, residual) },
+                // SAFETY: `out` is this chunk's rows, and v0 starts a block of the groups (the
+                // chunk is `tiles::BLOCK_VOXELS` voxels); the hardware tiles are chosen only
+                // where the CPU has them (`new`).
+                (TapWeights::Bf16Tiles(t), Some(words)) => return unsafe { t.accumulate(words, out, co, nb, v0, &self.bias, residual) },
                 _ => {}
             }
             for (r, o) in out.chunks_exact_mut(co).enumerate() {
@@ -448,7 +489,9 @@ impl SubmConv3d {
                 }
             }
             TapWeights::Bf16(p) => gemm_bf16(Mat::from_slice(a, n, ci, ci), &p[t], Mat::from_slice_mut(dst, n, co, co), accumulate, 1),
-            TapWeights::Int8(_) | TapWeights::F32Rows(_) | TapWeights::Bf16Rows(_) => unreachable!("int8 taps and row tiles take no products"),
+            TapWeights::Int8(_) | TapWeights::F32Rows(_) | TapWeights::Bf16Rows(_) | TapWeights::Bf16Tiles(_) => {
+                unreachable!("int8 taps and row tiles take no products")
+            }
         }
     }
 }
@@ -757,6 +800,35 @@ mod tests {
         }
     }
 
+    /// The AMX tiles by groups of voxels (their emulation on every machine, the hardware where
+    /// the CPU has it) against the definition on the same bf16-rounded operands: voxel sets of
+    /// several blocks of `by_taps`, groups of mixed taps (random voxels) and of shared ones (the
+    /// terraces), channel counts off the tiles' 32 input and 32 output channels, several steps
+    /// of input pairs and blocks of outputs.
+    #[test]
+    fn group_tiles_match_the_dense_definition() {
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let hardware = bf16::route(isa::current()) == Isa::Amx;
+        if !hardware {
+            eprintln!("no usable AMX here: the sparse tiles checked on their emulation only");
+        }
+        let cases = [(3, 5, (5, 6, 4), 0.5), (33, 17, (6, 6, 6), 0.6), (32, 64, (48, 40, 4), 0.45), (70, 96, (30, 40, 3), 0.4), (32, 40, (70, 80, 0), 1.0)];
+        for (ci, co, dims, keep) in cases {
+            let nb = if dims.2 > 0 { random_voxels(&mut seed, dims, keep).1 } else { terraces(dims.0, dims.1) };
+            let m = nb.len();
+            let x = crate::simd::test_values(&mut seed, m * ci);
+            let w = crate::simd::test_values(&mut seed, co * TAPS * ci);
+            let bias = crate::simd::test_values(&mut seed, co);
+            let want = dense_definition(&nb, &x, &w, &bias, ci, co, crate::model::cpu::matmul::bf16::round_bf16);
+            let scale = want.iter().fold(1f64, |a, v| a.max(v.abs()));
+            for emulated in [true, false].into_iter().filter(|&e| e || hardware) {
+                let got = SubmConv3d::on_tiles(&w, bias.clone(), ci, co, emulated).forward(&x, &nb);
+                let err = max_err(&got, &want);
+                assert!(err <= 1e-5 * scale, "{ci}->{co} on {m} voxels (tiles, emulated {emulated}): max error {err} of {scale}");
+            }
+        }
+    }
+
     /// int8 on AMX builds the bf16 tiles' taps (their bits exactly); elsewhere int8 keeps its
     /// own products (other bits than bf16's).
     #[test]
@@ -801,6 +873,7 @@ mod tests {
         let convs = [
             SubmConv3d::on_rows(&w, bias.clone(), ci, co, Products::F32, true),
             SubmConv3d::on_rows(&w, bias.clone(), ci, co, Products::Bf16, true),
+            SubmConv3d::on_tiles(&w, bias.clone(), ci, co, true),
             SubmConv3d::packed_by(&w, bias.clone(), ci, co, None),
             SubmConv3d::new(&w, bias.clone(), ci, co, Products::F32),
             SubmConv3d::new(&w, bias.clone(), ci, co, Products::Bf16),
