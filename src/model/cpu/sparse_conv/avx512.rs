@@ -242,41 +242,64 @@ unsafe fn store<const R: usize>(acc: &[[__m512; 2]; R], c: &[*mut f32], nv: usiz
     }
 }
 
-/// The AMX route's gather (`tiles.rs`): `kw` words from `src` to `dst`, or zeros where `src` is
-/// null.
+/// The AMX route's gather (`tiles.rs`): row i of `dst` (rows of `kw` words) = row `srcs[i]` of
+/// `words`, or zeros where it is `ABSENT`.
 ///
 /// # Safety
-/// `dst` holds kw writable words, `src` (unless null) kw readable ones, kw a multiple of 16;
-/// the CPU has AVX-512F.
+/// `dst` holds srcs.len() · kw writable words, `words` each source row's kw readable ones, kw a
+/// multiple of 16; the CPU has AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn copy_row(dst: *mut u32, src: *const u32, kw: usize) {
-    for i in (0..kw).step_by(16) {
-        // SAFETY: words i..i + 16 of both rows (the caller's promise).
-        unsafe {
-            let v = if src.is_null() { _mm512_setzero_si512() } else { _mm512_loadu_si512(src.add(i) as *const _) };
-            _mm512_storeu_si512(dst.add(i) as *mut _, v);
+pub unsafe fn gather_rows(dst: *mut u32, srcs: &[u32], words: *const u32, kw: usize) {
+    for (i, &s) in srcs.iter().enumerate() {
+        let d = dst.wrapping_add(i * kw);
+        let src = words.wrapping_add(s as usize * kw);
+        for w in (0..kw).step_by(16) {
+            // SAFETY: words w..w + 16 of row i of `dst` and of the source row (the caller's
+            // promise); an absent source is not read.
+            unsafe {
+                let v = if s == super::ABSENT { _mm512_setzero_si512() } else { _mm512_loadu_si512(src.add(w) as *const _) };
+                _mm512_storeu_si512(d.add(w) as *mut _, v);
+            }
         }
     }
 }
 
-/// The AMX route's outputs (`tiles.rs`): `dst[..nv] = c + bias [+ residual]`.
+/// The AMX route's outputs (`tiles.rs`): for each voxel v of `voxels` (row r of `c`, rows of 32
+/// floats; `ABSENT`: none), `out[(v − v0)·co + o0..][..nv] = c[r] + bias [+ residual[v·co + o0..]]`.
 ///
 /// # Safety
-/// `dst` holds nv ≤ 32 writable floats, `c`, `bias` and `residual` (unless null) nv readable
-/// ones; the CPU has AVX-512F.
+/// Those rows of `out` (writable) and of `residual` (unless null) exist, `c` holds the voxels'
+/// rows, `bias` nv ≤ 32 floats; the CPU has AVX-512F.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn finish_row(dst: *mut f32, c: *const f32, bias: *const f32, residual: *const f32, nv: usize) {
+pub unsafe fn finish_rows(
+    out: *mut f32,
+    (v0, co, o0, nv): (usize, usize, usize, usize),
+    voxels: &[u32],
+    c: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+) {
     let (m0, m1) = masks(nv);
-    // SAFETY: the masks cover the first nv floats of each row (the caller's promise); masked-off
-    // lanes are neither read nor written.
-    unsafe {
-        let mut lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), _mm512_maskz_loadu_ps(m0, bias));
-        let mut hi = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c.wrapping_add(16)), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16)));
-        if !residual.is_null() {
-            lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, residual));
-            hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, residual.wrapping_add(16)));
+    // SAFETY: the masks cover the bias's nv floats (the caller's promise); masked-off lanes are
+    // not read. So below for each row of `c`, the residual and the outputs.
+    let (b0, b1) = unsafe { (_mm512_maskz_loadu_ps(m0, bias), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16))) };
+    for (r, &v) in voxels.iter().enumerate() {
+        if v == super::ABSENT {
+            continue;
         }
-        _mm512_mask_storeu_ps(dst, m0, lo);
-        _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, hi);
+        let (v, cr) = (v as usize, c.wrapping_add(r * 32));
+        let dst = out.wrapping_add((v - v0) * co + o0);
+        // SAFETY: as above: rows r of `c`, v of the residual, v − v0 of `out` (the caller's).
+        unsafe {
+            let mut lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), b0);
+            let mut hi = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr.wrapping_add(16)), b1);
+            if !residual.is_null() {
+                let res = residual.wrapping_add(v * co + o0);
+                lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, res));
+                hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, res.wrapping_add(16)));
+            }
+            _mm512_mask_storeu_ps(dst, m0, lo);
+            _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, hi);
+        }
     }
 }

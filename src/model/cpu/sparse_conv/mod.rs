@@ -212,10 +212,10 @@ const GROUPED_CI: usize = 128;
 
 /// Input channels up to which bf16 on AMX runs by groups of voxels on the tiles (`tiles.rs`);
 /// beyond, the gathered products. The refiner's levels on the floor-and-wall scene of
-/// `examples/sparse_conv_bench` (a 3x3x3 convolution of Ci = Co, an Intel Xeon with AMX, 2
-/// threads, 2026-12-07), gathered products / groups on the tiles: 32 channels 98 / 184-211
-/// GMAC/s, 128 channels 449-452 / 809-857, 256 690-721 / 729-746, 512 812-822 / 437-546 (each
-/// group reads every weight of its taps: 14 MiB at 512).
+/// `examples/sparse_conv_bench` (Ci = Co, an Intel Xeon with AMX, 2 threads, 2026-12-07),
+/// gathered products / groups on the tiles, GMAC/s: 32 channels 76-77 / 133-146, 64 205-217 /
+/// 380-455, 128 409-432 / 734-773, 256 662-669 / 629-649 (another sitting 690-721 / 729-746:
+/// even), 512 812-822 / 437-546 (each group reads every weight of its taps: 14 MiB at 512).
 const TILES_MAX_CI: usize = 256;
 
 /// `SparseConv3d(ci, co, 3)` as a submanifold convolution.

@@ -151,12 +151,7 @@ impl TileTaps {
                 prefetch_next(&next, words, kw, out[..].as_ptr() as *const f32, v0, co);
             }
             let group = groups.get(gi).expect("a group of the block");
-            for (i, rows) in group.srcs.chunks_exact(GROUP).enumerate() {
-                for (r, &src) in rows.iter().enumerate() {
-                    let dst = &mut g[(i * GROUP + r) * kw..][..kw];
-                    copy_row(U::AVX512, dst, (src != ABSENT).then(|| &words[src as usize * kw..][..kw]));
-                }
-            }
+            gather_rows(U::AVX512, &mut g[..group.srcs.len() * kw], group.srcs, words, kw);
             let steps = kw / KW;
             let stride = kw * 4;
             for block in 0..self.ct / 2 {
@@ -193,12 +188,7 @@ impl TileTaps {
                 }
                 let o0 = block * BLOCK;
                 let nv = co.saturating_sub(o0).min(BLOCK);
-                for (r, &v) in group.voxels.iter().enumerate().filter(|(_, &v)| v != ABSENT) {
-                    let v = v as usize;
-                    let dst = &mut out[(v - v0) * co + o0..][..nv];
-                    let res = residual.map(|res| &res[v * co + o0..][..nv]);
-                    finish_row(U::AVX512, dst, &c[r * BLOCK..][..nv], &bias[o0..o0 + nv], res);
-                }
+                finish_rows(U::AVX512, out, (v0, co, o0, nv), group.voxels, &c, &bias[o0..o0 + nv], residual);
             }
         }
     }
@@ -229,36 +219,64 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// `dst` = `src`, or zeros where there is none (rows of a multiple of 16 words).
-fn copy_row(avx512: bool, dst: &mut [u32], src: Option<&[u32]>) {
+/// Row i of `dst` (rows of `kw` words, a multiple of 16) = row `srcs[i]` of `words`, or zeros
+/// where it is [`ABSENT`].
+fn gather_rows(avx512: bool, dst: &mut [u32], srcs: &[u32], words: &[u32], kw: usize) {
+    assert!(
+        kw.is_multiple_of(16) && dst.len() == srcs.len() * kw && srcs.iter().all(|&s| s == ABSENT || (s as usize + 1) * kw <= words.len()),
+        "sparse tiles: rows to gather"
+    );
     #[cfg(target_arch = "x86_64")]
     if avx512 {
-        assert!(src.is_none_or(|s| s.len() == dst.len()) && dst.len().is_multiple_of(16), "sparse tiles: rows");
-        // SAFETY: `avx512` is `TileUnit::AVX512`: this CPU has AVX-512F; both rows hold
-        // dst.len() words, a multiple of 16 (asserted).
-        unsafe { super::avx512::copy_row(dst.as_mut_ptr(), src.map_or(std::ptr::null(), <[u32]>::as_ptr), dst.len()) };
+        // SAFETY: `avx512` is `TileUnit::AVX512`: this CPU has AVX-512F; `dst` holds the rows,
+        // and each source row is inside `words` (asserted).
+        unsafe { super::avx512::gather_rows(dst.as_mut_ptr(), srcs, words.as_ptr(), kw) };
         return;
     }
     let _ = avx512;
-    match src {
-        Some(s) => dst.copy_from_slice(s),
-        None => dst.fill(0),
+    for (d, &s) in dst.chunks_exact_mut(kw).zip(srcs) {
+        match s {
+            ABSENT => d.fill(0),
+            s => d.copy_from_slice(&words[s as usize * kw..][..kw]),
+        }
     }
 }
 
-/// `dst` = c + bias [+ residual].
-fn finish_row(avx512: bool, dst: &mut [MaybeUninit<f32>], c: &[f32], bias: &[f32], residual: Option<&[f32]>) {
+/// For each voxel v of `voxels` (row r of `c`, rows of [`BLOCK`]; [`ABSENT`]: none), its outputs
+/// o0..o0 + nv in `out` (the rows of voxels v0.., `co` each) = c + bias [+ its residual's].
+#[allow(clippy::too_many_arguments)]
+fn finish_rows(
+    avx512: bool,
+    out: &mut [MaybeUninit<f32>],
+    (v0, co, o0, nv): (usize, usize, usize, usize),
+    voxels: &[u32],
+    c: &[f32],
+    bias: &[f32],
+    residual: Option<&[f32]>,
+) {
+    let rows = out.len() / co;
+    assert!(
+        o0 + nv <= co
+            && nv <= BLOCK
+            && bias.len() == nv
+            && c.len() >= voxels.len() * BLOCK
+            && voxels.iter().all(|&v| v == ABSENT || (v as usize >= v0 && v as usize - v0 < rows && residual.is_none_or(|r| (v as usize + 1) * co <= r.len()))),
+        "sparse tiles: rows of outputs"
+    );
     #[cfg(target_arch = "x86_64")]
     if avx512 {
-        let nv = dst.len();
-        assert!(nv <= BLOCK && c.len() == nv && bias.len() == nv && residual.is_none_or(|r| r.len() == nv), "sparse tiles: a row of outputs");
-        // SAFETY: as `copy_row`; every slice holds nv ≤ 32 values (asserted).
-        unsafe { super::avx512::finish_row(dst.as_mut_ptr() as *mut f32, c.as_ptr(), bias.as_ptr(), residual.map_or(std::ptr::null(), <[f32]>::as_ptr), nv) };
+        let res = residual.map_or(std::ptr::null(), <[f32]>::as_ptr);
+        // SAFETY: as `gather_rows`; each voxel's row of outputs and of the residual is inside
+        // `out` and `residual` (asserted), nv ≤ 32.
+        unsafe { super::avx512::finish_rows(out.as_mut_ptr() as *mut f32, (v0, co, o0, nv), voxels, c.as_ptr(), bias.as_ptr(), res) };
         return;
     }
     let _ = avx512;
-    for (i, d) in dst.iter_mut().enumerate() {
-        d.write(c[i] + bias[i] + residual.map_or(0.0, |r| r[i]));
+    for (r, &v) in voxels.iter().enumerate().filter(|(_, &v)| v != ABSENT) {
+        let v = v as usize;
+        for (i, d) in out[(v - v0) * co + o0..][..nv].iter_mut().enumerate() {
+            d.write(c[r * BLOCK + i] + bias[i] + residual.map_or(0.0, |res| res[v * co + o0 + i]));
+        }
     }
 }
 
