@@ -145,7 +145,7 @@ impl TileTaps {
         let mut c = Lines::<f32>::zeros(GROUP * BLOCK);
         let groups = nb.tile_groups();
         let (first, last) = groups.of_block(v0 / BLOCK_VOXELS);
-        assert!(v0.is_multiple_of(BLOCK_VOXELS) && groups.voxels_of(first..last).len().div_ceil(GROUP) * GROUP >= n, "sparse tiles: a chunk off the blocks");
+        assert!(v0.is_multiple_of(BLOCK_VOXELS) && (last - first) * GROUP >= n, "sparse tiles: a chunk off the blocks");
         for gi in first..last {
             if let Some(next) = groups.get(gi + 1).filter(|_| gi + 1 < last) {
                 prefetch_next(&next, words, kw, out[..].as_ptr() as *const f32, v0, co);
@@ -357,11 +357,6 @@ impl Groups {
     /// Groups first..last of block b.
     pub fn of_block(&self, b: usize) -> (usize, usize) {
         (self.blocks[b], self.blocks[b + 1])
-    }
-
-    /// The voxels of groups `groups`, [`ABSENT`] past each one's last.
-    pub fn voxels_of(&self, groups: std::ops::Range<usize>) -> &[u32] {
-        &self.voxels[groups.start * GROUP..groups.end * GROUP]
     }
 
     /// Group i.
