@@ -303,3 +303,94 @@ pub unsafe fn finish_rows(
         }
     }
 }
+
+/// Rows of the int8 tile's passes: 6 rows × 32 channels take 12 int32 and 12 f32 accumulators
+/// (a tap's sums are scaled into f32 before the next tap's, which reads other voxels).
+const INT8_ROWS: usize = 6;
+
+/// `rows::Tile` for int8 rows and panels (`rows.rs`'s documentation).
+///
+/// # Safety
+/// As `rows::Tile`; the CPU has AVX-512F, BW, VL and VNNI.
+pub unsafe fn tile_int8(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    debug_assert!(a.len() == c.len() && a.len() <= MR && nv <= NR);
+    let at: [*const u32; MR] = core::array::from_fn(|r| a.get(r).copied().unwrap_or(core::ptr::null()));
+    // SAFETY: the caller's promise, for one tap.
+    unsafe { multi_int8(&[at], &[b], c, k, nv, start) }
+}
+
+/// `rows::MultiTile` for int8 rows and panels, in passes of [`INT8_ROWS`] rows.
+///
+/// # Safety
+/// As `rows::MultiTile`; the CPU has AVX-512F, BW, VL and VNNI.
+pub unsafe fn multi_int8(a: &[[*const u32; MR]], b: &[*const u32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    debug_assert!(a.len() == b.len() && c.len() <= MR && nv <= NR && k >= super::rows::INT8_EXTRA);
+    let mut h = 0;
+    while h < c.len() {
+        let rows = (c.len() - h).min(INT8_ROWS);
+        let (c, start) = (&c[h..h + rows], start.skip(h));
+        // SAFETY: the caller's promise, for rows h.. of every tap.
+        unsafe {
+            match rows {
+                1 => int8_pass::<1>(a, h, b, c, k, nv, start),
+                2 => int8_pass::<2>(a, h, b, c, k, nv, start),
+                3 => int8_pass::<3>(a, h, b, c, k, nv, start),
+                4 => int8_pass::<4>(a, h, b, c, k, nv, start),
+                5 => int8_pass::<5>(a, h, b, c, k, nv, start),
+                _ => int8_pass::<6>(a, h, b, c, k, nv, start),
+            }
+        }
+        h += rows;
+    }
+}
+
+/// Rows h..h + R of [`multi_int8`].
+///
+/// # Safety
+/// As [`multi_int8`], c being those R rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn int8_pass<const R: usize>(a: &[[*const u32; MR]], h: usize, b: &[*const u32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    let quads = k - super::rows::INT8_EXTRA;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for (at, &bt) in a.iter().zip(b) {
+        let ar: [*const u32; R] = core::array::from_fn(|r| at[h + r]);
+        let mut sums = [[_mm512_setzero_si512(); 2]; R];
+        for u in 0..quads {
+            // SAFETY: quad u of this tap's panel and of each row's input (the caller's promise).
+            unsafe {
+                let b0 = _mm512_loadu_si512(bt.add(u * NR) as *const _);
+                let b1 = _mm512_loadu_si512(bt.add(u * NR + 16) as *const _);
+                for (sums, &ar) in sums.iter_mut().zip(&ar) {
+                    let av = _mm512_set1_epi32(*ar.add(u) as i32);
+                    sums[0] = _mm512_dpbusd_epi32(sums[0], av, b0);
+                    sums[1] = _mm512_dpbusd_epi32(sums[1], av, b1);
+                }
+            }
+        }
+        // acc += s · sums − s·z · Σ q_w: the scales after the row's quads, the tap's Σ q_w after
+        // the panel's (the caller's promise: k units each).
+        // SAFETY: as above.
+        unsafe {
+            let w0 = _mm512_loadu_ps(bt.add(quads * NR) as *const f32);
+            let w1 = _mm512_loadu_ps(bt.add(quads * NR + 16) as *const f32);
+            for ((acc, sums), &ar) in acc.iter_mut().zip(&sums).zip(&ar) {
+                let s = _mm512_set1_ps(f32::from_bits(*ar.add(quads)));
+                let sz = _mm512_set1_ps(f32::from_bits(*ar.add(quads + 1)));
+                acc[0] = _mm512_fnmadd_ps(sz, w0, _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sums[0]), acc[0]));
+                acc[1] = _mm512_fnmadd_ps(sz, w1, _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(sums[1]), acc[1]));
+            }
+        }
+    }
+    // The weights' scales, every tap's panel holding them: tap 0's.
+    // SAFETY: as above.
+    unsafe {
+        let s0 = _mm512_loadu_ps(b[0].add((quads + 1) * NR) as *const f32);
+        let s1 = _mm512_loadu_ps(b[0].add((quads + 1) * NR + 16) as *const f32);
+        for acc in acc.iter_mut() {
+            acc[0] = _mm512_mul_ps(acc[0], s0);
+            acc[1] = _mm512_mul_ps(acc[1], s1);
+        }
+    }
+    // SAFETY: as in `f32_rows`.
+    unsafe { store(&acc, c, nv, start) }
+}

@@ -190,6 +190,8 @@ enum TapWeights {
     F32Rows(RowTaps<f32>),
     /// The row tiles on bf16 pairs, the inputs converted once a call.
     Bf16Rows(RowTaps<u32>),
+    /// The row tiles on int8 rows (`rows.rs`), the inputs quantised once a call.
+    Int8Rows(RowTaps<u32>),
     /// The AMX tiles by groups of voxels (`tiles.rs`) on bf16 pairs converted once a call.
     Bf16Tiles(tiles::TileTaps),
 }
@@ -243,6 +245,7 @@ impl SubmConv3d {
             // (`modules::conv_bf16`): the refiner at 560x832 took 0.61 s a call so, 0.87 s in
             // int8 on AVX512-VNNI (`examples/refiner_bench`, an Intel Xeon with AMX, 2026-12-07).
             Products::Int8 if bf16::route(level) == Isa::Amx => Self::new(weight, bias, ci, co, Products::Bf16),
+            Products::Int8 if int8::route(level) == Route::Avx512Vnni => Self::on_rows(weight, bias, ci, co, products, false),
             // Elsewhere on the VNNI products (the tiles' int8 has no sparse gather).
             Products::Int8 => Self::quantised(weight, bias, ci, co, int8::route(isa::current()).without_tiles()),
         }
@@ -270,20 +273,32 @@ impl SubmConv3d {
         Self::check(weight, &bias, ci, co);
         type Tiles<T> = (Tile<T>, MultiTile<T>);
         #[cfg(target_arch = "x86_64")]
-        let (f32_tiles, bf16_tiles): (Tiles<f32>, Tiles<u32>) = if portable {
-            ((rows::tile_f32_portable, rows::multi_f32_portable), (rows::tile_bf16_portable, rows::multi_bf16_portable))
+        let (f32_tiles, bf16_tiles, int8_tiles): (Tiles<f32>, Tiles<u32>, Tiles<u32>) = if portable {
+            (
+                (rows::tile_f32_portable, rows::multi_f32_portable),
+                (rows::tile_bf16_portable, rows::multi_bf16_portable),
+                (rows::tile_int8_portable, rows::multi_int8_portable),
+            )
         } else {
-            ((avx512::tile_f32, avx512::multi_f32), (avx512::tile_bf16, avx512::multi_bf16))
+            ((avx512::tile_f32, avx512::multi_f32), (avx512::tile_bf16, avx512::multi_bf16), (avx512::tile_int8, avx512::multi_int8))
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let (f32_tiles, bf16_tiles): (Tiles<f32>, Tiles<u32>) = {
+        let (f32_tiles, bf16_tiles, int8_tiles): (Tiles<f32>, Tiles<u32>, Tiles<u32>) = {
             assert!(portable, "the row tiles on the instructions are x86-64's");
-            ((rows::tile_f32_portable, rows::multi_f32_portable), (rows::tile_bf16_portable, rows::multi_bf16_portable))
+            (
+                (rows::tile_f32_portable, rows::multi_f32_portable),
+                (rows::tile_bf16_portable, rows::multi_bf16_portable),
+                (rows::tile_int8_portable, rows::multi_int8_portable),
+            )
         };
         let taps = match products {
             Products::F32 => TapWeights::F32Rows(RowTaps { panels: Panels::f32(weight, ci, co), tile: f32_tiles.0, multi: f32_tiles.1, grouped }),
             Products::Bf16 => TapWeights::Bf16Rows(RowTaps { panels: Panels::bf16(weight, ci, co), tile: bf16_tiles.0, multi: bf16_tiles.1, grouped }),
-            Products::Int8 => panic!("the row tiles multiply f32 or bf16"),
+            Products::Int8 => {
+                // Per output channel over all its taps, as `SubmConv3d::quantised`.
+                let (scale, q) = int8::quantise_weights(weight, co, TAPS * ci);
+                TapWeights::Int8Rows(RowTaps { panels: Panels::int8(&q, &scale, ci, co), tile: int8_tiles.0, multi: int8_tiles.1, grouped })
+            }
         };
         Self { ci, co, bias, taps, isa: isa::current() }
     }
@@ -346,6 +361,7 @@ impl SubmConv3d {
         // converted rows (half the bytes of f32's), and no product converts its A again.
         let words = match &self.taps {
             TapWeights::Bf16Rows(r) => Some(to_pairs(self.isa, x, ci, r.panels.k(), pre)),
+            TapWeights::Int8Rows(r) => Some(to_int8(self.isa, x, ci, r.panels.k(), pre)),
             TapWeights::Bf16Tiles(t) => Some(to_pairs(self.isa, x, ci, t.kw(), pre)),
             TapWeights::Bf16(p) => p[0].pair_rows(0).map(|(kps, _)| to_pairs(self.isa, x, ci, kps, pre)),
             _ => None,
@@ -366,7 +382,9 @@ impl SubmConv3d {
         // of 32 voxels at 512 channels ran at half the dense rate in f32), and the outputs, one
         // tap's products and its gathered inputs stay within L2 and L3 (`examples/sparse_conv_bench`).
         let chunk = match &self.taps {
-            TapWeights::F32Rows(RowTaps { grouped: true, .. }) | TapWeights::Bf16Rows(RowTaps { grouped: true, .. }) => rows::GROUP_BLOCK,
+            TapWeights::F32Rows(RowTaps { grouped: true, .. })
+            | TapWeights::Bf16Rows(RowTaps { grouped: true, .. })
+            | TapWeights::Int8Rows(RowTaps { grouped: true, .. }) => rows::GROUP_BLOCK,
             TapWeights::Bf16Tiles(_) => tiles::BLOCK_VOXELS,
             _ => (131_072 / co).clamp(64, 4096),
         };
@@ -374,7 +392,9 @@ impl SubmConv3d {
         // parallel themselves), the thread making one could take another chunk while it waits,
         // and wait on itself.
         match &self.taps {
-            TapWeights::F32Rows(RowTaps { grouped: true, .. }) | TapWeights::Bf16Rows(RowTaps { grouped: true, .. }) => _ = nb.by_taps(),
+            TapWeights::F32Rows(RowTaps { grouped: true, .. })
+            | TapWeights::Bf16Rows(RowTaps { grouped: true, .. })
+            | TapWeights::Int8Rows(RowTaps { grouped: true, .. }) => _ = nb.by_taps(),
             TapWeights::Bf16Tiles(_) => _ = nb.tile_groups(),
             _ => {}
         }
@@ -389,6 +409,8 @@ impl SubmConv3d {
                 (TapWeights::F32Rows(r), _) => return unsafe { r.accumulate(x, out, co, nb, v0, &self.bias, residual) },
                 // SAFETY: as above.
                 (TapWeights::Bf16Rows(r), Some(words)) => return unsafe { r.accumulate(words, out, co, nb, v0, &self.bias, residual) },
+                // SAFETY: as above.
+                (TapWeights::Int8Rows(r), Some(words)) => return unsafe { r.accumulate(words, out, co, nb, v0, &self.bias, residual) },
                 // SAFETY: `out` is this chunk's rows, and v0 starts a block of the groups (the
                 // chunk is `tiles::BLOCK_VOXELS` voxels); the hardware tiles are chosen only
                 // where the CPU has them (`new`).
@@ -489,7 +511,7 @@ impl SubmConv3d {
                 }
             }
             TapWeights::Bf16(p) => gemm_bf16(Mat::from_slice(a, n, ci, ci), &p[t], Mat::from_slice_mut(dst, n, co, co), accumulate, 1),
-            TapWeights::Int8(_) | TapWeights::F32Rows(_) | TapWeights::Bf16Rows(_) | TapWeights::Bf16Tiles(_) => {
+            TapWeights::Int8(_) | TapWeights::F32Rows(_) | TapWeights::Bf16Rows(_) | TapWeights::Int8Rows(_) | TapWeights::Bf16Tiles(_) => {
                 unreachable!("int8 taps and row tiles take no products")
             }
         }
@@ -640,6 +662,33 @@ fn to_pairs(level: Isa, x: &[f32], ci: usize, kps: usize, pre: Pre) -> Vec<u32> 
     words
 }
 
+/// pre(x) (rows of ci) as int8 rows of `kw` words (`rows.rs`), in parallel: each row made in a
+/// small f32 buffer where there is something to apply, then quantised.
+fn to_int8(level: Isa, x: &[f32], ci: usize, kw: usize, pre: Pre) -> Vec<u32> {
+    let m = x.len() / ci.max(1);
+    let route = int8::route(level);
+    let rows = (16_384 / ci.max(1)).clamp(1, 1024);
+    let mut words: Vec<u32> = Vec::with_capacity(m * kw);
+    words.spare_capacity_mut()[..m * kw].par_chunks_mut(rows * kw).zip(x.par_chunks(rows * ci)).for_each_init(Vec::new, |buf, (d, s)| {
+        for (d, x) in d.chunks_exact_mut(kw).zip(s.chunks_exact(ci)) {
+            d.fill(std::mem::MaybeUninit::new(0));
+            // SAFETY: every word of the row was written just above; u32 and MaybeUninit<u32>
+            // have one layout.
+            let d = unsafe { &mut *(d as *mut [std::mem::MaybeUninit<u32>] as *mut [u32]) };
+            if let Pre::None = pre {
+                rows::quantise_int8(route, x, d);
+            } else {
+                buf.resize(ci, 0f32);
+                pre.row(level, x, buf);
+                rows::quantise_int8(route, buf, d);
+            }
+        }
+    });
+    // SAFETY: each of the m rows' kw words was written.
+    unsafe { words.set_len(m * kw) };
+    words
+}
+
 /// A chunk's gathered inputs of one tap.
 enum Gathered<'a> {
     F32(Vec<f32>),
@@ -750,9 +799,10 @@ mod tests {
     }
 
     /// The row tiles (their portable twins on every machine, the AVX-512 tiles where the CPU has
-    /// them) against the definition on the same rounded operands, on voxel sets of several
-    /// chunks (rows of later chunks, pairs across chunk boundaries) and channel counts off the
-    /// tiles' 12 rows and 32 columns and off the pairs of bf16.
+    /// them) against the definition on the same rounded (or quantised) operands, on voxel sets
+    /// of several chunks (rows of later chunks, pairs across chunk boundaries) and channel
+    /// counts off the tiles' 12 rows (int8's passes of 6) and 32 columns and off the pairs of
+    /// bf16 and the quads of int8.
     #[test]
     fn row_tiles_match_the_dense_definition() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -775,6 +825,11 @@ mod tests {
             let chunks = m.div_ceil((131_072 / co).clamp(64, 4096));
             let exact = dense_definition(&nb, &x, &w, &bias, ci, co, |v| v);
             let rounded = dense_definition(&nb, &x, &w, &bias, ci, co, bf16_rounded);
+            // int8: the same quantised operands, dequantised (inputs per voxel, weights per
+            // output channel over its taps).
+            let (sw, qw) = int8::quantise_weights(&w, co, TAPS * ci);
+            let wq: Vec<f32> = qw.iter().enumerate().map(|(e, &q)| q as f32 * sw[e / (TAPS * ci)]).collect();
+            let quantised = dense_definition(&nb, &fake_quantised(&x, m, ci), &wq, &bias, ci, co, |v| v);
             let scale = exact.iter().fold(1f64, |a, v| a.max(v.abs()));
             // (products, portable, runs here): the twins everywhere, the AVX-512 tiles where the
             // CPU has them.
@@ -784,12 +839,18 @@ mod tests {
                 (Products::Bf16, true, true),
                 (Products::F32, false, x86 && level >= Isa::Avx512),
                 (Products::Bf16, false, x86 && crate::model::cpu::matmul::bf16::route(level) >= Isa::Avx512Bf16),
+                (Products::Int8, true, true),
+                (Products::Int8, false, x86 && int8::route(level) == Route::Avx512Vnni),
             ];
             for (products, portable, _) in variants.into_iter().filter(|v| v.2) {
                 for grouped in [false, true] {
                     let conv = SubmConv3d::on_rows_grouped(&w, bias.clone(), ci, co, products, portable, grouped);
                     let got = conv.forward(&x, &nb);
-                    let want = if products == Products::F32 { &exact } else { &rounded };
+                    let want = match products {
+                        Products::F32 => &exact,
+                        Products::Bf16 => &rounded,
+                        Products::Int8 => &quantised,
+                    };
                     let err = max_err(&got, want);
                     assert!(
                         err <= 1e-5 * scale,

@@ -10,6 +10,17 @@
 //!   by side (zero past Co and past the k values), so that the tile never needs a tail in k and
 //!   masks only its stores.
 //!
+//! int8 (u8 inputs per voxel, s8 weights per output channel, the scheme of `matmul::int8`) on
+//! the same loops, with [`INT8_EXTRA`] units of scales after each row and panel, so that the
+//! tiles' arguments stay those of f32 and bf16 (`k` counts them):
+//! - an input row: its quads (four u8 in a word, the last padded with zeros), then its scale s
+//!   and s · z (z its zero point) as f32 bits: x ≈ s · (q − z);
+//! - a panel: its quads (four s8 of one output channel in a word), then per channel the tap's
+//!   Σ q_w (f32 bits, exact below 2²⁴) and the channel's weight scale s_w (every tap's alike).
+//!
+//! So a tap adds s · (Σ q · q_w − z · Σ q_w) per row: its int32 sums are turned into f32 once a
+//! tap (each tap reads other voxels, with other scales), and the outputs are scaled by s_w once.
+//!
 //! This file has the layout, the loops and the portable twins of the register tiles (what every
 //! machine tests); `avx512.rs` has the tiles on the instructions.
 
@@ -56,6 +67,17 @@ pub enum Start<'a> {
     From { bias: *const f32, residual: Option<&'a [*const f32]> },
 }
 
+impl<'a> Start<'a> {
+    /// For the rows from h on (a tile done in passes of fewer rows).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn skip(self, h: usize) -> Start<'a> {
+        match self {
+            Start::From { bias, residual } => Start::From { bias, residual: residual.map(|r| &r[h..]) },
+            add => add,
+        }
+    }
+}
+
 /// The taps' weights as panels (module documentation): the 27 of a convolution, or the one of
 /// a linear layer.
 pub struct Panels<T> {
@@ -68,8 +90,8 @@ pub struct Panels<T> {
 impl<T: Copy + Default> Panels<T> {
     /// From a weight (Co, taps, Ci) (upstream's convolution weight, or a linear's (out, in)
     /// with one tap): unit u of output channel o at tap t is
-    /// `unit(&weight[(o·taps + t)·Ci..][..Ci], u)`.
-    fn build(weight: &[f32], taps: usize, ci: usize, co: usize, k: usize, unit: impl Fn(&[f32], usize) -> T) -> Self {
+    /// `unit(o, &weight[(o·taps + t)·Ci..][..Ci], u)`.
+    fn build<W>(weight: &[W], taps: usize, ci: usize, co: usize, k: usize, unit: impl Fn(usize, &[W], usize) -> T) -> Self {
         assert_eq!(weight.len(), co * taps * ci, "row panels: weight of {} for {ci} -> {co}", weight.len());
         let panels = co.div_ceil(NR);
         let mut data = vec![T::default(); taps * panels * k * NR];
@@ -79,7 +101,7 @@ impl<T: Copy + Default> Panels<T> {
                 let w = &weight[(o * taps + t) * ci..][..ci];
                 let base = (t * panels + p) * k * NR + lane;
                 for u in 0..k {
-                    data[base + u * NR] = unit(w, u);
+                    data[base + u * NR] = unit(o, w, u);
                 }
             }
         }
@@ -102,20 +124,54 @@ impl<T> Panels<T> {
 impl Panels<f32> {
     /// For f32 inputs: k = Ci.
     pub fn f32(weight: &[f32], ci: usize, co: usize) -> Self {
-        Self::build(weight, TAPS, ci, co, ci, |w, u| w[u])
+        Self::build(weight, TAPS, ci, co, ci, |_, w, u| w[u])
     }
 
     /// A linear layer's weight, PyTorch's (out, in), for f32 inputs.
     pub fn linear(weight: &[f32], d_in: usize, d_out: usize) -> Self {
-        Self::build(weight, 1, d_in, d_out, d_in, |w, u| w[u])
+        Self::build(weight, 1, d_in, d_out, d_in, |_, w, u| w[u])
     }
 }
 
 impl Panels<u32> {
     /// For bf16 pair words: k = ⌈Ci / 2⌉, the odd channel's partner zero.
     pub fn bf16(weight: &[f32], ci: usize, co: usize) -> Self {
-        Self::build(weight, TAPS, ci, co, ci.div_ceil(2), |w, u| pair(w[2 * u], w.get(2 * u + 1).copied().unwrap_or(0.0)))
+        Self::build(weight, TAPS, ci, co, ci.div_ceil(2), |_, w, u| pair(w[2 * u], w.get(2 * u + 1).copied().unwrap_or(0.0)))
     }
+
+    /// For int8 rows (the module's documentation): from the s8 weight `q` (Co, 27, Ci) and its
+    /// scale per output channel; k = ⌈Ci / 4⌉ + [`INT8_EXTRA`].
+    pub fn int8(q: &[i8], scale: &[f32], ci: usize, co: usize) -> Self {
+        assert_eq!(scale.len(), co, "int8 panels: {} scales for {co} channels", scale.len());
+        let quads = ci.div_ceil(4);
+        Self::build(q, TAPS, ci, co, quads + INT8_EXTRA, |o, w, u| {
+            if u < quads {
+                let b = |i: usize| w.get(4 * u + i).map_or(0, |&v| v as u8 as u32);
+                b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24
+            } else if u == quads {
+                (w.iter().map(|&v| v as i32).sum::<i32>() as f32).to_bits()
+            } else {
+                scale[o].to_bits()
+            }
+        })
+    }
+}
+
+/// Units of scales after an int8 row's quads and a panel's (the module's documentation).
+pub const INT8_EXTRA: usize = 2;
+
+/// An int8 row (the module's documentation): `x` quantised into `out` (⌈len / 4⌉ quads, then
+/// s and s · z) by `route`'s code.
+pub fn quantise_int8(route: crate::model::cpu::matmul::int8::Route, x: &[f32], out: &mut [u32]) {
+    let quads = out.len() - INT8_EXTRA;
+    assert!(x.len().div_ceil(4) == quads, "int8 row: {} values in {quads} quads", x.len());
+    out[quads - 1] = 0;
+    let (q, extra) = out.split_at_mut(quads);
+    // SAFETY: u32 words as their bytes (no invalid u8); the words outlive the slice.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(q.as_mut_ptr() as *mut u8, 4 * quads) };
+    let (s, z) = crate::model::cpu::matmul::int8::quantise_row_on(route, x, &mut bytes[..x.len()]);
+    extra[0] = s.to_bits();
+    extra[1] = (s * z as f32).to_bits();
 }
 
 /// `out` (the n rows of `co` of voxels v0..v0 + n) = bias [+ residual] + Σ over taps t and their
@@ -389,6 +445,49 @@ pub unsafe fn multi_bf16_portable(a: &[[*const u32; MR]], b: &[*const u32], c: &
     let (lo, hi) = (|w: u32| f32::from_bits(w << 16), |w: u32| f32::from_bits(w & 0xffff_0000));
     // SAFETY: the caller's promise.
     unsafe { multi_portable(a, b, c, k, nv, start, |acc, av, bv| acc + lo(av) * lo(bv) + hi(av) * hi(bv)) }
+}
+
+/// The int8 tile in portable code: the twin of `avx512::tile_int8`.
+///
+/// # Safety
+/// As [`Tile`], for int8 rows and panels (`k` counts their [`INT8_EXTRA`] units).
+pub unsafe fn tile_int8_portable(a: &[*const u32], b: *const u32, c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    let at: [*const u32; MR] = std::array::from_fn(|r| a.get(r).copied().unwrap_or(std::ptr::null()));
+    // SAFETY: the caller's promise, for one tap.
+    unsafe { multi_int8_portable(&[at], &[b], c, k, nv, start) }
+}
+
+/// The int8 multi-tap tile in portable code: the twin of `avx512::multi_int8`.
+///
+/// # Safety
+/// As [`MultiTile`], for int8 rows and panels (`k` counts their [`INT8_EXTRA`] units).
+pub unsafe fn multi_int8_portable(a: &[[*const u32; MR]], b: &[*const u32], c: &[*mut f32], k: usize, nv: usize, start: Start) {
+    debug_assert!(a.len() == b.len() && c.len() <= MR && nv <= NR && k >= INT8_EXTRA);
+    let quads = k - INT8_EXTRA;
+    let dot = |x: u32, w: u32| (0..4).map(|i| (x >> (8 * i)) as u8 as i32 * (w >> (8 * i)) as u8 as i8 as i32).sum::<i32>();
+    for (r, &cr) in c.iter().enumerate() {
+        let mut acc = [0f32; NR];
+        for (at, &bt) in a.iter().zip(b) {
+            // SAFETY: the caller's promise: row r's input at this tap holds k units, its panel
+            // k · NR.
+            let (ar, bt) = unsafe { (std::slice::from_raw_parts(at[r], k), std::slice::from_raw_parts(bt, k * NR)) };
+            let mut sums = [0i32; NR];
+            for (&av, bu) in ar[..quads].iter().zip(bt.chunks_exact(NR)) {
+                for (s, &bv) in sums.iter_mut().zip(bu) {
+                    *s += dot(av, bv);
+                }
+            }
+            let (s, sz) = (f32::from_bits(ar[quads]), f32::from_bits(ar[quads + 1]));
+            for ((acc, &sum), &w) in acc.iter_mut().zip(&sums).zip(&bt[quads * NR..][..NR]) {
+                *acc += s * sum as f32 - sz * f32::from_bits(w);
+            }
+        }
+        // SAFETY: as above, for tap 0's panel (every tap holds the weight scales).
+        let sw = unsafe { std::slice::from_raw_parts(b[0].add((quads + 1) * NR), NR) };
+        acc.iter_mut().zip(sw).for_each(|(a, &w)| *a *= f32::from_bits(w));
+        // SAFETY: the caller's promise: c[r], the bias and the residual's row r hold nv floats.
+        unsafe { finish(&acc, r, cr, nv, start) };
+    }
 }
 
 /// # Safety

@@ -452,7 +452,7 @@ fn quantise_rows_by(n: usize, k: usize, route: Route, quantise: impl Fn(usize, &
 }
 
 /// [`quantise_row`] by the code of `route`.
-fn quantise_row_on(route: Route, x: &[f32], out: &mut [u8]) -> (f32, i32) {
+pub(in crate::model::cpu) fn quantise_row_on(route: Route, x: &[f32], out: &mut [u8]) -> (f32, i32) {
     match route {
         // SAFETY: the route is AVX512-VNNI (with BW and VL) only where the CPU has it
         // (`route`, `isa::vnni`); AMX only at the AMX level, above AVX512-BF16's.
@@ -478,7 +478,37 @@ fn quantise_row_on(route: Route, x: &[f32], out: &mut [u8]) -> (f32, i32) {
 unsafe fn quantise_row_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     // SAFETY: the caller's promise.
     let (lo, hi) = unsafe { range_avx512(x) };
-    quantise_in_range(x, out, lo, hi)
+    let (s, inv, z) = range_scale(lo, hi);
+    let n = x.len().min(out.len());
+    // SAFETY: the caller's promise (AVX-512F and BW); the first n floats of x and bytes of out.
+    unsafe { to_u8_avx512(x.as_ptr(), out.as_mut_ptr(), n, inv, z as f32) };
+    (s, z)
+}
+
+/// [`to_u8`] of n floats into n bytes, 16 lanes at a time, the tail masked: the loop of
+/// [`quantise_in_range`] as the compiler vectorised it ran its last (up to 63) values one by
+/// one, all of the refiner's rows of 32 channels. The same bytes: `vrndscaleps` rounds half to
+/// even as [`round_even`] does below 2²² (beyond, both clamp), and `vmaxps(t, 0)` sends NaN to
+/// 0 as `to_u8`'s comparison does.
+///
+/// # Safety
+/// x holds n readable floats, out n writable bytes; the CPU has AVX-512F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn to_u8_avx512(x: *const f32, out: *mut u8, n: usize, inv: f32, z: f32) {
+    use core::arch::x86_64::*;
+    let (inv, z, top, zero) = (_mm512_set1_ps(inv), _mm512_set1_ps(z), _mm512_set1_ps(255.0), _mm512_setzero_ps());
+    for i in (0..n).step_by(16) {
+        let m = crate::simd::avx512::masks(n - i).0;
+        // SAFETY: the mask's lanes are floats i.. of x and bytes i.. of out (the caller's
+        // promise); the others are neither read nor written.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, x.add(i));
+            let t = _mm512_add_ps(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)), z);
+            let t = _mm512_min_ps(_mm512_max_ps(t, zero), top);
+            _mm512_mask_cvtepi32_storeu_epi8(out.add(i) as *mut _, m, _mm512_cvttps_epi32(t));
+        }
+    }
 }
 
 /// [`row_range`] by `vminps`/`vmaxps` ([`quantise_row_avx512`]).
@@ -831,6 +861,9 @@ mod tests {
         x[2 * k + 5] = f32::NAN;
         x[2 * k + 6] = -0.0;
         x[3 * k - 1] = -40.0;
+        // Ties: a row over [0, 255] has scale 1, and its halves round to even.
+        x[4 * k..5 * k].iter_mut().enumerate().for_each(|(c, v)| *v = if c == 0 { 255.0 } else { (c % 255) as f32 + 0.5 });
+        x[5 * k - 1] = 0.0;
         let base = quantise_activations(&x, m, k, Route::Emulated);
         for r in routes().into_iter().chain([Route::AmxEmulated]) {
             let a = quantise_activations(&x, m, k, r);
@@ -842,6 +875,8 @@ mod tests {
                 assert!(row[k..].iter().all(|&b| b == 0), "{r:?} row {i}: padding");
             }
         }
+        assert_eq!((base.scale[4], base.zero[4]), (1.0, 0));
+        assert_eq!(&base.bytes()[4 * base.stride..][..4], &[255, 2, 2, 4], "halves to even");
         // A row of non-negative values has its zero point at 0 and its maximum at 255.
         assert_eq!(base.zero[1], 0);
         assert_eq!(base.bytes()[base.stride..base.stride + k].iter().max(), Some(&255));
