@@ -3,9 +3,11 @@
 //! product of the same shape on the same kernels (the voxels' rows times one tap's weight: what
 //! the sparse convolution would reach with nothing gathered or scattered), measured interleaved
 //! (the machine is shared: compare the ratio). The voxels are those of a synthetic scene: a
-//! floor receding to a wall, and bumps (surfaces, 6-18 active neighbours per voxel).
+//! floor receding to a wall, and bumps (surfaces, 6-18 active neighbours per voxel); with
+//! `noise`, each pixel's log-depth moved by up to ± noise (0.01 is 2.5 depth bins: a rough
+//! surface, as the synthetic checkpoints' random networks make).
 //!
-//! `cargo run --release --example sparse_conv_bench [reps]`
+//! `cargo run --release --example sparse_conv_bench [reps] [noise]`
 
 mod common;
 use common::rng::Rng;
@@ -20,13 +22,15 @@ use std::time::Instant;
 fn main() -> anyhow::Result<()> {
     common::keep_freed_memory();
     let reps: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(3);
+    let noise: f32 = std::env::args().nth(2).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let (h, w) = (560, 832);
+    let mut jitter = Rng::new(0x5eed_0004);
     let logz: Vec<f32> = (0..h * w)
         .map(|p| {
             let (i, j) = ((p / w) as f32 / h as f32, (p % w) as f32 / w as f32);
             // Depth from 1 m at the bottom to 6 m at the wall above 40 % of the height.
             let d = if i < 0.4 { 6.0 } else { 1.0 + 5.0 * ((1.0 - i) / 0.6).powi(2) };
-            (d + 0.05 * (20.0 * j).sin() * (14.0 * i).cos()).ln()
+            (d + 0.05 * (20.0 * j).sin() * (14.0 * i).cos()).ln() + noise * jitter.unit()
         })
         .collect();
     let bins = moge::model::v3::depth_bins(&logz, 256.0)?;

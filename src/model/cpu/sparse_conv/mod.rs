@@ -518,7 +518,7 @@ impl SubmConv3d {
     }
 }
 
-impl<T> RowTaps<T> {
+impl<T: Copy + Default> RowTaps<T> {
     /// One chunk of the outputs (`rows::accumulate` or `rows::accumulate_grouped`).
     ///
     /// # Safety

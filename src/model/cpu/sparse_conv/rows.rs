@@ -53,6 +53,10 @@ pub type Tile<T> = unsafe fn(a: &[*const T], b: *const T, c: &[*mut f32], k: usi
 /// rows.
 pub type MultiTile<T> = unsafe fn(a: &[[*const T; MR]], b: &[*const T], c: &[*mut f32], k: usize, nv: usize, start: Start);
 
+/// How many more products than its voxels' own a group over the union of their taps may take
+/// ([`accumulate_grouped`]).
+pub const UNION_OVER: f32 = 1.5;
+
 /// Voxels per block of [`Neighbours::by_taps`]: a block's outputs are one chunk of the grouped
 /// route.
 pub const GROUP_BLOCK: usize = 4096;
@@ -242,13 +246,15 @@ pub unsafe fn accumulate<T>(
 /// of voxels with the same taps (`Neighbours::by_taps`): each full group of [`MR`] voxels is one
 /// tile that sums all their taps in registers and writes their outputs once (`multi`). For few
 /// channels, where a tap's products are short (16 pairs at 32 channels) beside reading and
-/// writing the outputs around them. The voxels left over (runs of the same taps shorter than a
-/// tile, many on a rough surface) go tap by tap on `tile`, 12 at a time.
+/// writing the outputs around them. The voxels outside such runs (most of them on a rough
+/// surface) are taken [`MR`] at a time in that order (so of like taps): as one tile over the
+/// union of their taps, a row of zeros where a voxel lacks one, where that adds at most
+/// [`UNION_OVER`] products; else tap by tap on `tile`, 12 at a time.
 ///
 /// # Safety
 /// `tile` and `multi` run on this CPU.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn accumulate_grouped<T>(
+pub unsafe fn accumulate_grouped<T: Copy + Default>(
     multi: MultiTile<T>,
     tile: Tile<T>,
     w: &Panels<T>,
@@ -284,18 +290,11 @@ pub unsafe fn accumulate_grouped<T>(
     let mut c = [std::ptr::null_mut::<f32>(); MR];
     let mut res = [std::ptr::null::<f32>(); MR];
     let mut taps = [0usize; TAPS];
-    let mut left: Vec<u32> = vec![];
-    let mut i = 0;
-    while i < n {
-        let mask = order[i].0;
-        let g = order[i..].iter().take(MR).take_while(|e| e.0 == mask).count();
-        let group = &order[i..i + g];
-        i += g;
-        if g < MR {
-            left.extend(group.iter().map(|e| e.1));
-            continue;
-        }
-        let nt = group_inputs(nb, group, mask, xp, k, &mut a, &mut taps);
+    // The input of a voxel at a tap of its group that it lacks.
+    let zeros = vec![T::default(); k];
+    let mut group_tile = |group: &[(u32, u32)], mask: u32| {
+        let g = group.len();
+        let nt = group_inputs(nb, group, mask, xp, k, zeros.as_ptr(), &mut a, &mut taps);
         for p in 0..w.panels {
             let j0 = p * NR;
             let nv = (co - j0).min(NR);
@@ -310,10 +309,34 @@ pub unsafe fn accumulate_grouped<T>(
                 }
             }
             let start = Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) };
-            // SAFETY: each a[t][r] is a row of x (a neighbour of the group's voxel r), each c[r]
-            // nv floats of its own row of out (the block's voxels are distinct) and res[r] of
-            // the residual, b[t] tap t's panel; the CPU has the tile (the caller's promise).
+            // SAFETY: each a[t][r] is a row of x (a neighbour of the group's voxel r) or the
+            // zeros (k units), each c[r] nv floats of its own row of out (the block's voxels are
+            // distinct) and res[r] of the residual, b[t] tap t's panel; the CPU has the tile
+            // (the caller's promise).
             unsafe { multi(&a[..nt], &b[..nt], &c[..g], k, nv, start) };
+        }
+    };
+    let mut odd: Vec<(u32, u32)> = vec![];
+    let mut i = 0;
+    while i < n {
+        let mask = order[i].0;
+        let g = order[i..].iter().take(MR).take_while(|e| e.0 == mask).count();
+        let group = &order[i..i + g];
+        i += g;
+        if g == MR {
+            group_tile(group, mask);
+        } else {
+            odd.extend_from_slice(group);
+        }
+    }
+    let mut left: Vec<u32> = vec![];
+    for group in odd.chunks(MR) {
+        let union = group.iter().fold(0, |u, e| u | e.0);
+        let own: u32 = group.iter().map(|e| e.0.count_ones()).sum();
+        if (union.count_ones() as usize * group.len()) as f32 <= UNION_OVER * own as f32 {
+            group_tile(group, union);
+        } else {
+            left.extend(group.iter().map(|e| e.1));
         }
     }
     // The voxels left over, tap by tap, the centre first (every voxel has it: it writes their
@@ -358,9 +381,19 @@ pub unsafe fn accumulate_grouped<T>(
 }
 
 /// The addresses of a group's inputs at each of its taps (`mask`): `a[i][r]` row r's at tap
-/// `taps[i]`. Returns the number of taps.
+/// `taps[i]`, `zeros` where the voxel lacks it. Returns the number of taps.
 #[inline(never)]
-fn group_inputs<T>(nb: &Neighbours, group: &[(u32, u32)], mask: u32, xp: *const T, k: usize, a: &mut [[*const T; MR]], taps: &mut [usize; TAPS]) -> usize {
+#[allow(clippy::too_many_arguments)]
+fn group_inputs<T>(
+    nb: &Neighbours,
+    group: &[(u32, u32)],
+    mask: u32,
+    xp: *const T,
+    k: usize,
+    zeros: *const T,
+    a: &mut [[*const T; MR]],
+    taps: &mut [usize; TAPS],
+) -> usize {
     let mut nt = 0;
     for t in 0..TAPS {
         if mask & (1 << t) == 0 {
@@ -369,9 +402,8 @@ fn group_inputs<T>(nb: &Neighbours, group: &[(u32, u32)], mask: u32, xp: *const 
         taps[nt] = t;
         for (slot, &(_, v)) in a[nt].iter_mut().zip(group) {
             let s = nb.of(v as usize)[t];
-            // The mask is the voxel's taps: s is one of the nb.len() voxels.
-            debug_assert!((s as usize) < nb.len());
-            *slot = xp.wrapping_add(s as usize * k);
+            debug_assert!(s == ABSENT || (s as usize) < nb.len());
+            *slot = if s == ABSENT { zeros } else { xp.wrapping_add(s as usize * k) };
         }
         nt += 1;
     }
