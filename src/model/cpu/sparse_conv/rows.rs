@@ -335,52 +335,64 @@ pub unsafe fn accumulate_grouped<T: Copy + Default>(
             odd.extend_from_slice(group);
         }
     }
-    let mut left: Vec<u32> = vec![];
+    let mut left: Vec<(u32, u32)> = vec![];
     for group in odd.chunks(MR) {
         let union = group.iter().fold(0, |u, e| u | e.0);
         let own: u32 = group.iter().map(|e| e.0.count_ones()).sum();
         if (union.count_ones() as usize * group.len()) as f32 <= UNION_OVER * own as f32 {
             group_tile(group, union);
         } else {
-            left.extend(group.iter().map(|e| e.1));
+            left.extend_from_slice(group);
         }
     }
+    if left.is_empty() {
+        return;
+    }
     // The voxels left over, tap by tap, the centre first (every voxel has it: it writes their
-    // outputs from the bias before another tap adds to them).
+    // outputs from the bias before another tap adds to them). Their (voxel, source) pairs per
+    // tap, from each voxel's own taps (its mask's bits): no scan of every voxel per tap.
+    let mut at = [0usize; TAPS + 1];
+    for &(mask, _) in &left {
+        let mut m = mask;
+        while m != 0 {
+            at[m.trailing_zeros() as usize + 1] += 1;
+            m &= m - 1;
+        }
+    }
+    for t in 0..TAPS {
+        at[t + 1] += at[t];
+    }
+    let mut fill = at;
+    let mut pairs = vec![(0u32, 0u32); at[TAPS]];
+    for &(mask, v) in &left {
+        let (mut m, row) = (mask, nb.of(v as usize));
+        while m != 0 {
+            let t = m.trailing_zeros() as usize;
+            pairs[fill[t]] = (v, row[t]);
+            fill[t] += 1;
+            m &= m - 1;
+        }
+    }
     let mut src = [std::ptr::null::<T>(); MR];
-    let mut rows = [0u32; MR];
     for t in std::iter::once(CENTRE).chain((0..TAPS).filter(|&t| t != CENTRE)) {
         for p in 0..w.panels {
             let (bp, j0) = (w.panel(t, p).as_ptr(), p * NR);
             let nv = (co - j0).min(NR);
-            let mut g = 0;
-            let mut flush = |src: &[*const T], rows: &[u32]| {
-                for (r, &v) in rows.iter().enumerate() {
+            for chunk in pairs[at[t]..at[t + 1]].chunks(MR) {
+                for (r, &(v, s)) in chunk.iter().enumerate() {
+                    debug_assert!((s as usize) < nb.len());
+                    src[r] = xp.wrapping_add(s as usize * k);
                     c[r] = op.wrapping_add((v as usize - v0) * co + j0);
                     if let Some(rs) = residual {
                         res[r] = rs.as_ptr().wrapping_add(v as usize * co + j0);
                     }
                 }
-                let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..rows.len()]) } } else { Start::Add };
-                // SAFETY: as for the groups, one tap at a time: src rows of x, c rows of out
-                // (distinct voxels of this block), written by the centre's tiles first.
-                unsafe { tile(src, bp, &c[..rows.len()], k, nv, start) };
-            };
-            for &v in &left {
-                let s = nb.of(v as usize)[t];
-                if s == ABSENT {
-                    continue;
-                }
-                src[g] = xp.wrapping_add(s as usize * k);
-                rows[g] = v;
-                g += 1;
-                if g == MR {
-                    flush(&src, &rows);
-                    g = 0;
-                }
-            }
-            if g > 0 {
-                flush(&src[..g], &rows[..g]);
+                let g = chunk.len();
+                let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) } } else { Start::Add };
+                // SAFETY: as for the groups, one tap at a time: src rows of x (a voxel's mask
+                // holds only its present taps), c rows of out (distinct voxels of this block),
+                // written by the centre's tiles first.
+                unsafe { tile(&src[..g], bp, &c[..g], k, nv, start) };
             }
         }
     }
