@@ -215,35 +215,62 @@ pub unsafe fn accumulate<T>(
         nb.len()
     );
     let (xp, op) = (x.as_ptr(), out.as_mut_ptr() as *mut f32);
-    let mut a = [std::ptr::null::<T>(); MR];
-    let mut c = [std::ptr::null_mut::<f32>(); MR];
-    let mut res = [std::ptr::null::<f32>(); MR];
     // The centre first: it pairs every voxel with itself, in order, so it writes every output
     // once from the bias before any other tap reads one.
     for t in std::iter::once(CENTRE).chain((0..TAPS).filter(|&t| t != CENTRE)) {
         let pairs = nb.pairs_in(t, v0..v0 + n);
         assert!(t != CENTRE || pairs.len() == n, "row tiles: {} centres for {n} voxels", pairs.len());
-        // Panel outer: its weights stay in L1/L2 while the tap's rows pass.
-        for p in 0..w.panels {
-            let (b, j0) = (w.panel(t, p), p * NR);
-            let nv = (co - j0).min(NR);
-            for group in pairs.chunks(MR) {
-                for (i, &(v, s)) in group.iter().enumerate() {
-                    debug_assert!((v as usize - v0) < n && (s as usize) < nb.len());
-                    a[i] = xp.wrapping_add(s as usize * k);
-                    c[i] = op.wrapping_add((v as usize - v0) * co + j0);
-                    if let Some(r) = residual {
-                        res[i] = r.as_ptr().wrapping_add(v as usize * co + j0);
-                    }
+        debug_assert!(pairs.iter().all(|&(v, s)| (v as usize - v0) < n && (s as usize) < nb.len()));
+        // SAFETY: each pair's source is a row of x and its voxel a row of out and of the
+        // residual (asserted above), each voxel once in a tap's pairs; the CPU has the tile
+        // (the caller's promise).
+        unsafe { tap_tiles(tile, w, t, pairs, (xp, op), co, v0, bias, residual) };
+    }
+}
+
+/// One tap's pairs (v, s), [`MR`] at a time on `tile`, panel by panel (its weights stay in
+/// L1/L2 while the tap's rows pass): out row v − v0 (rows of `co` at `op`) gets x row s (rows of
+/// `w.k()` units at `xp`) · W_t, the centre's from the bias (and the residual's row v), the
+/// other taps' added to what the centre wrote.
+///
+/// # Safety
+/// Each pair's source is a row of x and its voxel a row of out (and of the residual); a voxel
+/// at most once in `pairs`; the centre's tiles run before any other tap's; `tile` runs on this
+/// CPU.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tap_tiles<T>(
+    tile: Tile<T>,
+    w: &Panels<T>,
+    t: usize,
+    pairs: &[(u32, u32)],
+    (xp, op): (*const T, *mut f32),
+    co: usize,
+    v0: usize,
+    bias: &[f32],
+    residual: Option<&[f32]>,
+) {
+    let k = w.k;
+    let mut a = [std::ptr::null::<T>(); MR];
+    let mut c = [std::ptr::null_mut::<f32>(); MR];
+    let mut res = [std::ptr::null::<f32>(); MR];
+    for p in 0..w.panels {
+        let (b, j0) = (w.panel(t, p), p * NR);
+        let nv = (co - j0).min(NR);
+        for group in pairs.chunks(MR) {
+            for (i, &(v, s)) in group.iter().enumerate() {
+                a[i] = xp.wrapping_add(s as usize * k);
+                c[i] = op.wrapping_add((v as usize - v0) * co + j0);
+                if let Some(r) = residual {
+                    res[i] = r.as_ptr().wrapping_add(v as usize * co + j0);
                 }
-                let g = group.len();
-                let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) } } else { Start::Add };
-                // SAFETY: each a[i] is a row of x (k units), each c[i] nv floats of a row of out
-                // and res[i] of the residual (asserted above), distinct rows within a group (a
-                // tap pairs each voxel once), written by the centre's tiles before any other tap
-                // adds to them; b one panel; the CPU has the tile (the caller's promise).
-                unsafe { tile(&a[..g], b.as_ptr(), &c[..g], k, nv, start) };
             }
+            let g = group.len();
+            let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) } } else { Start::Add };
+            // SAFETY: each a[i] is a row of x (k units), each c[i] nv floats of a row of out and
+            // res[i] of the residual, distinct rows within a group, written by the centre's
+            // tiles before any other tap adds to them; b one panel; the CPU has the tile (the
+            // caller's promise).
+            unsafe { tile(&a[..g], b.as_ptr(), &c[..g], k, nv, start) };
         }
     }
 }
@@ -373,28 +400,11 @@ pub unsafe fn accumulate_grouped<T: Copy + Default>(
             m &= m - 1;
         }
     }
-    let mut src = [std::ptr::null::<T>(); MR];
     for t in std::iter::once(CENTRE).chain((0..TAPS).filter(|&t| t != CENTRE)) {
-        for p in 0..w.panels {
-            let (bp, j0) = (w.panel(t, p).as_ptr(), p * NR);
-            let nv = (co - j0).min(NR);
-            for chunk in pairs[at[t]..at[t + 1]].chunks(MR) {
-                for (r, &(v, s)) in chunk.iter().enumerate() {
-                    debug_assert!((s as usize) < nb.len());
-                    src[r] = xp.wrapping_add(s as usize * k);
-                    c[r] = op.wrapping_add((v as usize - v0) * co + j0);
-                    if let Some(rs) = residual {
-                        res[r] = rs.as_ptr().wrapping_add(v as usize * co + j0);
-                    }
-                }
-                let g = chunk.len();
-                let start = if t == CENTRE { Start::From { bias: bias[j0..].as_ptr(), residual: residual.map(|_| &res[..g]) } } else { Start::Add };
-                // SAFETY: as for the groups, one tap at a time: src rows of x (a voxel's mask
-                // holds only its present taps), c rows of out (distinct voxels of this block),
-                // written by the centre's tiles first.
-                unsafe { tile(&src[..g], bp, &c[..g], k, nv, start) };
-            }
-        }
+        // SAFETY: each pair's source is a row of x (a voxel's mask holds only its present
+        // taps), its voxel one of this block's (distinct within a tap); the centre first; the
+        // CPU has the tile (the caller's promise).
+        unsafe { tap_tiles(tile, w, t, &pairs[at[t]..at[t + 1]], (xp, op), co, v0, bias, residual) };
     }
 }
 
